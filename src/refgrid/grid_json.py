@@ -1,0 +1,176 @@
+"""JSON forms of chunk grids: ``regular``, ``rectilinear`` (+ encoded extents), ``rectangular``.
+
+Kept apart from :mod:`refgrid.grid` because the wire formats change independently of the
+in-memory model (the encoded-extent field is still a proposal: zarr-extensions #74 / #75).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from refgrid.errors import GridError
+from refgrid.grid import AxisChunks, GridForm, RectilinearGrid, _axis
+
+EdgeSpec = int | list[int | list[int]]
+
+
+def parse_chunk_grid(doc: Mapping[str, Any], shape: Sequence[int]) -> RectilinearGrid:
+    """Build a grid from a ``chunk_grid`` document for an array of ``shape``."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("configuration"), Mapping):
+        raise GridError(f"a chunk grid needs 'name' and a 'configuration' object, got {doc!r:.120}")
+    name, config = doc.get("name"), doc["configuration"]
+    if name == "regular":
+        chunk_shape = _dims(config, "chunk_shape", shape, name)
+        if not all(_is_int(c) for c in chunk_shape):
+            raise GridError(f"regular chunk_shape must be a list of integers, got {chunk_shape!r}")
+        return RectilinearGrid.regular(shape, chunk_shape)
+    if name == "rectilinear":
+        if config.get("kind") != "inline":
+            raise GridError(f"rectilinear grid kind {config.get('kind')!r} is not supported "
+                            "(only 'inline')")
+        specs = _dims(config, "chunk_shapes", shape, name)
+        encoded = config.get("encoded_chunk_shapes")
+        if encoded is not None and (not isinstance(encoded, list) or len(encoded) != len(shape)):
+            raise GridError(f"encoded_chunk_shapes must list one entry per dimension "
+                            f"({len(shape)}), got {encoded!r:.120}")
+        return RectilinearGrid(tuple(
+            _parse_axis(dim, n, spec, None if encoded is None else encoded[dim], rle=True)
+            for dim, (n, spec) in enumerate(zip(shape, specs, strict=True))))
+    if name == "rectangular":
+        specs = _dims(config, "chunk_shape", shape, name)
+        return RectilinearGrid(tuple(
+            _parse_axis(dim, n, spec, None, rle=False)
+            for dim, (n, spec) in enumerate(zip(shape, specs, strict=True))))
+    raise GridError(f"unknown chunk grid {name!r} (expected regular, rectilinear or rectangular)")
+
+
+def emit_chunk_grid(grid: RectilinearGrid, form: GridForm = "auto") -> dict[str, Any]:
+    """The shortest document for ``grid``: ``regular`` when possible under ``form="auto"``."""
+    if form == "auto" and grid.is_regular:
+        return {"name": "regular", "configuration": {"chunk_shape": list(grid.chunk_shape or ())}}
+    if form == "rectangular":
+        return {"name": "rectangular",
+                "configuration": {"chunk_shape": [_rectangular_dim(d, a)
+                                                  for d, a in enumerate(grid.axes)]}}
+    if form not in ("auto", "rectilinear"):
+        raise GridError(f"unknown grid form {form!r} (auto, rectilinear or rectangular)")
+    with_encoded = any(a.padded_inside for a in grid.axes)
+    config: dict[str, Any] = {"kind": "inline",
+                              "chunk_shapes": [_edges_spec(a, with_encoded) for a in grid.axes]}
+    if with_encoded:
+        config["encoded_chunk_shapes"] = [_encoded_spec(a) for a in grid.axes]
+    return {"name": "rectilinear", "configuration": config}
+
+
+def rle(values: np.ndarray) -> list[int | list[int]]:
+    """Run-length encode edge lengths, using ``[length, repeat]`` where it is no longer."""
+    if len(values) == 0:
+        return []
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(values)) + 1))
+    counts = np.diff(np.concatenate((starts, [len(values)])))
+    out: list[int | list[int]] = []
+    for v, n in zip(values[starts].tolist(), counts.tolist(), strict=True):
+        if n > 1 and len(f"[{v},{n}]") <= n * (len(str(v)) + 1) - 1:
+            out.append([v, n])
+        else:
+            out.extend([v] * n)
+    return out
+
+
+def _edges_spec(axis: AxisChunks, with_encoded: bool) -> EdgeSpec:
+    """Edges of one dimension; without ``encoded_chunk_shapes`` the last edge carries the
+    padding of the array's final chunk (it overflows the shape, as the spec allows)."""
+    size = axis.regular_size
+    if size is not None:
+        return size
+    return rle(axis.logical if with_encoded else axis.declared())
+
+
+def _encoded_spec(axis: AxisChunks) -> EdgeSpec:
+    if axis.nchunks and (axis.encoded == axis.encoded[0]).all():
+        return int(axis.encoded[0])
+    return rle(axis.encoded)
+
+
+def _rectangular_dim(dim: int, axis: AxisChunks) -> EdgeSpec:
+    if axis.regular_size is not None:
+        return axis.regular_size
+    padded = np.flatnonzero(axis.encoded != axis.logical)
+    if padded.size:
+        c = int(padded[0])
+        raise GridError(
+            f"dimension {dim}: chunk {c} is stored padded ({int(axis.encoded[c])} elements for "
+            f"{int(axis.logical[c])}), which a ZEP0003 'rectangular' grid cannot express; "
+            "write the 'rectilinear' form instead")
+    return axis.logical.tolist()
+
+
+def _dims(config: Mapping[str, Any], key: str, shape: Sequence[int], name: str) -> list[Any]:
+    specs = config.get(key)
+    if not isinstance(specs, list):
+        raise GridError(f"{name} grid configuration needs a list {key!r}, got {specs!r:.120}")
+    if len(specs) != len(shape):
+        raise GridError(f"{name} grid has {len(specs)} dimensions in {key!r} but the array "
+                        f"shape {tuple(shape)} has {len(shape)}")
+    return specs
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+def _expand(dim: int, spec: Any, what: str, rle_allowed: bool) -> np.ndarray:
+    """Expand a list of edge lengths (with ``[length, repeat]`` runs if allowed)."""
+    if not isinstance(spec, list):
+        raise GridError(f"dimension {dim}: {what} must be an integer or a list, got {spec!r:.80}")
+    if all(_is_int(v) for v in spec):
+        return np.asarray(spec, dtype=np.int64)
+    parts = []
+    for item in spec:
+        if _is_int(item):
+            parts.append(np.array([item], dtype=np.int64))
+        elif rle_allowed and isinstance(item, list) and len(item) == 2 and all(map(_is_int, item)):
+            if item[1] < 1:
+                raise GridError(f"dimension {dim}: run {item} in {what} has a repeat count "
+                                "below 1")
+            parts.append(np.full(item[1], item[0], dtype=np.int64))
+        else:
+            form = "an integer or a [length, repeat] pair" if rle_allowed else "an integer"
+            raise GridError(f"dimension {dim}: malformed entry {item!r} in {what}; each entry "
+                            f"must be {form}")
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _parse_axis(dim: int, length: int, spec: Any, encoded_spec: Any, rle: bool) -> AxisChunks:
+    if _is_int(spec):
+        if spec < 1:
+            raise GridError(f"dimension {dim}: chunk length {spec} must be >= 1")
+        regular = RectilinearGrid.regular([length], [int(spec)]).axes[0]
+        edges = regular.encoded
+    else:
+        edges = _expand(dim, spec, "chunk lengths", rle)
+    if (edges < 1).any():
+        raise GridError(f"dimension {dim}: chunk lengths must be >= 1, got "
+                        f"{int(edges[edges < 1][0])}")
+    total = int(edges.sum())
+    if total < length:
+        raise GridError(f"dimension {dim}: chunk lengths sum to {total}, shorter than the "
+                        f"array's length {length}")
+    starts = np.cumsum(edges) - edges
+    kept = int(np.searchsorted(starts, length))  # chunks that begin beyond the end hold nothing
+    logical = np.minimum(edges[:kept], length - starts[:kept])
+    if encoded_spec is None:
+        encoded = edges[:kept]
+    else:
+        if _is_int(encoded_spec):
+            encoded_all = np.full(len(edges), int(encoded_spec), dtype=np.int64)
+        else:
+            encoded_all = _expand(dim, encoded_spec, "encoded chunk lengths", True)
+        if len(encoded_all) != len(edges):
+            raise GridError(f"dimension {dim}: encoded_chunk_shapes has {len(encoded_all)} edges "
+                            f"but chunk_shapes has {len(edges)}; they must be equal")
+        encoded = encoded_all[:kept]
+    return _axis(dim, logical, encoded, int(spec) if _is_int(spec) else 1)

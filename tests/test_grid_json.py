@@ -1,0 +1,156 @@
+"""Chunk grid JSON: regular, rectilinear (RLE, encoded extents) and ZEP0003 rectangular."""
+
+from __future__ import annotations
+
+import jsonschema
+import numpy as np
+import pytest
+from grid_strategies import grids
+from hypothesis import given
+
+from refgrid import GridError, RectilinearGrid
+from refgrid.grid_json import rle
+
+
+def _validate(doc: dict, schema: dict) -> None:
+    """Validate ``chunk_shapes`` with the spec's schema, and ``encoded_chunk_shapes`` with the
+    same edge-length definition (the field is proposed with the same syntax)."""
+    jsonschema.validate(doc, schema)
+    encoded = doc["configuration"].get("encoded_chunk_shapes")
+    if encoded is not None:
+        edges = {"type": "array", "items": {"$ref": "#/$defs/ChunkEdgeLength"},
+                 "$defs": schema["$defs"]}
+        jsonschema.validate(encoded, edges)
+
+
+def test_design_example_two_files_of_550_rows_in_chunks_of_200(rectilinear_schema):
+    g = RectilinearGrid.concat([RectilinearGrid.regular([550], [200])] * 2, 0)
+    doc = g.to_json()
+    assert doc == {"name": "rectilinear", "configuration": {
+        "kind": "inline",
+        "chunk_shapes": [[[200, 2], 150, [200, 2], 150]],
+        "encoded_chunk_shapes": [200]}}
+    _validate(doc, rectilinear_schema)
+    assert RectilinearGrid.from_json(doc, [1100]) == g
+
+
+def test_regular_when_only_the_array_end_is_padded():
+    g = RectilinearGrid.concat([RectilinearGrid.regular([n], [10]) for n in (30, 30, 31)], 0)
+    assert g.to_json() == {"name": "regular", "configuration": {"chunk_shape": [10]}}
+
+
+def test_ragged_without_interior_padding_has_no_encoded_field(rectilinear_schema):
+    # 31/28/31 days, one chunk per file: irregular, but no chunk decodes to more than it holds
+    g = RectilinearGrid.concat([RectilinearGrid.regular([n, 4], [n, 4]) for n in (31, 28, 31)], 0)
+    doc = g.to_json()
+    assert doc == {"name": "rectilinear",
+                   "configuration": {"kind": "inline", "chunk_shapes": [[31, 28, 31], 4]}}
+    _validate(doc, rectilinear_schema)
+
+
+def test_padding_inside_needs_encoded_field_padding_at_end_does_not(rectilinear_schema):
+    # 365/366/365 with chunk 100: every file's last chunk is padded, so padding sits inside
+    g = RectilinearGrid.concat([RectilinearGrid.regular([n], [100]) for n in (365, 366, 365)], 0)
+    doc = g.to_json()
+    assert doc["configuration"]["chunk_shapes"] == [[[100, 3], 65, [100, 3], 66, [100, 3], 65]]
+    assert doc["configuration"]["encoded_chunk_shapes"] == [100]
+    _validate(doc, rectilinear_schema)
+    # irregular lengths, padded only at the array's end: the last edge overflows the shape
+    g = RectilinearGrid.from_lengths([[5, 7, 3]], [[5, 7, 10]])
+    doc = g.to_json()
+    assert doc["configuration"] == {"kind": "inline", "chunk_shapes": [[5, 7, 10]]}
+    assert RectilinearGrid.from_json(doc, [15]) == g
+    _validate(doc, rectilinear_schema)
+
+
+@given(grids())
+def test_round_trip_every_form(grid):
+    shape = grid.shape
+    assert RectilinearGrid.from_json(grid.to_json(), shape) == grid
+    assert RectilinearGrid.from_json(grid.to_json("rectilinear"), shape) == grid
+    padded = any((a.encoded != a.logical).any() for a in grid.axes if a.regular_size is None)
+    if padded:
+        with pytest.raises(GridError, match="'rectangular' grid cannot express"):
+            grid.to_json("rectangular")
+    else:
+        assert RectilinearGrid.from_json(grid.to_json("rectangular"), shape) == grid
+
+
+@given(grids())
+def test_every_emitted_rectilinear_document_validates(grid):
+    import json
+
+    from conftest import RECTILINEAR_SCHEMA
+    if not RECTILINEAR_SCHEMA.exists():
+        pytest.skip("rectilinear schema absent")
+    _validate(grid.to_json("rectilinear"), json.loads(RECTILINEAR_SCHEMA.read_text()))
+
+
+def test_zep0003_rectangular_is_read():
+    doc = {"name": "rectangular", "configuration": {"chunk_shape": [[5, 5, 15], 10]}}
+    g = RectilinearGrid.from_json(doc, [25, 30])
+    assert g.lengths(0).tolist() == [5, 5, 15]
+    assert g.lengths(1).tolist() == [10, 10, 10]
+    assert g.to_json("rectangular") == doc
+
+
+def test_rle_prefers_runs_only_where_not_longer():
+    assert rle(np.array([10, 10, 10, 1])) == [[10, 3], 1]
+    assert rle(np.array([10, 10])) == [10, 10]
+    assert rle(np.array([200, 200])) == [[200, 2]]
+    assert rle(np.array([1, 1, 1, 1, 1])) == [[1, 5]]
+    assert rle(np.array([], dtype=int)) == []
+
+
+def test_spec_examples_are_read():
+    doc = {"name": "rectilinear", "configuration": {"kind": "inline", "chunk_shapes": [
+        4, [1, 2, 3], [[4, 2]], [[1, 3], 3], [4, 4, 4]]}}
+    g = RectilinearGrid.from_json(doc, [6] * 5)
+    assert [g.lengths(d).tolist() for d in range(5)] == [
+        [4, 2], [1, 2, 3], [4, 2], [1, 1, 1, 3], [4, 2]]
+    assert g.encoded_lengths(4).tolist() == [4, 4]  # the overflow chunk beyond 6 holds nothing
+
+
+def _rect(shapes, encoded=None):
+    config = {"kind": "inline", "chunk_shapes": shapes}
+    if encoded is not None:
+        config["encoded_chunk_shapes"] = encoded
+    return {"name": "rectilinear", "configuration": config}
+
+
+@pytest.mark.parametrize(
+    ("doc", "shape", "message"),
+    [
+        (_rect([[5, 5]]), [10, 4], "has 1 dimensions in 'chunk_shapes' but the array shape"),
+        (_rect([[5, 4]]), [10], "sum to 9, shorter than the array's length 10"),
+        (_rect([[5, 0, 5]]), [10], "chunk lengths must be >= 1"),
+        (_rect([0]), [10], "chunk length 0 must be >= 1"),
+        (_rect([[[5]]]), [10], r"malformed entry \[5\]"),
+        (_rect([[[5, 2, 1]]]), [10], r"malformed entry \[5, 2, 1\]"),
+        (_rect([[["5", 2]]]), [10], "malformed entry"),
+        (_rect([[[5, 0]]]), [10], "repeat count below 1"),
+        (_rect([[5.0, 5]]), [10], "malformed entry 5.0"),
+        (_rect(["5"]), [10], "must be an integer or a list"),
+        (_rect([[5, 5]], [[5, 4]]), [10], "chunk 1 is encoded with 4 elements, shorter than"),
+        (_rect([[5, 5]], [[5, 5, 5]]), [10], "encoded_chunk_shapes has 3 edges but chunk_shapes "
+                                            "has 2"),
+        (_rect([[5, 5]], [5, 5]), [10], "one entry per dimension"),
+        ({"name": "rectilinear", "configuration": {"kind": "file", "chunk_shapes": [5]}}, [10],
+         "kind 'file' is not supported"),
+        ({"name": "rectangular", "configuration": {"chunk_shape": [[[5, 2]]]}}, [10],
+         "each entry must be an integer"),
+        ({"name": "regular", "configuration": {"chunk_shape": [[5]]}}, [10],
+         "must be a list of integers"),
+        ({"name": "hexagonal", "configuration": {}}, [10], "unknown chunk grid 'hexagonal'"),
+        ({"name": "regular"}, [10], "needs 'name' and a 'configuration'"),
+    ],
+)
+def test_malformed_documents_name_the_problem(doc, shape, message):
+    with pytest.raises(GridError, match=message):
+        RectilinearGrid.from_json(doc, shape)
+
+
+def test_json_string_is_accepted():
+    g = RectilinearGrid.from_json('{"name": "regular", "configuration": {"chunk_shape": [3]}}',
+                                  [7])
+    assert g.lengths(0).tolist() == [3, 3, 1]
