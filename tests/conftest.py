@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# Order matters: netCDF4 wheels bundle their own HDF5, and if it loads first the hdf5plugin
+# filters (blosc, zstd, ...) fail inside h5py with "error during user callback".
+import h5py  # noqa: F401
+import hdf5plugin  # noqa: F401
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent

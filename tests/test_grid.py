@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from grid_strategies import chunk_ids, grid_and_selection, grids
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grid_strategies import chunk_ids, grid_and_selection, grids
 from refgrid import GridError, RectilinearGrid
 
 

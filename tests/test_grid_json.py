@@ -5,9 +5,9 @@ from __future__ import annotations
 import jsonschema
 import numpy as np
 import pytest
-from grid_strategies import grids
 from hypothesis import given
 
+from grid_strategies import grids
 from refgrid import GridError, RectilinearGrid
 from refgrid.grid_json import rle
 

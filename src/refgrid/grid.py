@@ -263,7 +263,7 @@ class RectilinearGrid:
             logical[-1] = stop - axis.bounds[end - 1]
         new = AxisChunks(logical, axis.encoded[first:end].copy(),
                          axis.regular_size or axis.empty_chunk)
-        return RectilinearGrid(self.axes[:dim] + (new,) + self.axes[dim + 1:]), slice(first, end)
+        return RectilinearGrid((*self.axes[:dim], new, *self.axes[dim + 1:])), slice(first, end)
 
     @classmethod
     def concat(cls, grids: Sequence[RectilinearGrid], dim: int) -> RectilinearGrid:
@@ -284,7 +284,7 @@ class RectilinearGrid:
             np.concatenate([g.axes[dim].encoded for g in grids]),
             first.axes[dim].empty_chunk,
         )
-        return cls(first.axes[:dim] + (joined,) + first.axes[dim + 1:])
+        return cls((*first.axes[:dim], joined, *first.axes[dim + 1:]))
 
     # -- protocol ---------------------------------------------------------------------------
 

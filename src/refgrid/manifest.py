@@ -83,7 +83,7 @@ class ChunkManifest:
         inline = {}
         for coords, data in self.inline.items():
             if coords[axis] in range(*chunks.indices(self.shape[axis])):
-                inline[coords[:axis] + (coords[axis] - first,) + coords[axis + 1:]] = data
+                inline[(*coords[:axis], coords[axis] - first, *coords[axis + 1:])] = data
         return ChunkManifest(self.paths, self.path_id[index], self.offset[index],
                              self.length[index], inline)
 
@@ -99,7 +99,7 @@ class ChunkManifest:
                              dtype=np.int32)
             path_ids.append(remap[m.path_id])  # -1 → MISSING and -2 → INLINE via the tail
             for coords, data in m.inline.items():
-                inline[coords[:axis] + (coords[axis] + shift,) + coords[axis + 1:]] = data
+                inline[(*coords[:axis], coords[axis] + shift, *coords[axis + 1:])] = data
             shift += m.shape[axis]
         try:
             return cls(tuple(table), np.concatenate(path_ids, axis=axis),

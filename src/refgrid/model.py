@@ -102,7 +102,8 @@ class VirtualArray:
         try:
             grid = RectilinearGrid.concat([a.grid for a in arrays], axis)
         except GridError as e:
-            raise ModelError(f"cannot concatenate array {first.name!r} along {dim!r}: {e}") from None
+            raise ModelError(
+                f"cannot concatenate array {first.name!r} along {dim!r}: {e}") from None
         manifest = ChunkManifest.concat([a.manifest for a in arrays], axis)
         return replace(first, grid=grid, manifest=manifest)
 

@@ -97,7 +97,7 @@ def normalize_selection(selection: Any, shape: Sequence[int]) -> tuple[AxisIndex
         raise IndexError(
             f"too many indices: array is {len(shape)}-dimensional, but {len(items)} were given")
     items = items + (slice(None),) * (len(shape) - len(items))
-    return tuple(_normalize_axis(i, n, axis) for axis, (i, n) in enumerate(zip(items, shape)))
+    return tuple(_normalize_axis(i, n, axis) for axis, (i, n) in enumerate(zip(items, shape, strict=True)))
 
 
 def _normalize_axis(index: Any, length: int, axis: int) -> AxisIndex:
@@ -132,7 +132,9 @@ def _normalize_axis(index: Any, length: int, axis: int) -> AxisIndex:
     return np.where(arr < 0, arr + length, arr)
 
 
-def decompose_axis(index: AxisIndex, bounds: np.ndarray) -> tuple[tuple[AxisPiece, ...], int | None]:
+def decompose_axis(
+    index: AxisIndex, bounds: np.ndarray
+) -> tuple[tuple[AxisPiece, ...], int | None]:
     """Pieces of one axis, in output order, and the output length (``None`` if dropped)."""
     if isinstance(index, int):
         chunk = int(np.searchsorted(bounds, index, side="right")) - 1
