@@ -97,7 +97,8 @@ def normalize_selection(selection: Any, shape: Sequence[int]) -> tuple[AxisIndex
         raise IndexError(
             f"too many indices: array is {len(shape)}-dimensional, but {len(items)} were given")
     items = items + (slice(None),) * (len(shape) - len(items))
-    return tuple(_normalize_axis(i, n, axis) for axis, (i, n) in enumerate(zip(items, shape, strict=True)))
+    pairs = zip(items, shape, strict=True)
+    return tuple(_normalize_axis(i, n, axis) for axis, (i, n) in enumerate(pairs))
 
 
 def _normalize_axis(index: Any, length: int, axis: int) -> AxisIndex:
