@@ -126,22 +126,28 @@ def _expand(dim: int, spec: Any, what: str, rle_allowed: bool) -> np.ndarray:
     """Expand a list of edge lengths (with ``[length, repeat]`` runs if allowed)."""
     if not isinstance(spec, list):
         raise GridError(f"dimension {dim}: {what} must be an integer or a list, got {spec!r:.80}")
-    if all(_is_int(v) for v in spec):
-        return np.asarray(spec, dtype=np.int64)
-    parts = []
+    try:  # fast path: a plain list of integers (bools and floats have other dtype kinds)
+        plain = np.asarray(spec)
+        if plain.ndim == 1 and plain.dtype.kind in "iu":
+            return plain.astype(np.int64)
+    except (ValueError, OverflowError):  # ragged: runs mixed with lengths
+        pass
+    values, repeats = [], []
     for item in spec:
         if _is_int(item):
-            parts.append(np.array([item], dtype=np.int64))
+            values.append(item)
+            repeats.append(1)
         elif rle_allowed and isinstance(item, list) and len(item) == 2 and all(map(_is_int, item)):
             if item[1] < 1:
                 raise GridError(f"dimension {dim}: run {item} in {what} has a repeat count "
                                 "below 1")
-            parts.append(np.full(item[1], item[0], dtype=np.int64))
+            values.append(item[0])
+            repeats.append(item[1])
         else:
             form = "an integer or a [length, repeat] pair" if rle_allowed else "an integer"
             raise GridError(f"dimension {dim}: malformed entry {item!r} in {what}; each entry "
                             f"must be {form}")
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return np.repeat(np.asarray(values, dtype=np.int64), repeats)
 
 
 def _parse_axis(dim: int, length: int, spec: Any, encoded_spec: Any, rle: bool) -> AxisChunks:
