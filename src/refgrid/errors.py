@@ -17,3 +17,22 @@ class GridError(RefgridError, ValueError):
 
 class ModelError(RefgridError, ValueError):
     """Virtual arrays, manifests or groups that are inconsistent or cannot be combined."""
+
+
+class ScanError(RefgridError):
+    """A source file, or one of its variables, cannot be scanned."""
+
+    def __init__(self, url: str, variable: str | None, reason: str) -> None:
+        where = f"{url}: variable {variable!r}" if variable else url
+        super().__init__(f"{where}: {reason}")
+        self.url = url
+        self.variable = variable
+        self.reason = reason
+
+
+class FormatError(ScanError):
+    """A file whose format refgrid does not recognise or that is malformed."""
+
+
+class WriteError(RefgridError):
+    """The model cannot be written in the requested form."""

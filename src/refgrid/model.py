@@ -17,6 +17,7 @@ import numpy as np
 from refgrid.errors import GridError, ModelError
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import ChunkManifest
+from refgrid.report import ReportEntry
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -137,6 +138,8 @@ class VirtualGroup:
     attrs: Mapping[str, Any] = field(default_factory=dict)
     arrays: Mapping[str, VirtualArray] = field(default_factory=dict)
     groups: Mapping[str, VirtualGroup] = field(default_factory=dict)
+    report: tuple[ReportEntry, ...] = ()
+    """What the scan could not express as references (not part of equality)."""
 
     def __post_init__(self) -> None:
         for name in ("attrs", "arrays", "groups"):

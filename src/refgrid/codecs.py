@@ -1,0 +1,256 @@
+"""HDF5 filters ↔ Zarr v3 codec JSON ↔ decoders: the one table.
+
+An HDF5 pipeline (data → shuffle → deflate → fletcher32) becomes the Zarr v3 codec list
+``[bytes, numcodecs.shuffle, numcodecs.zlib, numcodecs.fletcher32]``. zarr ships ``numcodecs.*``
+codecs for the common filters; the four it lacks (lzf, szip, HDF5-framed lz4, bitshuffle with
+HDF5 framing) are refgrid codecs, implemented here over imagecodecs and registered with zarr
+through entry points (:mod:`refgrid.zarr_codecs`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import imagecodecs
+import numcodecs
+import numpy as np
+
+CodecJSON = dict[str, Any]
+
+
+class UnsupportedFilter(Exception):
+    """An HDF5 filter with no Zarr codec (n-bit, scale-offset, unknown plugins)."""
+
+    def __init__(self, filter_id: int, name: str) -> None:
+        super().__init__(f"HDF5 filter {filter_id} ({name}) has no Zarr codec")
+        self.filter_id = filter_id
+        self.name = name
+
+
+# -- HDF5 filter → Zarr v3 codec JSON ---------------------------------------------------------
+
+_BLOSC_COMPRESSORS = {0: "blosclz", 1: "lz4", 2: "lz4hc", 3: "snappy", 4: "zlib", 5: "zstd"}
+_BITSHUFFLE_COMPRESSION = {0: None, 2: "lz4", 3: "zstd"}
+
+
+def _deflate(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    return {"name": "numcodecs.zlib", "configuration": {"level": int(cd[0]) if cd else 6}}
+
+
+def _shuffle(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    return {"name": "numcodecs.shuffle",
+            "configuration": {"elementsize": int(cd[0]) if cd else dtype.itemsize}}
+
+
+def _fletcher32(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    return {"name": "numcodecs.fletcher32", "configuration": {}}
+
+
+def _szip(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    mask, ppb, bpp, pps = (int(v) for v in cd[:4])
+    return {"name": "refgrid.szip", "configuration": {
+        "options_mask": mask, "pixels_per_block": ppb, "bits_per_pixel": bpp,
+        "pixels_per_scanline": pps}}
+
+
+def _lzf(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    return {"name": "refgrid.lzf", "configuration": {}}
+
+
+def _blosc(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    clevel = int(cd[4]) if len(cd) > 4 else 5
+    shuffle = int(cd[5]) if len(cd) > 5 else 1
+    cname = _BLOSC_COMPRESSORS.get(int(cd[6]) if len(cd) > 6 else 0, "blosclz")
+    return {"name": "numcodecs.blosc", "configuration": {
+        "cname": cname, "clevel": clevel, "shuffle": shuffle, "blocksize": 0}}
+
+
+def _lz4(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    return {"name": "refgrid.lz4h5", "configuration": {}}
+
+
+def _bitshuffle(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    code = int(cd[4]) if len(cd) > 4 else 0
+    if code not in _BITSHUFFLE_COMPRESSION:
+        raise UnsupportedFilter(32008, f"bitshuffle with compression {code}")
+    return {"name": "refgrid.bitshuffle", "configuration": {
+        "itemsize": int(cd[2]) if len(cd) > 2 else dtype.itemsize,
+        "blocksize": int(cd[3]) if len(cd) > 3 else 0,
+        "compression": _BITSHUFFLE_COMPRESSION[code]}}
+
+
+def _zstd(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    return {"name": "numcodecs.zstd", "configuration": {"level": int(cd[0]) if cd else 0}}
+
+
+def _bzip2(cd: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    return {"name": "numcodecs.bz2", "configuration": {"level": int(cd[0]) if cd else 9}}
+
+
+HDF5_FILTERS: Mapping[int, tuple[str, Callable[[Sequence[int], np.dtype], CodecJSON]]] = {
+    1: ("deflate", _deflate),
+    2: ("shuffle", _shuffle),
+    3: ("fletcher32", _fletcher32),
+    4: ("szip", _szip),
+    307: ("bzip2", _bzip2),
+    32000: ("lzf", _lzf),
+    32001: ("blosc", _blosc),
+    32004: ("lz4", _lz4),
+    32008: ("bitshuffle", _bitshuffle),
+    32015: ("zstd", _zstd),
+}
+HDF5_FILTER_NAMES = {5: "nbit", 6: "scaleoffset", 32017: "sz", 32026: "blosc2"}
+
+
+def hdf5_filter_codec(filter_id: int, cd_values: Sequence[int], dtype: np.dtype) -> CodecJSON:
+    """The Zarr v3 codec for one HDF5 filter, or :class:`UnsupportedFilter`."""
+    if filter_id not in HDF5_FILTERS:
+        raise UnsupportedFilter(filter_id, HDF5_FILTER_NAMES.get(filter_id, "unknown"))
+    return HDF5_FILTERS[filter_id][1](cd_values, dtype)
+
+
+def bytes_codec(dtype: np.dtype) -> CodecJSON:
+    """The array→bytes codec for ``dtype`` as stored (its byte order)."""
+    order = dtype.byteorder if dtype.fields is None else _struct_byteorder(dtype)
+    if dtype.itemsize == 1 or order == "|":
+        return {"name": "bytes"}
+    big = order == ">" or (order == "=" and np.little_endian is False)
+    return {"name": "bytes", "configuration": {"endian": "big" if big else "little"}}
+
+
+def _struct_byteorder(dtype: np.dtype) -> str:
+    orders = {_leaf_byteorder(f[0]) for f in dtype.fields.values()} - {"|"}
+    if len(orders) > 1:
+        raise ValueError(f"compound type {dtype} mixes byte orders")
+    return orders.pop() if orders else "|"
+
+
+def _leaf_byteorder(dtype: np.dtype) -> str:
+    if dtype.fields is not None:
+        return _struct_byteorder(dtype)
+    if dtype.subdtype is not None:
+        return _leaf_byteorder(dtype.subdtype[0])
+    order = dtype.byteorder
+    return ("<" if np.little_endian else ">") if order == "=" else order
+
+
+# -- byte-level codecs for the filters zarr lacks --------------------------------------------
+
+def lzf_decode(data: bytes, nbytes: int) -> bytes:
+    return bytes(imagecodecs.lzf_decode(data, out=nbytes))
+
+
+def lzf_encode(data: bytes) -> bytes:
+    return bytes(imagecodecs.lzf_encode(data))
+
+
+def szip_decode(data: bytes, config: Mapping[str, int], nbytes: int) -> bytes:
+    return bytes(imagecodecs.szip_decode(
+        data, config["options_mask"], config["pixels_per_block"], config["bits_per_pixel"],
+        config["pixels_per_scanline"], header=True, out=nbytes))
+
+
+def szip_encode(data: bytes, config: Mapping[str, int]) -> bytes:
+    return bytes(imagecodecs.szip_encode(
+        data, config["options_mask"], config["pixels_per_block"], config["bits_per_pixel"],
+        config["pixels_per_scanline"], header=True))
+
+
+def lz4h5_decode(data: bytes, nbytes: int) -> bytes:
+    return bytes(imagecodecs.lz4h5_decode(data, out=nbytes))
+
+
+def lz4h5_encode(data: bytes) -> bytes:
+    return bytes(imagecodecs.lz4h5_encode(data))
+
+
+_BSHUF_TARGET_BLOCK_BYTES, _BSHUF_MULT, _BSHUF_MIN_BLOCK = 8192, 8, 128
+
+
+def _bitshuffle_block_elems(itemsize: int, blocksize: int) -> int:
+    if blocksize:
+        return blocksize
+    default = (_BSHUF_TARGET_BLOCK_BYTES // itemsize) // _BSHUF_MULT * _BSHUF_MULT
+    return max(default, _BSHUF_MIN_BLOCK)
+
+
+def _bitshuffle_blocks(nelems: int, block: int) -> tuple[list[int], int]:
+    """Block lengths (elements) bitshuffle cuts ``nelems`` into, and the unshuffled tail."""
+    last = nelems % block
+    sizes = [block] * (nelems // block) + ([last - last % _BSHUF_MULT] if last >= 8 else [])
+    return sizes, last % _BSHUF_MULT
+
+
+def bitshuffle_decode(data: bytes, config: Mapping[str, Any], nbytes: int) -> bytes:
+    """Undo the HDF5 bitshuffle filter (32008), its block framing included."""
+    itemsize, compression = int(config["itemsize"]), config["compression"]
+    if compression is None:
+        block = _bitshuffle_block_elems(itemsize, int(config["blocksize"]))
+        return bytes(imagecodecs.bitshuffle_decode(data, itemsize=itemsize, blocksize=block))
+    total, block_bytes = struct.unpack(">QI", data[:12])
+    sizes, tail = _bitshuffle_blocks(total // itemsize, block_bytes // itemsize)
+    decompress = imagecodecs.lz4_decode if compression == "lz4" else imagecodecs.zstd_decode
+    pos, out = 12, bytearray()
+    for n in sizes:
+        (size,) = struct.unpack(">I", data[pos:pos + 4])
+        raw = decompress(data[pos + 4:pos + 4 + size], out=n * itemsize)
+        out += imagecodecs.bitshuffle_decode(raw, itemsize=itemsize, blocksize=n)
+        pos += 4 + size
+    out += data[pos:pos + tail * itemsize]
+    return bytes(out)
+
+
+def bitshuffle_encode(data: bytes, config: Mapping[str, Any]) -> bytes:
+    itemsize, compression = int(config["itemsize"]), config["compression"]
+    block = _bitshuffle_block_elems(itemsize, int(config["blocksize"]))
+    if compression is None:
+        return bytes(imagecodecs.bitshuffle_encode(data, itemsize=itemsize, blocksize=block))
+    sizes, tail = _bitshuffle_blocks(len(data) // itemsize, block)
+    compress = imagecodecs.lz4_encode if compression == "lz4" else imagecodecs.zstd_encode
+    out, pos = bytearray(struct.pack(">QI", len(data), block * itemsize)), 0
+    for n in sizes:
+        packed = compress(imagecodecs.bitshuffle_encode(
+            data[pos:pos + n * itemsize], itemsize=itemsize, blocksize=n))
+        out += struct.pack(">I", len(packed)) + packed
+        pos += n * itemsize
+    out += data[pos:pos + tail * itemsize]
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class ByteCodec:
+    """A bytes→bytes codec usable without zarr (refgrid's reader and scan-time re-encoding)."""
+
+    decode: Callable[[bytes, int], bytes]
+    """``decode(data, decoded_nbytes)``."""
+    encode: Callable[[bytes], bytes]
+
+
+def byte_codec(codec: Mapping[str, Any]) -> ByteCodec:
+    """The byte-level decoder/encoder of a bytes→bytes codec JSON entry."""
+    name, config = codec["name"], codec.get("configuration", {})
+    if name == "refgrid.lzf":
+        return ByteCodec(lambda d, n: lzf_decode(d, n), lzf_encode)
+    if name == "refgrid.szip":
+        return ByteCodec(lambda d, n: szip_decode(d, config, n), lambda d: szip_encode(d, config))
+    if name == "refgrid.lz4h5":
+        return ByteCodec(lambda d, n: lz4h5_decode(d, n), lz4h5_encode)
+    if name == "refgrid.bitshuffle":
+        return ByteCodec(lambda d, n: bitshuffle_decode(d, config, n),
+                         lambda d: bitshuffle_encode(d, config))
+    if name.startswith("numcodecs."):
+        codec_obj = numcodecs.get_codec({"id": name.removeprefix("numcodecs."), **config})
+        return ByteCodec(lambda d, n: bytes(codec_obj.decode(d)),
+                         lambda d: bytes(codec_obj.encode(d)))
+    raise KeyError(f"no byte-level codec for {name!r}")
+
+
+def encode_chunk(array: np.ndarray, codecs: Sequence[Mapping[str, Any]]) -> bytes:
+    """Encode one chunk (already in its stored dtype and byte order) through ``codecs``."""
+    data = np.ascontiguousarray(array).tobytes()
+    for codec in codecs[1:]:
+        data = byte_codec(codec).encode(data)
+    return data

@@ -1,0 +1,93 @@
+"""numpy dtypes ↔ Zarr v3 data types (through zarr's own dtype machinery).
+
+Zarr v3 has no data type for nested compounds, compound array members, compounds that mix
+byte orders or leave gaps between fields. Such data stays referenced byte for byte as
+``raw_bytes`` of the record size, and the attribute ``_refgrid_dtype`` records the numpy type
+so refgrid (or a user, with ``np.frombuffer``) views the bytes as records again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+from zarr.dtype import VariableLengthBytes, VariableLengthUTF8, parse_dtype
+
+DTYPE_ATTR = "_refgrid_dtype"
+VLEN_DTYPE_ATTR = "_refgrid_vlen_dtype"
+
+STRING = np.dtypes.StringDType()
+"""Variable-length UTF-8 strings (Zarr ``string``); object dtype means variable-length bytes."""
+
+
+def _flat_compound(dtype: np.dtype) -> bool:
+    """A compound zarr's ``structured`` type can hold: scalar fields, one byte order, packed."""
+    fields = [dtype.fields[name] for name in dtype.names]
+    if any(f.fields is not None or f.subdtype is not None for f, _ in fields):
+        return False
+    native = "<" if np.little_endian else ">"
+    orders = {native if f.byteorder == "=" else f.byteorder for f, _ in fields if f.itemsize > 1}
+    sizes = [f.itemsize for f, _ in fields]
+    packed = [offset for _, offset in fields] == [sum(sizes[:k]) for k in range(len(sizes))]
+    return len(orders - {"|"}) <= 1 and packed and sum(sizes) == dtype.itemsize
+
+
+def storable(dtype: np.dtype) -> tuple[np.dtype, dict[str, Any]]:
+    """The dtype to store ``dtype`` as in Zarr v3, and attributes that describe the original."""
+    if dtype.fields is None or _flat_compound(dtype):
+        return dtype, {}
+    descr = json.loads(json.dumps(np.lib.format.dtype_to_descr(dtype)))
+    return np.dtype(f"V{dtype.itemsize}"), {DTYPE_ATTR: descr}
+
+
+def original_dtype(attrs: dict[str, Any], stored: np.dtype) -> np.dtype:
+    """Undo :func:`storable`: the record dtype recorded in ``attrs``, else ``stored``."""
+    descr = attrs.get(DTYPE_ATTR)
+    if descr is None:
+        return stored
+    return np.lib.format.descr_to_dtype([_descr_field(entry) for entry in descr])
+
+
+def _descr_field(entry: list[Any]) -> tuple[Any, ...]:
+    """One ``[name, type(, shape)]`` entry of a JSON round-tripped numpy descr, as a tuple."""
+    name, kind, *shape = entry
+    if isinstance(kind, list):
+        kind = [_descr_field(e) for e in kind]
+    return (name, kind, tuple(shape[0])) if shape else (name, kind)
+
+
+def _zdtype(dtype: np.dtype) -> Any:
+    if dtype == STRING or dtype.kind == "T":
+        return VariableLengthUTF8()
+    if dtype.kind == "O":
+        return VariableLengthBytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return parse_dtype(dtype.newbyteorder("=") if dtype.fields is None else dtype,
+                           zarr_format=3)
+
+
+def zarr_data_type(dtype: np.dtype) -> Any:
+    """The ``data_type`` JSON of a Zarr v3 array holding ``dtype``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _zdtype(dtype).to_json(zarr_format=3)
+
+
+def zarr_fill_value(dtype: np.dtype, value: Any) -> Any:
+    """The ``fill_value`` JSON for ``value`` (the type's default when ``None``)."""
+    zdtype = _zdtype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if value is None:
+            value = zdtype.default_scalar()
+        elif dtype.kind in "V" and not isinstance(value, bytes | np.void):
+            value = np.zeros((), dtype)[()]
+        elif dtype.kind in "fc" and isinstance(value, float) and math.isnan(value):
+            value = dtype.type(value)
+        out = zdtype.to_json_scalar(zdtype.cast_scalar(value) if dtype.kind not in "OTV"
+                                    else value, zarr_format=3)
+    return list(out) if isinstance(out, tuple) else out

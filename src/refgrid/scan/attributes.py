@@ -1,0 +1,56 @@
+"""Attribute values → JSON-compatible Python values, the way netCDF4-python presents them.
+
+One odd attribute must never fail a file: values that cannot be represented are reported by
+the caller and left out. Text that is not UTF-8 is decoded as Latin-1 (every byte maps to one
+character, so nothing is lost); one-element numeric arrays become scalars, as netCDF4 returns
+them; NaN and infinities stay floats (JSON writers emit them as ``NaN``/``Infinity``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class UnrepresentableAttribute(ValueError):
+    """An attribute value with no JSON form (object references, opaque blobs...)."""
+
+
+def decode_text(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
+
+
+def attribute_value(value: Any) -> Any:
+    """The JSON-compatible form of one attribute value."""
+    if isinstance(value, bytes | np.bytes_):
+        return decode_text(bytes(value))
+    if isinstance(value, str | bool | int | float) or value is None:
+        return value
+    if isinstance(value, np.generic):
+        return attribute_value(np.asarray(value))
+    if isinstance(value, np.ndarray):
+        return _array_value(value)
+    if isinstance(value, list | tuple):
+        return [attribute_value(v) for v in value]
+    raise UnrepresentableAttribute(f"values of type {type(value).__name__} have no JSON form")
+
+
+def _array_value(value: np.ndarray) -> Any:
+    kind = value.dtype.kind
+    if value.dtype.fields is not None or kind == "V":
+        raise UnrepresentableAttribute(f"compound/opaque value of type {value.dtype}")
+    if kind == "O":
+        items = [attribute_value(v) for v in value.reshape(-1)]
+    elif kind in "SU":
+        items = [decode_text(v) if isinstance(v, bytes) else str(v) for v in value.reshape(-1)]
+    elif kind == "c":
+        items = [[float(v.real), float(v.imag)] for v in value.reshape(-1)]
+    elif kind in "biuf":
+        items = value.reshape(-1).tolist()
+    else:
+        raise UnrepresentableAttribute(f"values of type {value.dtype} have no JSON form")
+    return items[0] if len(items) == 1 else items  # netCDF4 returns 1-element arrays as scalars

@@ -1,0 +1,432 @@
+"""HDF5 and NetCDF4 files → :class:`~refgrid.model.VirtualGroup`, through h5py.
+
+Chunk positions come from ``DatasetID.chunk_iter`` (one pass over the chunk index, any index
+type). What cannot be a byte-range reference is inlined and reported: compact layouts, chunks
+that HDF5 stored with a filter skipped (``filter_mask``), variable-length data, and data behind
+filters without a Zarr codec (decoded through h5py). NetCDF semantics are applied on top:
+dimension names from dimension scales (or netCDF-C style phony names), hidden bookkeeping
+attributes, and variables shorter than their unlimited dimension padded with fill values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import h5py
+import hdf5plugin  # noqa: F401  (registers plugin filters with h5py for decoded fallbacks)
+import numcodecs
+import numpy as np
+
+from refgrid.codecs import UnsupportedFilter, bytes_codec, encode_chunk, hdf5_filter_codec
+from refgrid.dtypes import STRING, VLEN_DTYPE_ATTR, storable
+from refgrid.errors import ScanError
+from refgrid.grid import RectilinearGrid
+from refgrid.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.report import ReportEntry
+from refgrid.scan.attributes import UnrepresentableAttribute, attribute_value
+from refgrid.scan.source import Source
+
+OnError = Literal["raise", "report"]
+
+HIDDEN_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
+                          "_Netcdf4Coordinates", "_NCProperties", "_nc3_strict",
+                          "_SuperblockVersion", "_IsNetcdf4"})
+SCALE_ATTRS = frozenset({"CLASS", "NAME"})
+DIM_WITHOUT_VARIABLE = b"This is a netCDF dimension but not a netCDF variable"
+FALLBACK_CODECS = ({"name": "numcodecs.zlib", "configuration": {"level": 1}},)
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """How a scan treats what plain references cannot express."""
+
+    on_error: OnError = "raise"
+    inline_threshold: int = 0
+    """Chunks stored in fewer bytes than this are inlined (verbatim) instead of referenced."""
+    fallback_inline_limit: int = 64 * 2**20
+    """Largest decoded size of a variable whose filters have no codec that is inlined."""
+    contiguous_chunk_bytes: int = 4 * 2**20
+    """Contiguous data is cut into virtual chunks of about this size along its first axis."""
+
+
+class _Skip(Exception):
+    """A variable that has no Zarr representation: reported, never fatal."""
+
+
+@dataclass
+class _FileScan:
+    source: Source
+    options: ScanOptions
+    report: list[ReportEntry] = field(default_factory=list)
+    phony: dict[int, list[str]] = field(default_factory=dict)
+    dim_lengths: dict[str, int] = field(default_factory=dict)
+
+    # -- groups and attributes ------------------------------------------------------------
+
+    def group(self, h5: h5py.Group, path: str) -> VirtualGroup:
+        arrays: dict[str, VirtualArray] = {}
+        groups: dict[str, VirtualGroup] = {}
+        for name in h5:
+            where = f"{path}/{name}".lstrip("/")
+            try:
+                obj = h5.get(name)
+            except (KeyError, OSError) as e:  # broken soft or external link
+                self._problem(where, f"cannot be opened: {e}")
+                continue
+            if isinstance(obj, h5py.Group):
+                groups[name] = self.group(obj, where)
+            elif isinstance(obj, h5py.Dataset) and not _is_hidden_dimension(obj):
+                try:
+                    arrays[name] = self.array(obj, name, where)
+                except _Skip as e:
+                    self.report.append(ReportEntry(self.source.url, where, "skipped", str(e)))
+                except ScanError:
+                    raise
+                except Exception as e:  # noqa: BLE001 (any library failure names the variable)
+                    self._problem(where, f"{type(e).__name__}: {e}")
+        return VirtualGroup(self.attributes(h5, path or "/", hide=HIDDEN_ATTRS), arrays, groups)
+
+    def attributes(self, obj: h5py.HLObject, where: str, hide: Iterable[str]) -> dict[str, Any]:
+        out = {}
+        hidden = set(hide)
+        for name in obj.attrs:
+            if name in hidden:
+                continue
+            try:
+                out[name] = attribute_value(obj.attrs[name])
+            except (UnrepresentableAttribute, OSError, TypeError, ValueError) as e:
+                self.report.append(ReportEntry(self.source.url, f"{where}@{name}",
+                                               "attribute-skipped", str(e)))
+        return out
+
+    def _problem(self, where: str, reason: str) -> None:
+        if self.options.on_error == "raise":
+            raise ScanError(self.source.url, where, reason)
+        self.report.append(ReportEntry(self.source.url, where, "skipped", reason))
+
+    # -- dimensions -----------------------------------------------------------------------
+
+    def dimensions(self, d: h5py.Dataset) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """Dimension names, and each dimension's length (a variable may be shorter)."""
+        names: list[str] = []
+        lengths: list[int] = []
+        is_scale = h5py.h5ds.is_scale(d.id)
+        for axis, n in enumerate(d.shape):
+            scale = None if is_scale else _first_scale(d, axis)
+            if is_scale and axis == 0:
+                names.append(d.name.rsplit("/", 1)[-1])
+                lengths.append(n)
+            elif scale is not None:
+                names.append(scale.name.rsplit("/", 1)[-1])
+                lengths.append(max(n, self._dimension_length(scale)))
+            else:
+                names.append(self._phony(n, names))
+                lengths.append(n)
+        return tuple(names), tuple(lengths)
+
+    def _dimension_length(self, scale: h5py.Dataset) -> int:
+        """A dimension's length as netCDF-C computes it: the longest of the scale and every
+        variable attached to it (an unlimited dimension grows with its longest variable)."""
+        key = scale.name
+        if key not in self.dim_lengths:
+            length = scale.shape[0] if scale.shape else 0
+            try:
+                for ref, axis in scale.attrs.get("REFERENCE_LIST", ()):
+                    shape = scale.file[ref].shape
+                    if shape is not None and axis < len(shape):
+                        length = max(length, shape[axis])
+            except (OSError, KeyError, TypeError, ValueError):
+                pass  # a damaged reference list: fall back to the scale's own length
+            self.dim_lengths[key] = length
+        return self.dim_lengths[key]
+
+    def _phony(self, length: int, taken: list[str]) -> str:
+        """netCDF-C style: one name per length, a new one when a dataset repeats a length."""
+        names = self.phony.setdefault(length, [])
+        for name in names:
+            if name not in taken:
+                return name
+        name = f"phony_dim_{sum(len(v) for v in self.phony.values())}"
+        names.append(name)
+        return name
+
+    # -- arrays ---------------------------------------------------------------------------
+
+    def array(self, d: h5py.Dataset, name: str, where: str) -> VirtualArray:
+        dtype = d.dtype
+        if h5py.check_ref_dtype(dtype) or _holds(dtype, lambda t: h5py.check_ref_dtype(t)):
+            raise _Skip("object/region references have no Zarr representation")
+        vlen = h5py.check_vlen_dtype(dtype)
+        if dtype.fields is not None and _holds(dtype, h5py.check_vlen_dtype):
+            raise _Skip("compound type with variable-length members has no Zarr representation")
+        hide = HIDDEN_ATTRS | (SCALE_ATTRS if h5py.h5ds.is_scale(d.id) else frozenset())
+        attrs = self.attributes(d, where, hide)
+        enum = h5py.check_enum_dtype(dtype)
+        if enum is not None and dtype != np.dtype(bool):
+            attrs.setdefault("flag_values", [int(v) for v in enum.values()])
+            attrs.setdefault("flag_meanings", " ".join(enum))
+            dtype = np.dtype(dtype.str)
+        if d.shape is None:  # null dataspace: no elements at all, a zero-size array
+            dtype = storable(dtype)[0] if vlen is None else STRING
+            codec = bytes_codec(dtype) if vlen is None else {"name": "vlen-utf8"}
+            return VirtualArray(name, (self._phony(0, []),), dtype,
+                                RectilinearGrid.regular([0], [1]), ChunkManifest.empty((0,)),
+                                None, (codec,), attrs)
+        dims, dim_lengths = self.dimensions(d)
+        if vlen is not None:
+            return _pad(self._vlen(d, name, where, dims, attrs, vlen), dim_lengths)
+        stored, extra = storable(dtype)
+        if extra:
+            self.report.append(ReportEntry(self.source.url, where, "encoded",
+                                           f"compound type {dtype} is stored as raw bytes; the "
+                                           "record type is in attribute _refgrid_dtype"))
+        array = self._fixed(d, name, where, dims, stored, {**attrs, **extra})
+        return _pad(array, dim_lengths)
+
+    def _fixed(self, d: h5py.Dataset, name: str, where: str, dims: tuple[str, ...],
+               dtype: np.dtype, attrs: dict[str, Any]) -> VirtualArray:
+        dcpl = d.id.get_create_plist()
+        layout = dcpl.get_layout()
+        fill = _fill_value(d, dtype)
+        shape = d.shape
+        base = (bytes_codec(dtype),)
+        if layout == h5py.h5d.VIRTUAL:
+            raise _Skip("virtual datasets (VDS) are not supported")
+        if dcpl.get_external_count():
+            raise _Skip("data in external raw files is not supported")
+        if layout == h5py.h5d.COMPACT:
+            grid = RectilinearGrid.regular(shape, shape or ())
+            data = d[()] if d.size else np.zeros(shape, dtype)
+            manifest = _inline_manifest(grid, {(0,) * len(shape): _raw(data, dtype)})
+            return VirtualArray(name, dims, dtype, grid, manifest, fill, base, attrs)
+        if layout == h5py.h5d.CONTIGUOUS:
+            return self._contiguous(d, name, dims, dtype, fill, base, attrs)
+        try:
+            filters = [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
+            codecs = base + tuple(hdf5_filter_codec(fid, cd, dtype) for fid, _, cd in filters)
+        except UnsupportedFilter as e:
+            return self._decoded_fallback(d, name, where, dims, dtype, fill, attrs, str(e))
+        grid = RectilinearGrid.regular(shape, d.chunks)
+        manifest = self._chunk_manifest(d, grid, dtype, fill, codecs)
+        return VirtualArray(name, dims, dtype, grid, manifest, fill, codecs, attrs)
+
+    def _contiguous(self, d: h5py.Dataset, name: str, dims: tuple[str, ...], dtype: np.dtype,
+                    fill: Any, codecs: tuple[dict[str, Any], ...],
+                    attrs: dict[str, Any]) -> VirtualArray:
+        shape = d.shape
+        rows = _rows_per_chunk(shape, dtype.itemsize, self.options.contiguous_chunk_bytes)
+        grid = RectilinearGrid.regular(shape, (rows, *shape[1:]) if shape else ())
+        offset = d.id.get_offset()
+        if offset is None or d.size == 0:
+            return VirtualArray(name, dims, dtype, grid, ChunkManifest.empty(grid.chunk_counts),
+                                fill, codecs, attrs)
+        chunk_bytes = rows * math.prod(shape[1:]) * dtype.itemsize if shape else dtype.itemsize
+        counts = grid.chunk_counts
+        starts = offset + chunk_bytes * np.arange(math.prod(counts), dtype=np.uint64)
+        manifest = ChunkManifest((self.source.url,), np.zeros(counts, np.int32),
+                                 starts.reshape(counts), np.full(counts, chunk_bytes, np.uint64))
+        return VirtualArray(name, dims, dtype, grid, manifest, fill, codecs, attrs)
+
+    def _chunk_manifest(self, d: h5py.Dataset, grid: RectilinearGrid, dtype: np.dtype,
+                        fill: Any, codecs: tuple[dict[str, Any], ...]) -> ChunkManifest:
+        infos: list[Any] = []
+        if d.id.get_storage_size():
+            d.id.chunk_iter(infos.append)
+        counts = grid.chunk_counts
+        path_id = np.full(counts, MISSING, np.int32)
+        offset = np.zeros(counts, np.uint64)
+        length = np.zeros(counts, np.uint64)
+        inline: dict[tuple[int, ...], bytes] = {}
+        if infos:
+            chunk = np.asarray(d.chunks, dtype=np.int64)
+            coords = np.array([i.chunk_offset for i in infos], dtype=np.int64) // chunk
+            inside = (coords < np.asarray(counts)).all(axis=1)  # a shrunk dataset keeps chunks
+            index = tuple(coords[inside].T)
+            path_id[index] = 0
+            offset[index] = np.fromiter((i.byte_offset for i in infos), np.uint64, len(infos))[
+                inside]
+            length[index] = np.fromiter((i.size for i in infos), np.uint64, len(infos))[inside]
+            masks = np.fromiter((i.filter_mask for i in infos), np.int64, len(infos))[inside]
+            small = length[index] < self.options.inline_threshold
+            if (masks != 0).any():
+                self.report.append(ReportEntry(
+                    self.source.url, d.name.lstrip("/"), "inlined",
+                    f"{int((masks != 0).sum())} chunks stored with filters skipped (filter_mask) "
+                    "were re-encoded and inlined"))
+            for c in coords[inside][(masks != 0) | small]:
+                key = tuple(int(v) for v in c)
+                inline[key] = self._chunk_bytes(d, grid, key, dtype, fill, codecs)
+                path_id[key] = INLINE
+        return ChunkManifest((self.source.url,), path_id, offset, length, inline)
+
+    def _chunk_bytes(self, d: h5py.Dataset, grid: RectilinearGrid, coords: tuple[int, ...],
+                     dtype: np.dtype, fill: Any, codecs: tuple[dict[str, Any], ...]) -> bytes:
+        """A chunk encoded with the array's codecs, from values h5py decodes (which honours
+        the chunk's filter mask)."""
+        region = grid.chunk_region(coords)
+        block = np.full(grid.encoded_chunk_shape(coords), fill, dtype=dtype)
+        block[tuple(slice(0, r.stop - r.start) for r in region)] = d[region]
+        return encode_chunk(block, codecs)
+
+    def _decoded_fallback(self, d: h5py.Dataset, name: str, where: str, dims: tuple[str, ...],
+                          dtype: np.dtype, fill: Any, attrs: dict[str, Any],
+                          reason: str) -> VirtualArray:
+        nbytes = d.size * dtype.itemsize
+        if nbytes > self.options.fallback_inline_limit:
+            raise ScanError(self.source.url, where, f"{reason}, and its {nbytes} decoded bytes "
+                            f"exceed the inline limit ({self.options.fallback_inline_limit}); "
+                            "raise fallback_inline_limit to inline it")
+        codecs = (bytes_codec(dtype), *FALLBACK_CODECS)
+        grid = RectilinearGrid.regular(d.shape, d.chunks)
+        infos: list[Any] = []
+        d.id.chunk_iter(infos.append)
+        chunk = np.asarray(d.chunks)
+        inline = {}
+        for info in infos:
+            key = tuple(int(v) for v in np.asarray(info.chunk_offset) // chunk)
+            if all(k < n for k, n in zip(key, grid.chunk_counts, strict=True)):
+                inline[key] = self._chunk_bytes(d, grid, key, dtype, fill, codecs)
+        self.report.append(ReportEntry(self.source.url, where, "inlined",
+                                       f"{reason}: {len(inline)} chunks decoded through h5py "
+                                       "and inlined"))
+        return VirtualArray(name, dims, dtype, grid, _inline_manifest(grid, inline), fill,
+                            codecs, attrs)
+
+    def _vlen(self, d: h5py.Dataset, name: str, where: str, dims: tuple[str, ...],
+              attrs: dict[str, Any], base: Any) -> VirtualArray:
+        """Variable-length data is read now and inlined as one chunk (vlen-utf8/vlen-bytes)."""
+        shape = d.shape
+        grid = RectilinearGrid.regular(shape, shape or ())
+        values = np.asarray(d[()], dtype=object).reshape(shape)
+        if base is str or (base is bytes and _all_utf8(values)):
+            data = np.array([_text(v) for v in values.reshape(-1)], dtype=object).reshape(shape)
+            dtype, codec, fill = STRING, {"name": "vlen-utf8"}, ""
+        elif base is bytes:
+            data, dtype, codec, fill = values, np.dtype("O"), {"name": "vlen-bytes"}, b""
+        else:
+            element = np.dtype(base).newbyteorder("<")
+            data = np.array([np.asarray(v, dtype=element).tobytes() for v in values.reshape(-1)],
+                            dtype=object).reshape(shape)
+            dtype, codec, fill = np.dtype("O"), {"name": "vlen-bytes"}, b""
+            attrs = {**attrs, VLEN_DTYPE_ATTR: element.str}
+            self.report.append(ReportEntry(
+                self.source.url, where, "encoded", "variable-length sequences are stored as "
+                f"vlen-bytes of {element.str} elements (type in attribute {VLEN_DTYPE_ATTR})"))
+        vlen_codec = (numcodecs.VLenUTF8() if codec["name"] == "vlen-utf8"
+                      else numcodecs.VLenBytes())
+        inline = {(0,) * len(shape): bytes(vlen_codec.encode(data.reshape(-1)))} if d.size else {}
+        return VirtualArray(name, dims, dtype, grid, _inline_manifest(grid, inline), fill,
+                            (codec,), attrs)
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+def _is_hidden_dimension(d: h5py.Dataset) -> bool:
+    """netCDF-C's dimension scale for a dimension that has no coordinate variable."""
+    name = d.attrs.get("NAME") if "NAME" in d.attrs else None
+    return isinstance(name, bytes | np.bytes_) and bytes(name).startswith(DIM_WITHOUT_VARIABLE)
+
+
+def _first_scale(d: h5py.Dataset, axis: int) -> h5py.Dataset | None:
+    if "DIMENSION_LIST" not in d.attrs:
+        return None
+    try:
+        scales = d.dims[axis]
+        return scales[0] if len(scales) else None
+    except (RuntimeError, KeyError, IndexError, OSError):
+        return None
+
+
+def _holds(dtype: np.dtype, test: Any) -> bool:
+    """Whether any (nested) member of a compound type passes ``test``."""
+    if dtype.fields is None:
+        return dtype.subdtype is not None and bool(test(dtype.subdtype[0]))
+    return any(bool(test(f[0])) or _holds(f[0], test) for f in dtype.fields.values())
+
+
+def _fill_value(d: h5py.Dataset, dtype: np.dtype) -> Any:
+    """The value unallocated chunks read as: HDF5's fill value property, as netCDF-C and h5py
+    both return it (netCDF-C sets it to the netCDF default when no _FillValue is given)."""
+    try:
+        value = d.fillvalue
+    except (OSError, TypeError, ValueError):
+        return None
+    if dtype.kind == "V":
+        return np.asarray(value).view(dtype)[()] if np.asarray(value).nbytes == dtype.itemsize \
+            else None
+    return np.asarray(value).astype(dtype)[()] if dtype.fields is None else value
+
+
+def _raw(data: np.ndarray, dtype: np.dtype) -> bytes:
+    return np.ascontiguousarray(np.asarray(data)).view(dtype).tobytes() \
+        if dtype.kind == "V" else np.ascontiguousarray(np.asarray(data, dtype=dtype)).tobytes()
+
+
+def _inline_manifest(grid: RectilinearGrid,
+                     inline: dict[tuple[int, ...], bytes]) -> ChunkManifest:
+    manifest = ChunkManifest.empty(grid.chunk_counts)
+    path_id = manifest.path_id.copy()
+    for key in inline:
+        path_id[key] = INLINE
+    return ChunkManifest((), path_id, manifest.offset, manifest.length, inline)
+
+
+def _rows_per_chunk(shape: tuple[int, ...], itemsize: int, target: int) -> int:
+    """The largest divisor of the first dimension whose rows fit ``target`` bytes, so the
+    virtual grid of contiguous data stays regular with full-size chunks."""
+    if not shape or shape[0] == 0:
+        return max(1, shape[0]) if shape else 1
+    row = max(1, math.prod(shape[1:]) * itemsize)
+    limit = max(1, target // row)
+    if shape[0] <= limit:
+        return shape[0]
+    return max(k for k in range(1, limit + 1) if shape[0] % k == 0)
+
+
+def _pad(array: VirtualArray, lengths: tuple[int, ...]) -> VirtualArray:
+    """Extend a variable shorter than its (unlimited) dimensions with missing chunks."""
+    for axis, target in enumerate(lengths):
+        have = array.shape[axis]
+        if target <= have:
+            continue
+        chunk = int(array.grid.encoded_lengths(axis)[0]) if array.grid.chunk_counts[axis] else 1
+        shape = list(array.shape)
+        shape[axis] = target - have
+        chunks = [int(e[0]) if len(e) else 1
+                  for e in (array.grid.encoded_lengths(k) for k in range(array.grid.ndim))]
+        chunks[axis] = chunk
+        grid = RectilinearGrid.regular(shape, chunks)
+        filler = replace(array, grid=grid, manifest=ChunkManifest.empty(grid.chunk_counts))
+        array = VirtualArray.concat([array, filler], array.dims[axis])
+    return array
+
+
+def _all_utf8(values: np.ndarray) -> bool:
+    try:
+        for v in values.reshape(-1):
+            if isinstance(v, bytes):
+                v.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def scan_hdf5(source: Source, options: ScanOptions) -> VirtualGroup:
+    """Scan one HDF5/NetCDF4 file."""
+    with source.open() as handle:
+        try:
+            f = h5py.File(handle, "r")
+        except OSError as e:
+            raise ScanError(source.url, None, f"not a readable HDF5 file: {e}") from None
+        with f:
+            scan = _FileScan(source, options)
+            root = scan.group(f, "")
+    return replace(root, report=tuple(scan.report))

@@ -1,0 +1,79 @@
+"""Opening a source file, local or remote, for metadata reads that are not latency-bound.
+
+HDF5 metadata is scattered through a file, and h5py reads it in many small pieces: over S3 or
+HTTP that is thousands of round trips. Small files are fetched whole in one request; larger
+ones are read through fsspec's block cache in large blocks, so a scan makes a handful of
+requests either way.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from refgrid.errors import ScanError
+
+WHOLE_FILE_LIMIT = 32 * 2**20
+"""Remote files up to this size are fetched in one request."""
+BLOCK_SIZE = 4 * 2**20
+"""Block size of the cache used to read larger remote files."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A file to scan: its URL as references will name it, and how to reach it."""
+
+    url: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, url: str | os.PathLike[str], storage_options: dict[str, Any]) -> Source:
+        text = os.fspath(url)
+        if "://" not in text or text.startswith("file://"):
+            text = os.path.abspath(text.removeprefix("file://"))
+        return cls(text, dict(storage_options))
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.url
+
+    def filesystem(self) -> tuple[fsspec.AbstractFileSystem, str]:
+        return url_to_fs(self.url, **self.storage_options)
+
+    def head(self, nbytes: int) -> bytes:
+        """The first ``nbytes`` of the file (fewer if it is shorter)."""
+        try:
+            if self.is_local:
+                with open(self.url, "rb") as f:
+                    return f.read(nbytes)
+            fs, path = self.filesystem()
+            return fs.cat_file(path, start=0, end=nbytes)
+        except FileNotFoundError:
+            raise ScanError(self.url, None, "file not found") from None
+        except OSError as e:
+            raise ScanError(self.url, None, f"cannot read: {e}") from None
+
+    @contextmanager
+    def open(self) -> Iterator[str | IO[bytes]]:
+        """A local path, or a file object whose reads are served from few large requests."""
+        if self.is_local:
+            yield self.url
+            return
+        fs, path = self.filesystem()
+        try:
+            size = fs.size(path)
+            if size <= WHOLE_FILE_LIMIT:
+                yield io.BytesIO(fs.cat_file(path))
+                return
+            with fs.open(path, "rb", block_size=BLOCK_SIZE, cache_type="blockcache",
+                         cache_options={"maxblocks": 64}) as f:
+                yield f
+        except FileNotFoundError:
+            raise ScanError(self.url, None, "file not found") from None

@@ -1,0 +1,50 @@
+"""kerchunk references (JSON v1) for a :class:`~refgrid.model.VirtualGroup`.
+
+Keys are Zarr v3 (``zarr.json``, ``tas/c/0/3/1``); values are ``[url, offset, length]`` with
+URLs through ``templates``, or ``base64:`` inline bytes stored verbatim.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import numpy as np
+
+from refgrid.grid import GridForm
+from refgrid.manifest import INLINE
+from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.write.zarr_v3 import array_document, chunk_key, group_document
+
+
+def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[str, Any]:
+    """The kerchunk v1 reference dict of ``group`` (metadata documents included)."""
+    templates: dict[str, str] = {}
+    refs: dict[str, Any] = {"zarr.json": _dumps(group_document(group))}
+    for path, node in group.walk():
+        if isinstance(node, VirtualGroup):
+            refs[f"{path}/zarr.json"] = _dumps(group_document(node))
+        else:
+            refs[f"{path}/zarr.json"] = _dumps(array_document(node, grid_form))
+            _chunk_refs(path, node, templates, refs)
+    return {"version": 1, "templates": {v: k for k, v in templates.items()}, "refs": refs}
+
+
+def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str],
+                refs: dict[str, Any]) -> None:
+    manifest = array.manifest
+    names = [templates.setdefault(url, f"u{len(templates)}") for url in manifest.paths]
+    referenced = np.argwhere(manifest.path_id >= 0)
+    ids = manifest.path_id[tuple(referenced.T)].tolist()
+    offsets = manifest.offset[tuple(referenced.T)].tolist()
+    lengths = manifest.length[tuple(referenced.T)].tolist()
+    for coords, pid, off, n in zip(referenced.tolist(), ids, offsets, lengths, strict=True):
+        refs[chunk_key(path, coords)] = ["{{" + names[pid] + "}}", off, n]
+    for coords, data in manifest.inline.items():
+        assert manifest.path_id[coords] == INLINE
+        refs[chunk_key(path, coords)] = "base64:" + base64.b64encode(data).decode("ascii")
+
+
+def _dumps(document: dict[str, Any]) -> str:
+    return json.dumps(document, separators=(",", ":"))
