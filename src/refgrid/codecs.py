@@ -112,6 +112,22 @@ def hdf5_filter_codec(filter_id: int, cd_values: Sequence[int], dtype: np.dtype)
     return HDF5_FILTERS[filter_id][1](cd_values, dtype)
 
 
+def hdf5_pipeline(filters: Sequence[tuple[int, Sequence[int]]], dtype: np.dtype) -> list[CodecJSON]:
+    """The Zarr v3 codecs of an HDF5 filter pipeline ``[(filter id, cd_values), ...]``.
+
+    A shuffle that follows another filter works on bytes whose length need not be a multiple
+    of the element size; HDF5 then leaves the remainder as it is, which numcodecs refuses, so
+    such a shuffle becomes ``refgrid.shuffle`` (HDF5's semantics).
+    """
+    codecs = [bytes_codec(dtype)]
+    for position, (filter_id, cd_values) in enumerate(filters):
+        codec = hdf5_filter_codec(filter_id, cd_values, dtype)
+        if codec["name"] == "numcodecs.shuffle" and position > 0:
+            codec = {**codec, "name": "refgrid.shuffle"}
+        codecs.append(codec)
+    return codecs
+
+
 def bytes_codec(dtype: np.dtype) -> CodecJSON:
     """The array→bytes codec for ``dtype`` as stored (its byte order)."""
     order = dtype.byteorder if dtype.fields is None else _struct_byteorder(dtype)
@@ -220,6 +236,19 @@ def bitshuffle_encode(data: bytes, config: Mapping[str, Any]) -> bytes:
     return bytes(out)
 
 
+def hdf5_shuffle_decode(data: bytes, elementsize: int) -> bytes:
+    """Unshuffle like HDF5: bytes beyond the last whole element stay where they are."""
+    n = len(data) // elementsize
+    body = np.frombuffer(data, np.uint8, n * elementsize).reshape(elementsize, n)
+    return body.T.tobytes() + data[n * elementsize:]
+
+
+def hdf5_shuffle_encode(data: bytes, elementsize: int) -> bytes:
+    n = len(data) // elementsize
+    body = np.frombuffer(data, np.uint8, n * elementsize).reshape(n, elementsize)
+    return body.T.tobytes() + data[n * elementsize:]
+
+
 @dataclass(frozen=True)
 class ByteCodec:
     """A bytes→bytes codec usable without zarr (refgrid's reader and scan-time re-encoding)."""
@@ -238,6 +267,10 @@ def byte_codec(codec: Mapping[str, Any]) -> ByteCodec:
         return ByteCodec(lambda d, n: szip_decode(d, config, n), lambda d: szip_encode(d, config))
     if name == "refgrid.lz4h5":
         return ByteCodec(lambda d, n: lz4h5_decode(d, n), lz4h5_encode)
+    if name == "refgrid.shuffle":
+        size = int(config["elementsize"])
+        return ByteCodec(lambda d, n: hdf5_shuffle_decode(d, size),
+                         lambda d: hdf5_shuffle_encode(d, size))
     if name == "refgrid.bitshuffle":
         return ByteCodec(lambda d, n: bitshuffle_decode(d, config, n),
                          lambda d: bitshuffle_encode(d, config))

@@ -1,5 +1,6 @@
 """Zarr v3 codecs for the HDF5 filters zarr lacks: ``refgrid.lzf``, ``refgrid.szip``,
-``refgrid.lz4h5``, ``refgrid.bitshuffle``.
+``refgrid.lz4h5``, ``refgrid.bitshuffle`` and ``refgrid.shuffle`` (HDF5's shuffle, which also
+accepts lengths that are not a multiple of the element size).
 
 They are registered through the ``zarr.codecs`` entry points in ``pyproject.toml``, so stock
 zarr opens refgrid's references without the user importing anything.
@@ -76,3 +77,7 @@ class Lz4H5(_RefgridCodec):
 
 class Bitshuffle(_RefgridCodec):
     codec_name = "refgrid.bitshuffle"
+
+
+class Shuffle(_RefgridCodec):
+    codec_name = "refgrid.shuffle"

@@ -20,7 +20,7 @@ import hdf5plugin  # noqa: F401  (registers plugin filters with h5py for decoded
 import numcodecs
 import numpy as np
 
-from refgrid.codecs import UnsupportedFilter, bytes_codec, encode_chunk, hdf5_filter_codec
+from refgrid.codecs import UnsupportedFilter, bytes_codec, encode_chunk, hdf5_pipeline
 from refgrid.dtypes import STRING, VLEN_DTYPE_ATTR, storable
 from refgrid.errors import ScanError
 from refgrid.grid import RectilinearGrid
@@ -206,8 +206,8 @@ class _FileScan:
         if layout == h5py.h5d.CONTIGUOUS:
             return self._contiguous(d, name, dims, dtype, fill, base, attrs)
         try:
-            filters = [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
-            codecs = base + tuple(hdf5_filter_codec(fid, cd, dtype) for fid, _, cd in filters)
+            filters = [dcpl.get_filter(i)[::2] for i in range(dcpl.get_nfilters())]
+            codecs = tuple(hdf5_pipeline([f[:2] for f in filters], dtype))
         except UnsupportedFilter as e:
             return self._decoded_fallback(d, name, where, dims, dtype, fill, attrs, str(e))
         grid = RectilinearGrid.regular(shape, d.chunks)
@@ -353,7 +353,7 @@ def _fill_value(d: h5py.Dataset, dtype: np.dtype) -> Any:
     both return it (netCDF-C sets it to the netCDF default when no _FillValue is given)."""
     try:
         value = d.fillvalue
-    except (OSError, TypeError, ValueError):
+    except (OSError, RuntimeError, TypeError, ValueError):  # "fill value is undefined"
         return None
     if dtype.kind == "V":
         return np.asarray(value).view(dtype)[()] if np.asarray(value).nbytes == dtype.itemsize \

@@ -35,12 +35,13 @@ def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str],
                 refs: dict[str, Any]) -> None:
     manifest = array.manifest
     names = [templates.setdefault(url, f"u{len(templates)}") for url in manifest.paths]
-    referenced = np.argwhere(manifest.path_id >= 0)
-    ids = manifest.path_id[tuple(referenced.T)].tolist()
-    offsets = manifest.offset[tuple(referenced.T)].tolist()
-    lengths = manifest.length[tuple(referenced.T)].tolist()
-    for coords, pid, off, n in zip(referenced.tolist(), ids, offsets, lengths, strict=True):
-        refs[chunk_key(path, coords)] = ["{{" + names[pid] + "}}", off, n]
+    flat = np.flatnonzero(manifest.path_id.reshape(-1) >= 0)
+    coords = np.unravel_index(flat, manifest.shape) if manifest.shape else ()
+    columns = [manifest.path_id, manifest.offset, manifest.length]
+    ids, offsets, lengths = (c.reshape(-1)[flat].tolist() for c in columns)
+    for k, (pid, off, n) in enumerate(zip(ids, offsets, lengths, strict=True)):
+        key = chunk_key(path, tuple(int(c[k]) for c in coords))
+        refs[key] = ["{{" + names[pid] + "}}", off, n]
     for coords, data in manifest.inline.items():
         assert manifest.path_id[coords] == INLINE
         refs[chunk_key(path, coords)] = "base64:" + base64.b64encode(data).decode("ascii")

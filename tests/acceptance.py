@@ -1,0 +1,86 @@
+"""Scan a file, write references, read every variable back and compare with ground truth."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ground_truth import ground_truth, restore, same
+
+from refgrid.model import VirtualArray
+from refgrid.scan import scan
+
+Reader = Callable[[dict[str, Any], str], np.ndarray]
+
+
+@dataclass
+class FileResult:
+    path: Path
+    ok: list[str] = field(default_factory=list)
+    reported: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.error or self.wrong:
+            return "failed"
+        return "partial" if self.reported or self.unread else "correct"
+
+
+def check_file(path: Path, read: Reader, can_read: Callable[[VirtualArray], bool]) -> FileResult:
+    """``read(refs, variable_path)`` reads through references; ``can_read`` says whether the
+    reader handles an array (stock zarr needs a regular grid)."""
+    from refgrid.write import to_kerchunk
+
+    result = FileResult(path)
+    try:
+        group = scan(path, on_error="report")
+        truth = ground_truth(path)
+        refs = to_kerchunk(group)
+    except Exception as e:  # noqa: BLE001 (the table records it; the test asserts on it)
+        result.error = f"{type(e).__name__}: {e}"
+        return result
+    reported = {entry.variable for entry in group.report if entry.action == "skipped"}
+    arrays = {p: n for p, n in group.walk() if isinstance(n, VirtualArray)}
+    for name, expected in truth.items():
+        if name not in arrays:
+            (result.reported if name in reported else result.wrong).append(name)
+            continue
+        array = arrays[name]
+        if not can_read(array):
+            result.unread.append(name)
+            continue
+        try:
+            values = restore(read(refs, name), dict(array.attrs))
+        except Exception as e:  # noqa: BLE001
+            result.wrong.append(f"{name} ({type(e).__name__}: {e})")
+            continue
+        if isinstance(expected, Exception):
+            result.reported.append(name)  # the C library itself cannot read it
+        elif same(values, expected):
+            result.ok.append(name)
+        else:
+            result.wrong.append(name)
+    return result
+
+
+def table(results: list[FileResult]) -> str:
+    files = {s: sum(r.status == s for r in results) for s in ("correct", "partial", "failed")}
+    lines = [f"files: {files['correct']} correct / {files['partial']} partial / "
+             f"{files['failed']} failed; variables: {sum(len(r.ok) for r in results)} ok / "
+             f"{sum(len(r.reported) for r in results)} reported / "
+             f"{sum(len(r.wrong) for r in results)} wrong / "
+             f"{sum(len(r.unread) for r in results)} not readable by this reader"]
+    for r in results:
+        if r.status != "correct":
+            detail = r.error or "; ".join(
+                f"{k}: {', '.join(v[:6])}{' …' if len(v) > 6 else ''}"
+                for k, v in (("wrong", r.wrong), ("reported", r.reported), ("unread", r.unread))
+                if v)
+            lines.append(f"  {r.status:8s} {r.path.name}: {detail}")
+    return "\n".join(lines)
