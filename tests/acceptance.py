@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ground_truth import ground_truth, restore, same
 
+from ground_truth import ground_truth, restore, same
 from refgrid.model import VirtualArray
 from refgrid.scan import scan
 
-Reader = Callable[[dict[str, Any], str], np.ndarray]
+Reader = Callable[[dict[str, Any]], Callable[[str], np.ndarray]]
+"""``reader(refs)`` opens references once and returns ``read(variable_path)``."""
 
 
 @dataclass
@@ -32,17 +33,18 @@ class FileResult:
         return "partial" if self.reported or self.unread else "correct"
 
 
-def check_file(path: Path, read: Reader, can_read: Callable[[VirtualArray], bool]) -> FileResult:
-    """``read(refs, variable_path)`` reads through references; ``can_read`` says whether the
-    reader handles an array (stock zarr needs a regular grid)."""
+def check_file(path: Path, reader: Reader,
+               can_read: Callable[[VirtualArray], bool]) -> FileResult:
+    """Read every variable through references; ``can_read`` says whether the reader handles
+    an array (stock zarr needs a regular grid)."""
     from refgrid.write import to_kerchunk
 
     result = FileResult(path)
     try:
         group = scan(path, on_error="report")
         truth = ground_truth(path)
-        refs = to_kerchunk(group)
-    except Exception as e:  # noqa: BLE001 (the table records it; the test asserts on it)
+        read = reader(to_kerchunk(group))
+    except Exception as e:
         result.error = f"{type(e).__name__}: {e}"
         return result
     reported = {entry.variable for entry in group.report if entry.action == "skipped"}
@@ -56,8 +58,8 @@ def check_file(path: Path, read: Reader, can_read: Callable[[VirtualArray], bool
             result.unread.append(name)
             continue
         try:
-            values = restore(read(refs, name), dict(array.attrs))
-        except Exception as e:  # noqa: BLE001
+            values = restore(read(name), dict(array.attrs))
+        except Exception as e:
             result.wrong.append(f"{name} ({type(e).__name__}: {e})")
             continue
         if isinstance(expected, Exception):

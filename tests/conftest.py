@@ -23,3 +23,26 @@ def rectilinear_schema() -> dict:
     if not RECTILINEAR_SCHEMA.exists():
         pytest.skip(f"rectilinear schema not found at {RECTILINEAR_SCHEMA} (../shared is absent)")
     return json.loads(RECTILINEAR_SCHEMA.read_text())
+
+CORPUS = SHARED / "corpus" / "files"
+
+
+def data_files(root: Path) -> list[Path]:
+    """HDF5 / NetCDF files below ``root`` (by their magic bytes), sorted."""
+    found = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.suffix in {".nc", ".h5", ".hdf5"}:
+            found.append(p)
+    return found
+
+
+def hdf5_files(root: Path) -> list[Path]:
+    return [p for p in data_files(root) if p.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"]
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """../shared/corpus/files (skip when absent: a user's clone does not have it)."""
+    if not CORPUS.is_dir():
+        pytest.skip(f"the real-file corpus is absent ({CORPUS}); it ships beside the repo")
+    return CORPUS
