@@ -33,6 +33,19 @@ class FileResult:
         return "partial" if self.reported or self.unread else "correct"
 
 
+def stock_zarr_group(refs: dict[str, Any], protocol: str | None = None,
+                     options: dict[str, Any] | None = None) -> Any:
+    """Open references with *stock* zarr 3 through fsspec's ``reference://`` filesystem."""
+    import fsspec
+    import zarr
+
+    remote = {**(options or {}), "asynchronous": True} if protocol else {}
+    fs = fsspec.filesystem("reference", fo=refs, remote_protocol=protocol,
+                           remote_options=remote, asynchronous=True)
+    store = zarr.storage.FsspecStore(fs, read_only=True)
+    return zarr.open_group(store=store, mode="r", zarr_format=3)
+
+
 def check_file(path: Path, reader: Reader,
                can_read: Callable[[VirtualArray], bool]) -> FileResult:
     """Read every variable through references; ``can_read`` says whether the reader handles

@@ -46,3 +46,23 @@ def corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.skip(f"the real-file corpus is absent ({CORPUS}); it ships beside the repo")
     return CORPUS
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 on 127.0.0.1 (a free port), with a request counter."""
+    from servers import start_s3
+
+    yield from start_s3()
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory):
+    """A Range-capable HTTP server on 127.0.0.1 serving a copy of the fixtures."""
+    import shutil
+
+    from servers import start_http
+
+    root = tmp_path_factory.mktemp("http")
+    shutil.copytree(FIXTURES, root / "fixtures")
+    yield from start_http(root)

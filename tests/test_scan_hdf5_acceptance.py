@@ -3,21 +3,18 @@ truth through refgrid's references with *stock* zarr + fsspec ``reference://``."
 
 from __future__ import annotations
 
-import fsspec
 import h5py
 import numpy as np
 import pytest
-import zarr
 
-from acceptance import FileResult, check_file, table
+from acceptance import FileResult, check_file, stock_zarr_group, table
 from conftest import FIXTURES, hdf5_files
 from refgrid.manifest import INLINE
 from refgrid.scan import scan
 
 
 def stock_zarr_reader(refs):
-    fs = fsspec.filesystem("reference", fo=refs)
-    group = zarr.open_group(store=fs.get_mapper(""), mode="r", zarr_format=3)
+    group = stock_zarr_group(refs)
     return lambda name: group[name][...]
 
 

@@ -1,19 +1,39 @@
-"""refgrid: virtual Zarr datasets over HDF5/NetCDF archives, irregular lengths included."""
+"""refgrid: virtual Zarr datasets over HDF5/NetCDF archives, irregular lengths included.
 
-from refgrid.errors import GridError, ModelError, RefgridError
+    g = refgrid.scan("s3://bucket/f.nc", anon=True)      # one file → VirtualGroup
+    refgrid.write(g, "out/refs.json")                    # kerchunk JSON v1, Zarr v3 inside
+    refs = refgrid.to_kerchunk(g)                        # the same as a dict
+"""
+
+from refgrid.errors import (
+    FormatError,
+    GridError,
+    ModelError,
+    RefgridError,
+    ScanError,
+    WriteError,
+)
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.scan import scan
+from refgrid.write import to_kerchunk, write
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ChunkManifest",
+    "FormatError",
     "GridError",
     "ModelError",
     "RectilinearGrid",
     "RefgridError",
+    "ScanError",
     "VirtualArray",
     "VirtualGroup",
+    "WriteError",
     "__version__",
+    "scan",
+    "to_kerchunk",
+    "write",
 ]

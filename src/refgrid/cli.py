@@ -1,0 +1,76 @@
+"""The ``refgrid`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from refgrid.errors import RefgridError
+
+
+def _storage_options(pairs: tuple[str, ...]) -> dict[str, object]:
+    options: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--storage-option")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+storage_option = click.option(
+    "--storage-option", "-s", "storage", multiple=True, metavar="KEY=VALUE",
+    help="fsspec storage option for remote URLs (repeatable; values parsed as JSON when they "
+         "are JSON), e.g. -s anon=true -s endpoint_url=http://127.0.0.1:9000")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="refgrid")
+def main() -> None:
+    """Virtual Zarr datasets over HDF5 / NetCDF archives, irregular lengths included."""
+
+
+@main.command()
+@click.argument("source")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the kerchunk JSON references.")
+@click.option("--report", "show_report", is_flag=True,
+              help="Print what could not be expressed as plain references.")
+@click.option("--on-error", type=click.Choice(["raise", "report"]), default="raise",
+              show_default=True, help="Stop at a variable that cannot be scanned, or record it "
+                                      "in the report and go on.")
+@click.option("--inline-threshold", type=int, default=0, show_default=True,
+              help="Inline chunks stored in fewer bytes than this.")
+@storage_option
+def scan(source: str, output: Path, show_report: bool, on_error: str, inline_threshold: int,
+         storage: tuple[str, ...]) -> None:
+    """Scan one HDF5/NetCDF4 file (local path or fsspec URL) into references.
+
+    \b
+    Examples:
+      refgrid scan data/tas_200101.nc -o tas.json
+      refgrid scan s3://bucket/tas.nc -o tas.json -s anon=true --report
+    """
+    import refgrid
+
+    try:
+        group = refgrid.scan(source, on_error=on_error, inline_threshold=inline_threshold,
+                             **_storage_options(storage))
+        refgrid.write(group, output)
+    except RefgridError as e:
+        raise click.ClickException(str(e)) from None
+    arrays = sum(1 for _, node in group.walk() if isinstance(node, refgrid.VirtualArray))
+    click.echo(f"wrote {output} ({arrays} arrays, {len(group.report)} report entries)")
+    if show_report:
+        for entry in group.report:
+            click.echo(f"  {entry}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

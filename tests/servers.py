@@ -1,0 +1,148 @@
+"""Real local servers for remote-access tests: moto's S3 and a Range-capable HTTP server.
+
+Both listen on 127.0.0.1 on a free port, run in a thread for the test session, and count the
+requests they serve, so tests can check that scans and reads are not latency-bound.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Counter:
+    requests: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, what: str) -> None:
+        with self.lock:
+            self.requests.append(what)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    counter: Counter
+    bucket: str = "refgrid-tests"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {"endpoint_url": self.endpoint, "key": "testing", "secret": "testing",
+                "client_kwargs": {"region_name": "us-east-1"}}
+
+    def upload(self, local: Path, key: str) -> str:
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing",
+                              aws_secret_access_key="testing", region_name="us-east-1")
+        client.upload_file(str(local), self.bucket, key)
+        return f"s3://{self.bucket}/{key}"
+
+
+def start_s3() -> Iterator[S3Server]:
+    import boto3
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(name, "testing")
+    counter = Counter()
+    app = DomainDispatcherApplication(create_backend_app)
+
+    def counting(environ, start_response):
+        counter.add(f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO')} "
+                    f"{environ.get('HTTP_RANGE', '')}")
+        return app(environ, start_response)
+
+    server = make_server("127.0.0.1", 0, counting, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_port}"
+    s3 = S3Server(endpoint, counter)
+    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                 aws_secret_access_key="testing", region_name="us-east-1").create_bucket(
+        Bucket=s3.bucket)
+    try:
+        yield s3
+    finally:
+        server.shutdown()
+
+
+class _RangeHandler(SimpleHTTPRequestHandler):
+    """Static files with single ``Range: bytes=a-b`` support, as fsspec's HTTP client needs."""
+
+    counter: Counter
+
+    def log_message(self, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    def send_head(self):
+        self.counter.add(f"{self.command} {self.path} {self.headers.get('Range', '')}")
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            self.send_error(404)
+            return None
+        size = path.stat().st_size
+        spec = self.headers.get("Range")
+        start, end = 0, size - 1
+        if spec and spec.startswith("bytes="):
+            first, _, last = spec[6:].partition("-")
+            start = int(first) if first else max(0, size - int(last))
+            end = min(int(last), size - 1) if first and last else end
+        f = open(path, "rb")  # noqa: SIM115 (closed by copyfile's caller)
+        f.seek(start)
+        self.send_response(206 if spec else 200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Length", str(end - start + 1))
+        if spec:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.end_headers()
+        return _Limited(f, end - start + 1)
+
+
+class _Limited:
+    def __init__(self, f: Any, n: int) -> None:
+        self.f, self.n = f, n
+
+    def read(self, size: int = -1) -> bytes:
+        if self.n <= 0:
+            return b""
+        data = self.f.read(self.n if size < 0 else min(size, self.n))
+        self.n -= len(data)
+        return data
+
+    def close(self) -> None:
+        self.f.close()
+
+
+@dataclass
+class HTTPServer:
+    url: str
+    root: Path
+    counter: Counter
+
+
+def start_http(root: Path) -> Iterator[HTTPServer]:
+    counter = Counter()
+    handler = type("Handler", (_RangeHandler,), {"counter": counter})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: handler(*a, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield HTTPServer(f"http://127.0.0.1:{server.server_port}", root, counter)
+    finally:
+        server.shutdown()
