@@ -34,7 +34,7 @@ def test_fixtures_read_back_equal_to_ground_truth():
     _assert_nothing_wrong(results)
     # what stock zarr cannot read here is exactly what needs a rectilinear grid
     unread = {(r.path.name, v) for r in results for v in r.unread}
-    assert unread == {("netcdf4_features.nc", "short")}
+    assert unread == {("shrunk_variable.nc", "v")}
     assert sum(len(r.ok) for r in results) > 200
 
 
@@ -168,12 +168,20 @@ def test_on_error_raise_names_file_variable_and_reason():
         "scaleoffset_int", "scaleoffset_float"}
 
 
-def test_variable_shorter_than_its_unlimited_dimension_is_padded_with_fill():
-    group = scan(FIXTURES / "features" / "netcdf4_features.nc")
-    short = group["short"]
+def test_variable_shorter_than_its_dimension_stays_regular_when_padding_is_fill():
+    """netCDF-C fills an edge chunk's padding: the chunk is read further, the grid regular."""
+    short = scan(FIXTURES / "features" / "netcdf4_features.nc")["short"]
     assert short.shape == (10,)
-    assert short.grid.lengths(0).tolist() == [4, 2, 4]
+    assert short.grid.is_regular and short.grid.lengths(0).tolist() == [4, 4, 2]
     assert short.manifest.missing.tolist() == [False, False, True]
+
+
+def test_variable_shorter_than_its_dimension_with_stale_padding_is_cut():
+    """Stale values past the extent must not leak: the edge chunk's padding is cut off."""
+    v = scan(FIXTURES / "features" / "shrunk_variable.nc")["v"]
+    assert v.grid.lengths(0).tolist() == [4, 2, 4]
+    assert v.grid.to_json()["configuration"]["encoded_chunk_shapes"] == [4]
+    assert v.manifest.missing.tolist() == [False, False, True]
 
 
 def test_scan_errors_are_clear():

@@ -287,3 +287,21 @@ def encode_chunk(array: np.ndarray, codecs: Sequence[Mapping[str, Any]]) -> byte
     for codec in codecs[1:]:
         data = byte_codec(codec).encode(data)
     return data
+
+
+def decode_chunk(data: bytes, codecs: Sequence[Mapping[str, Any]], dtype: np.dtype,
+                 shape: Sequence[int]) -> np.ndarray:
+    """Decode one stored chunk to an array of its encoded ``shape`` (the checksums of
+    fletcher32 are verified by its decoder)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    head, tail = codecs[0], codecs[1:]
+    for codec in reversed(tail):
+        data = byte_codec(codec).decode(data, nbytes)
+    name = head["name"]
+    if name in ("vlen-utf8", "vlen-bytes"):
+        vlen = numcodecs.VLenUTF8() if name == "vlen-utf8" else numcodecs.VLenBytes()
+        return np.asarray(vlen.decode(data), dtype=object).reshape(shape)
+    endian = head.get("configuration", {}).get("endian")
+    stored = dtype.newbyteorder(">" if endian == "big" else "<") if endian else dtype
+    return np.frombuffer(data, dtype=stored, count=int(np.prod(shape, dtype=np.int64))).reshape(
+        shape)

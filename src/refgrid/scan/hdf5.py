@@ -20,7 +20,13 @@ import hdf5plugin  # noqa: F401  (registers plugin filters with h5py for decoded
 import numcodecs
 import numpy as np
 
-from refgrid.codecs import UnsupportedFilter, bytes_codec, encode_chunk, hdf5_pipeline
+from refgrid.codecs import (
+    UnsupportedFilter,
+    bytes_codec,
+    decode_chunk,
+    encode_chunk,
+    hdf5_pipeline,
+)
 from refgrid.dtypes import STRING, VLEN_DTYPE_ATTR, storable
 from refgrid.errors import ScanError
 from refgrid.grid import RectilinearGrid
@@ -191,14 +197,14 @@ class _FileScan:
                                 None, (codec,), attrs)
         dims, dim_lengths = self.dimensions(d, name)
         if vlen is not None:
-            return _pad(self._vlen(d, name, where, dims, attrs, vlen), dim_lengths)
+            return _pad(self._vlen(d, name, where, dims, attrs, vlen), dim_lengths, d)
         stored, extra = storable(dtype)
         if extra:
             self.report.append(ReportEntry(self.source.url, where, "encoded",
                                            f"compound type {dtype} is stored as raw bytes; the "
                                            "record type is in attribute _refgrid_dtype"))
         array = self._fixed(d, name, where, dims, stored, {**attrs, **extra})
-        return _pad(array, dim_lengths)
+        return _pad(array, dim_lengths, d)
 
     def _fixed(self, d: h5py.Dataset, name: str, where: str, dims: tuple[str, ...],
                dtype: np.dtype, attrs: dict[str, Any]) -> VirtualArray:
@@ -400,22 +406,67 @@ def _rows_per_chunk(shape: tuple[int, ...], itemsize: int, target: int) -> int:
     return max(k for k in range(1, limit + 1) if shape[0] % k == 0)
 
 
-def _pad(array: VirtualArray, lengths: tuple[int, ...]) -> VirtualArray:
-    """Extend a variable shorter than its (unlimited) dimensions with missing chunks."""
+def _pad(array: VirtualArray, lengths: tuple[int, ...], d: h5py.Dataset) -> VirtualArray:
+    """Extend a variable shorter than its (unlimited) dimensions to their lengths.
+
+    The part beyond the variable's extent reads as the fill value. Where the stored edge
+    chunks already hold the fill value in their padding (netCDF-C writes it there), they are
+    simply read further and the grid stays regular; otherwise their padding is cut off and
+    the grid becomes rectilinear. Either way, every value is exactly what netCDF-C returns.
+    """
     for axis, target in enumerate(lengths):
         have = array.shape[axis]
         if target <= have:
             continue
-        chunk = int(array.grid.encoded_lengths(axis)[0]) if array.grid.chunk_counts[axis] else 1
+        grid = array.grid
+        if grid.chunk_counts[axis] and _edge_padding_is_fill(array, axis, d):
+            last = grid.chunk_counts[axis] - 1
+            room = target - int(grid.bounds(axis)[last])
+            reach = min(int(grid.encoded_lengths(axis)[last]), room)
+            lengths_axis = grid.lengths(axis).copy()
+            lengths_axis[last] = reach
+            grid = RectilinearGrid.from_lengths(
+                [lengths_axis if k == axis else grid.lengths(k) for k in range(grid.ndim)],
+                [grid.encoded_lengths(k) for k in range(grid.ndim)])
+            array = replace(array, grid=grid)
+            have = grid.shape[axis]
+            if target == have:
+                continue
+        chunks = [int(e[0]) if len(e) else 1
+                  for e in (grid.encoded_lengths(k) for k in range(grid.ndim))]
         shape = list(array.shape)
         shape[axis] = target - have
-        chunks = [int(e[0]) if len(e) else 1
-                  for e in (array.grid.encoded_lengths(k) for k in range(array.grid.ndim))]
-        chunks[axis] = chunk
-        grid = RectilinearGrid.regular(shape, chunks)
-        filler = replace(array, grid=grid, manifest=ChunkManifest.empty(grid.chunk_counts))
+        filler_grid = RectilinearGrid.regular(shape, chunks)
+        filler = replace(array, grid=filler_grid,
+                         manifest=ChunkManifest.empty(filler_grid.chunk_counts))
         array = VirtualArray.concat([array, filler], array.dims[axis])
     return array
+
+
+def _edge_padding_is_fill(array: VirtualArray, axis: int, d: h5py.Dataset) -> bool:
+    """Whether every stored chunk at the end of ``axis`` holds the fill value beyond the
+    variable's extent (decoded here: a handful of chunks)."""
+    if array.fill_value is None or array.dtype.kind in "OTV" or d.chunks is None:
+        return False
+    grid, manifest = array.grid, array.manifest
+    last = grid.chunk_counts[axis] - 1
+    kept = int(grid.lengths(axis)[last])
+    if kept == int(grid.encoded_lengths(axis)[last]):
+        return True
+    slab = np.take(manifest.path_id, [last], axis=axis)
+    for rest in np.argwhere(slab != MISSING):
+        coords = tuple(int(c) for c in rest)
+        coords = (*coords[:axis], last, *coords[axis + 1:])
+        if manifest.path_id[coords] == INLINE:
+            data = manifest.inline[coords]
+        else:
+            start = tuple(c * n for c, n in zip(coords, d.chunks, strict=True))
+            data = d.id.read_direct_chunk(start)[1]
+        block = decode_chunk(data, array.codecs, array.dtype, grid.encoded_chunk_shape(coords))
+        padding = np.take(block, np.arange(kept, block.shape[axis]), axis=axis)
+        if not np.array_equal(padding, np.full_like(padding, array.fill_value), equal_nan=True):
+            return False
+    return True
 
 
 def _all_utf8(values: np.ndarray) -> bool:
