@@ -9,16 +9,16 @@ own axis independently.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import math
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from types import EllipsisType
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from refgrid.gc_pause import gc_paused
 
 AxisIndex = int | slice | np.ndarray
 """A normalised index on one axis: an in-range int, a slice, or a 1-d int64 array."""
@@ -141,23 +141,10 @@ def decompose_axis(
     if isinstance(index, int):
         chunk = int(np.searchsorted(bounds, index, side="right")) - 1
         return (AxisPiece(chunk, index - int(bounds[chunk]), None),), None
-    with _gc_paused():
+    with gc_paused():
         if isinstance(index, slice):
             return _slice_pieces(index, bounds)
         return _array_pieces(index, bounds), len(index)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic collector while building up to millions of acyclic pieces: its
-    allocation-triggered passes would otherwise cost twice the construction itself."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _slice_pieces(index: slice, bounds: np.ndarray) -> tuple[tuple[AxisPiece, ...], int]:

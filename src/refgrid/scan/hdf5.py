@@ -10,6 +10,7 @@ attributes, and variables shorter than their unlimited dimension padded with fil
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from refgrid.codecs import (
 )
 from refgrid.dtypes import STRING, VLEN_DTYPE_ATTR, storable
 from refgrid.errors import ScanError
+from refgrid.gc_pause import gc_paused
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
@@ -43,6 +45,8 @@ HIDDEN_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
                           "_SuperblockVersion", "_IsNetcdf4"})
 SCALE_ATTRS = frozenset({"CLASS", "NAME"})
 DIM_WITHOUT_VARIABLE = b"This is a netCDF dimension but not a netCDF variable"
+CHUNK_BATCH = 65536
+"""Chunk records taken from h5py at a time (h5py makes a Python object per chunk)."""
 FALLBACK_CODECS = ({"name": "numcodecs.zlib", "configuration": {"level": 1}},)
 
 
@@ -70,11 +74,19 @@ class _FileScan:
     report: list[ReportEntry] = field(default_factory=list)
     phony: dict[int, list[str]] = field(default_factory=dict)
     dim_lengths: dict[Any, int] = field(default_factory=dict)
-    scale_names: dict[Any, str] | None = None
+    scale_names: dict[Any, dict[Any, str]] = field(default_factory=dict)
+    lineage: list[h5py.Group] = field(default_factory=list)
 
     # -- groups and attributes ------------------------------------------------------------
 
     def group(self, h5: h5py.Group, path: str) -> VirtualGroup:
+        self.lineage.append(h5)
+        try:
+            return self._group(h5, path)
+        finally:
+            self.lineage.pop()
+
+    def _group(self, h5: h5py.Group, path: str) -> VirtualGroup:
         arrays: dict[str, VirtualArray] = {}
         groups: dict[str, VirtualGroup] = {}
         for name in h5:
@@ -138,14 +150,17 @@ class _FileScan:
     def _scale_name(self, scale: h5py.Dataset) -> str:
         """A dimension scale's name. Not ``scale.name``: for an object reached through a
         reference HDF5 searches the whole file for its path (12 ms per call on a file of
-        2000 datasets), so every scale's name is collected in one pass instead."""
-        if self.scale_names is None:
-            found: dict[Any, str] = {}
-            scale.file.visititems(lambda path, obj: found.__setitem__(obj.id, path) if (
-                isinstance(obj, h5py.Dataset) and h5py.h5ds.is_scale(obj.id)) else None)
-            self.scale_names = found
-        return self.scale_names.get(scale.id, "").rsplit("/", 1)[-1] or scale.name.rsplit(
-            "/", 1)[-1]
+        2000 datasets). NetCDF dimensions live in the variable's group or an ancestor, so
+        those groups' scales are listed once each and looked up by object identity."""
+        for group in reversed(self.lineage):
+            key = group.id
+            if key not in self.scale_names:
+                members = ((n, group.get(n)) for n in group)
+                self.scale_names[key] = {obj.id: n for n, obj in members if isinstance(
+                    obj, h5py.Dataset) and h5py.h5ds.is_scale(obj.id)}
+            if scale.id in self.scale_names[key]:
+                return self.scale_names[key][scale.id]
+        return scale.name.rsplit("/", 1)[-1]
 
     def _dimension_length(self, scale: h5py.Dataset) -> int:
         """A dimension's length as netCDF-C computes it: the longest of the scale and every
@@ -252,31 +267,52 @@ class _FileScan:
 
     def _chunk_manifest(self, d: h5py.Dataset, grid: RectilinearGrid, dtype: np.dtype,
                         fill: Any, codecs: tuple[dict[str, Any], ...]) -> ChunkManifest:
-        infos: list[Any] = []
-        if d.id.get_storage_size():
-            d.id.chunk_iter(infos.append)
         counts = grid.chunk_counts
         path_id = np.full(counts, MISSING, np.int32)
         offset = np.zeros(counts, np.uint64)
         length = np.zeros(counts, np.uint64)
         inline: dict[tuple[int, ...], bytes] = {}
-        if infos:
-            chunk = np.asarray(d.chunks, dtype=np.int64)
-            coords = np.array([i.chunk_offset for i in infos], dtype=np.int64) // chunk
+        flagged: list[np.ndarray] = []  # chunks to inline: filter-masked or small
+        chunk = np.asarray(d.chunks, dtype=np.int64)
+        batch: list[Any] = []
+
+        def flush() -> None:
+            """Write a batch of h5py StoreInfo records (chunk_offset, filter_mask,
+            byte_offset, size) into the columns; batches bound memory at 10^6 chunks."""
+            starts, masks, byte_offsets, sizes = zip(*batch, strict=True)
+            flat = np.fromiter(itertools.chain.from_iterable(starts), np.int64,
+                               len(starts) * len(chunk))
+            coords = flat.reshape(len(starts), len(chunk)) // chunk
             inside = (coords < np.asarray(counts)).all(axis=1)  # a shrunk dataset keeps chunks
             index = tuple(coords[inside].T)
             path_id[index] = 0
-            offset[index] = np.fromiter((i.byte_offset for i in infos), np.uint64, len(infos))[
-                inside]
-            length[index] = np.fromiter((i.size for i in infos), np.uint64, len(infos))[inside]
-            masks = np.fromiter((i.filter_mask for i in infos), np.int64, len(infos))[inside]
-            small = length[index] < self.options.inline_threshold
-            if (masks != 0).any():
+            offset[index] = np.array(byte_offsets, dtype=np.uint64)[inside]
+            sizes_in = np.array(sizes, dtype=np.uint64)[inside]
+            length[index] = sizes_in
+            masked = np.array(masks, dtype=np.int64)[inside] != 0
+            small = sizes_in < self.options.inline_threshold
+            flagged.append(np.column_stack((coords[inside], masked))[masked | small])
+            batch.clear()
+
+        def visit(info: Any) -> None:
+            batch.append(info)
+            if len(batch) == CHUNK_BATCH:
+                flush()
+
+        if d.id.get_storage_size():
+            with gc_paused():
+                d.id.chunk_iter(visit)
+                if batch:
+                    flush()
+        if flagged:
+            rows = np.concatenate(flagged)
+            masked_count = int(rows[:, -1].sum())
+            if masked_count:
                 self.report.append(ReportEntry(
                     self.source.url, d.name.lstrip("/"), "inlined",
-                    f"{int((masks != 0).sum())} chunks stored with filters skipped (filter_mask) "
+                    f"{masked_count} chunks stored with filters skipped (filter_mask) "
                     "were re-encoded and inlined"))
-            for c in coords[inside][(masks != 0) | small]:
+            for c in rows[:, :-1]:
                 key = tuple(int(v) for v in c)
                 inline[key] = self._chunk_bytes(d, grid, key, dtype, fill, codecs)
                 path_id[key] = INLINE
