@@ -299,11 +299,10 @@ class _FileScan:
             if len(batch) == CHUNK_BATCH:
                 flush()
 
-        if d.id.get_storage_size():
-            with gc_paused():
-                d.id.chunk_iter(visit)
-                if batch:
-                    flush()
+        with gc_paused():  # (no storage-size check first: it walks the chunk index too)
+            d.id.chunk_iter(visit)
+            if batch:
+                flush()
         if flagged:
             rows = np.concatenate(flagged)
             masked_count = int(rows[:, -1].sum())
