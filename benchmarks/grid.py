@@ -40,7 +40,7 @@ def main() -> None:
     assert parsed == grid
     idx = rng.integers(0, grid.shape[0], N)
     grid.bounds(0)  # built once per grid, like any reader would
-    t_locate, (chunk, offset) = timed(lambda: grid.locate(0, idx))
+    t_locate, (chunk, _offset) = timed(lambda: grid.locate(0, idx))
     bounds = grid.bounds(0)
     t_floor_locate, floor_chunk = timed(lambda: np.searchsorted(bounds, idx, side="right") - 1)
     assert np.array_equal(chunk, floor_chunk)

@@ -16,9 +16,9 @@ import subprocess
 import sys
 
 import h5py
-from _common import best_of, netcdf4_file
 
 import refgrid
+from _common import best_of, netcdf4_file
 
 CASES = [("chunks187k.nc", (1870, 100, 100), (1, 10, 10)),
          ("chunks1m.nc", (10000, 100), (1, 1))]
@@ -66,7 +66,7 @@ def main() -> None:
         try:
             t_kc, _ = best_of(lambda p=path: kerchunk_scan(p), repeat=1)
             kc = f"{t_kc:8.2f}s {t_kc / t_ours:5.1f}x"
-        except Exception as e:  # noqa: BLE001 (a peer failing is reported, not fatal)
+        except Exception as e:  # a peer failing is reported, not fatal
             kc = f"failed: {type(e).__name__}"
         refs = refgrid.to_kerchunk(group)
         chunk_bytes = sum(len(json.dumps({k: v})) - 2 for k, v in refs["refs"].items()

@@ -72,5 +72,35 @@ def scan(source: str, output: Path, show_report: bool, on_error: str, inline_thr
             click.echo(f"  {entry}")
 
 
+@main.command()
+@click.argument("fixtures", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                default="fixtures")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="demo-output",
+              show_default=True, help="Folder for the reference files.")
+def demo(fixtures: Path, out: Path) -> None:
+    """Scan the bundled monthly fixtures, write and verify references, show the year's grid.
+
+    \b
+    Example:
+      refgrid demo fixtures --out demo-output
+    """
+    from refgrid.demo import run
+
+    click.echo(f"Scanning {fixtures / 'monthly' / 'chunk10'} (daily data, monthly files):")
+    try:
+        written = run(fixtures, out, echo=click.echo)
+    except (RefgridError, FileNotFoundError, AssertionError) as e:
+        raise click.ClickException(str(e)) from None
+    first = written[0].resolve()
+    click.echo(f"""
+Wrote {len(written)} reference files to {out.resolve()}/monthly (every value verified against
+netCDF4). Open one with stock xarray + zarr:
+
+    import fsspec, xarray as xr, zarr
+    fs = fsspec.filesystem("reference", fo="{first}", asynchronous=True)
+    ds = xr.open_dataset(zarr.storage.FsspecStore(fs, read_only=True), engine="zarr")
+""")
+
+
 if __name__ == "__main__":
     sys.exit(main())
