@@ -91,3 +91,28 @@ def zarr_fill_value(dtype: np.dtype, value: Any) -> Any:
         out = zdtype.to_json_scalar(zdtype.cast_scalar(value) if dtype.kind not in "OTV"
                                     else value, zarr_format=3)
     return list(out) if isinstance(out, tuple) else out
+
+
+ATTRIBUTE_TYPES_ATTR = "_refgrid_attribute_types"
+"""Numpy types of numeric attributes JSON would widen (float32 ``scale_factor`` decides
+that xarray unpacks to float32, as it does for the source file)."""
+
+
+def attribute_types(values: dict[str, Any]) -> dict[str, str]:
+    """``{name: dtype}`` of the numeric attributes that are not int64/float64/bool."""
+    types = {}
+    for name, value in values.items():
+        if isinstance(value, np.generic | np.ndarray) and value.dtype.kind in "iuf" and \
+                value.dtype not in (np.dtype("int64"), np.dtype("float64")):
+            types[name] = value.dtype.newbyteorder("=").str
+    return types
+
+
+def restore_attribute_types(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Attributes with the numpy types recorded by :func:`attribute_types` restored."""
+    types = attrs.pop(ATTRIBUTE_TYPES_ATTR, None) or {}
+    for name, kind in types.items():
+        if name in attrs:
+            value = np.asarray(attrs[name], dtype=kind)
+            attrs[name] = value[()] if value.ndim == 0 else value
+    return attrs

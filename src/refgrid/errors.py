@@ -36,3 +36,7 @@ class FormatError(ScanError):
 
 class WriteError(RefgridError):
     """The model cannot be written in the requested form."""
+
+
+class ReadError(RefgridError):
+    """A chunk could not be read or decoded; names the array, chunk, URL and byte range."""

@@ -28,7 +28,13 @@ from refgrid.codecs import (
     encode_chunk,
     hdf5_pipeline,
 )
-from refgrid.dtypes import STRING, VLEN_DTYPE_ATTR, storable
+from refgrid.dtypes import (
+    ATTRIBUTE_TYPES_ATTR,
+    STRING,
+    VLEN_DTYPE_ATTR,
+    attribute_types,
+    storable,
+)
 from refgrid.errors import ScanError
 from refgrid.gc_pause import gc_paused
 from refgrid.grid import RectilinearGrid
@@ -110,16 +116,21 @@ class _FileScan:
         return VirtualGroup(self.attributes(h5, path or "/", hide=HIDDEN_ATTRS), arrays, groups)
 
     def attributes(self, obj: h5py.HLObject, where: str, hide: Iterable[str]) -> dict[str, Any]:
-        out = {}
+        out, raw = {}, {}
         hidden = set(hide)
         for name in obj.attrs:
             if name in hidden:
                 continue
             try:
-                out[name] = attribute_value(obj.attrs[name])
+                raw[name] = obj.attrs[name]
+                out[name] = attribute_value(raw[name])
             except (UnrepresentableAttribute, OSError, TypeError, ValueError) as e:
+                raw.pop(name, None)
                 self.report.append(ReportEntry(self.source.url, f"{where}@{name}",
                                                "attribute-skipped", str(e)))
+        types = attribute_types(raw)
+        if types:
+            out[ATTRIBUTE_TYPES_ATTR] = types
         return out
 
     def _problem(self, where: str, reason: str) -> None:
