@@ -325,7 +325,7 @@ class _FileScan:
             for c in rows[:, :-1]:
                 key = tuple(int(v) for v in c)
                 inline[key] = self._chunk_bytes(d, grid, key, dtype, fill, codecs)
-                path_id[key] = INLINE
+                path_id[key], offset[key], length[key] = INLINE, 0, 0
         return ChunkManifest((self.source.url,), path_id, offset, length, inline)
 
     def _chunk_bytes(self, d: h5py.Dataset, grid: RectilinearGrid, coords: tuple[int, ...],
