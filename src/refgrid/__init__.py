@@ -3,8 +3,10 @@
     g = refgrid.scan("s3://bucket/f.nc", anon=True)      # one file → VirtualGroup
     refgrid.write(g, "out/refs.json")                    # kerchunk JSON v1, Zarr v3 inside
     refs = refgrid.to_kerchunk(g)                        # the same as a dict
+    g = refgrid.combine([g1, g2, g3], concat_dim="time") # many files → one, irregular lengths
 """
 
+from refgrid.combine import CombineError, combine
 from refgrid.errors import (
     FormatError,
     GridError,
@@ -23,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ChunkManifest",
+    "CombineError",
     "FormatError",
     "GridError",
     "ModelError",
@@ -33,6 +36,7 @@ __all__ = [
     "VirtualGroup",
     "WriteError",
     "__version__",
+    "combine",
     "scan",
     "to_kerchunk",
     "write",

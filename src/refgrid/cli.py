@@ -73,6 +73,60 @@ def scan(source: str, output: Path, show_report: bool, on_error: str, inline_thr
 
 
 @main.command()
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--concat-dim", default="time", show_default=True,
+              help="Dimension to concatenate along.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the kerchunk JSON references.")
+@click.option("--allow-overlap", is_flag=True,
+              help="Keep files whose concat coordinates overlap instead of failing.")
+@click.option("--stack-others", is_flag=True,
+              help="Keep variables without the concat dimension per file (new dimension "
+                   "'file') instead of requiring them identical.")
+@click.option("--report", "show_report", is_flag=True,
+              help="Print scan notes and attribute conflicts.")
+@storage_option
+def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overlap: bool,
+            stack_others: bool, show_report: bool, storage: tuple[str, ...]) -> None:
+    """Scan files (paths or URLs) and combine them along a dimension of irregular length.
+
+    \b
+    Examples:
+      refgrid combine data/tas_2001*.nc --concat-dim time -o tas_2001.json
+      refgrid combine s3://bucket/tas_*.nc -o tas.json -s anon=true
+    """
+    import refgrid
+
+    options = _storage_options(storage)
+    try:
+        groups = [refgrid.scan(source, **options) for source in _expand(sources, options)]
+        group = refgrid.combine(groups, concat_dim, overlap="allow" if allow_overlap
+                                else "error", others="stack" if stack_others else "identical")
+        refgrid.write(group, output)
+    except RefgridError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"combined {len(groups)} files along {concat_dim!r} -> {output}")
+    if show_report:
+        for entry in group.report:
+            click.echo(f"  {entry}")
+
+
+def _expand(sources: tuple[str, ...], options: dict[str, object]) -> list[str]:
+    """Sources with glob patterns expanded (remote ones too, through fsspec)."""
+    import fsspec
+
+    out: list[str] = []
+    for source in sources:
+        if any(ch in source for ch in "*?["):
+            _, _, paths = fsspec.get_fs_token_paths(source, storage_options=options)
+            prefix = source.split("://")[0] + "://" if "://" in source else ""
+            out.extend(sorted(prefix + p for p in paths))
+        else:
+            out.append(source)
+    return out
+
+
+@main.command()
 @click.argument("fixtures", type=click.Path(exists=True, file_okay=False, path_type=Path),
                 default="fixtures")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="demo-output",

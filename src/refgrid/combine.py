@@ -1,0 +1,300 @@
+"""Many files → one virtual dataset, concatenated along a dimension of irregular length.
+
+Files are ordered by the first value of their concat coordinate (decoded, so files with
+different time units order correctly), checked for overlaps, and joined variable by variable:
+the result's grid along the concat dimension is every file's logical chunk lengths in turn
+(rectilinear), with the encoded lengths kept where a file's last chunk is stored padded.
+
+Policies, all reported rather than silent:
+- the concat coordinate is read, re-encoded to the first file's units and calendar, and
+  inlined as one chunk;
+- variables without the concat dimension are taken from the first file after checking they
+  are identical in every file (``others="stack"`` keeps them per file along a new leading
+  dimension ``file`` instead);
+- attributes are the first file's; differing values in other files are recorded in
+  ``VirtualGroup.report`` (action ``attribute-conflict``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+import numpy as np
+
+from refgrid.codecs import bytes_codec
+from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, restore_attribute_types
+from refgrid.errors import RefgridError
+from refgrid.grid import AxisChunks, RectilinearGrid
+from refgrid.manifest import INLINE, ChunkManifest
+from refgrid.model import VirtualArray, VirtualGroup, same_value
+from refgrid.report import ReportEntry
+
+DECODING_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
+"""Attributes that change decoded values: they must agree across files."""
+LEVEL_KEYS = frozenset({"level", "clevel", "complevel"})
+"""Codec settings that change how data was compressed, not how it decodes."""
+
+
+class CombineError(RefgridError, ValueError):
+    """Files that cannot be combined; the message names the variable and every file."""
+
+
+def combine(
+    groups: Sequence[VirtualGroup],
+    concat_dim: str = "time",
+    *,
+    sources: Sequence[str] | None = None,
+    overlap: Literal["error", "allow"] = "error",
+    others: Literal["identical", "stack"] = "identical",
+) -> VirtualGroup:
+    """Concatenate scanned files along ``concat_dim`` (see the module docstring).
+
+    ``sources`` names the files in messages (default: the first URL each group references).
+    """
+    if not groups:
+        raise CombineError("nothing to combine: no groups given")
+    labels = list(sources) if sources is not None else [_label(g, k) for k, g in enumerate(groups)]
+    if len(labels) != len(groups):
+        raise CombineError(f"{len(labels)} source names for {len(groups)} groups")
+    job = _Combine(concat_dim, overlap, others)
+    root = job.group(list(groups), labels, "")
+    scanned = tuple(entry for g in groups for entry in g.report)
+    return replace(root, report=scanned + tuple(job.report))
+
+
+class _Combine:
+    def __init__(self, dim: str, overlap: str, others: str) -> None:
+        self.dim, self.overlap, self.others = dim, overlap, others
+        self.report: list[ReportEntry] = []
+
+    def group(self, groups: list[VirtualGroup], labels: list[str], path: str) -> VirtualGroup:
+        order = self._order(groups, labels, path)
+        groups = [groups[k] for k in order]
+        labels = [labels[k] for k in order]
+        names = _all_names(groups, "arrays")
+        missing = {n: [lab for g, lab in zip(groups, labels, strict=True) if n not in g.arrays]
+                   for n in names}
+        missing = {n: files for n, files in missing.items() if files}
+        if missing:
+            detail = "; ".join(f"{_where(path, n)} missing from {', '.join(f)}"
+                               for n, f in sorted(missing.items()))
+            raise CombineError(f"variables are not in every file: {detail}")
+        arrays = {}
+        for name in names:
+            parts = [g.arrays[name] for g in groups]
+            arrays[name] = self.array(parts, labels, _where(path, name))
+        child_names = _all_names(groups, "groups")
+        absent = {n: [lab for g, lab in zip(groups, labels, strict=True) if n not in g.groups]
+                  for n in child_names}
+        if any(absent.values()):
+            detail = "; ".join(f"group {_where(path, n)} missing from {', '.join(f)}"
+                               for n, f in absent.items() if f)
+            raise CombineError(f"groups are not in every file: {detail}")
+        children = {n: self.group([g.groups[n] for g in groups], labels, _where(path, n))
+                    for n in child_names}
+        attrs = self.attributes([g.attrs for g in groups], labels, path or "/")
+        return VirtualGroup(attrs, arrays, children)
+
+    # -- ordering and the concat coordinate ----------------------------------------------
+
+    def _order(self, groups: list[VirtualGroup], labels: list[str], path: str) -> list[int]:
+        coords = [g.arrays.get(self.dim) for g in groups]
+        if any(c is None for c in coords):
+            return list(range(len(groups)))  # no coordinate: keep the given order
+        instants = [_instants(c) for c in coords]
+        order = sorted(range(len(groups)),
+                       key=lambda k: instants[k][0] if len(instants[k]) else np.inf)
+        if self.overlap == "error":
+            for a, b in itertools.pairwise(order):
+                if len(instants[a]) and len(instants[b]) and instants[a][-1] >= instants[b][0]:
+                    raise CombineError(
+                        f"{_where(path, self.dim)}: {labels[a]} ends at {instants[a][-1]} "
+                        f"but {labels[b]} starts at {instants[b][0]}: the files overlap or "
+                        "repeat values (pass overlap='allow' to keep both)")
+        return order
+
+    def coordinate(self, parts: list[VirtualArray], labels: list[str],
+                   where: str) -> VirtualArray:
+        """The concat coordinate, read, re-encoded to the first file's units, inlined."""
+        first = parts[0]
+        values = [_read(p) for p in parts]
+        units = [p.attrs.get("units") for p in parts]
+        calendars = [p.attrs.get("calendar", "standard") for p in parts]
+        if any(u != units[0] or c != calendars[0] for u, c in zip(units, calendars, strict=True)):
+            if not (isinstance(units[0], str) and " since " in units[0]):
+                odd = [lab for lab, u in zip(labels, units, strict=True) if u != units[0]]
+                raise CombineError(f"{where}: units differ ({', '.join(odd)} vs {labels[0]}) "
+                                   "and are not CF time units that can be re-encoded")
+            values = [_reencode(v, p, first, lab, where)
+                      for v, p, lab in zip(values, parts, labels, strict=True)]
+        data = np.concatenate(values).astype(first.dtype)
+        grid = RectilinearGrid.regular([len(data)], [max(1, len(data))])
+        stored = data.astype(first.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
+        path_id = np.full(grid.chunk_counts, INLINE if len(data) else -1, np.int32)
+        inline = {(0,): stored.tobytes()} if len(data) else {}
+        manifest = ChunkManifest((), path_id, np.zeros(grid.chunk_counts),
+                                 np.zeros(grid.chunk_counts), inline)
+        return replace(first, dtype=stored.dtype, grid=grid, manifest=manifest,
+                       codecs=(bytes_codec(stored.dtype),))
+
+    # -- variables ------------------------------------------------------------------------
+
+    def array(self, parts: list[VirtualArray], labels: list[str], where: str) -> VirtualArray:
+        first = parts[0]
+        attrs = self.attributes([p.attrs for p in parts], labels, where)
+        if self.dim not in first.dims:
+            return replace(self.constant(parts, labels, where), attrs=attrs)
+        if first.dims == (self.dim,) and first.name == self.dim:
+            return replace(self.coordinate(parts, labels, where), attrs=attrs)
+        self.check(parts, labels, where)
+        aligned = [replace(p, codecs=first.codecs, attrs=first.attrs) for p in parts]
+        try:
+            joined = VirtualArray.concat(aligned, self.dim)
+        except RefgridError as e:
+            raise CombineError(f"{where}: {e}") from None
+        return replace(joined, attrs=attrs)
+
+    def check(self, parts: list[VirtualArray], labels: list[str], where: str) -> None:
+        """Every disagreement that would mis-place or mis-decode data, with every file."""
+        first, axis = parts[0], parts[0].axis(self.dim)
+        problems = []
+        checks = [
+            ("dimensions", lambda a: a.dims),
+            ("dtype", lambda a: str(a.dtype)),
+            ("shape on other dimensions", lambda a: a.shape[:axis] + a.shape[axis + 1:]),
+            ("chunking on other dimensions", lambda a: tuple(
+                (tuple(a.grid.lengths(d)), tuple(a.grid.encoded_lengths(d)))
+                for d in range(a.grid.ndim) if d != axis)),
+            ("codecs", lambda a: _decoding(a.codecs)),
+            ("fill value", lambda a: _comparable(a.fill_value)),
+            *((name, lambda a, n=name: _comparable(restore_attribute_types(dict(a.attrs)).get(n)))
+              for name in DECODING_ATTRS),
+        ]
+        for what, key in checks:
+            reference = key(first)
+            odd = [lab for p, lab in zip(parts, labels, strict=True)
+                   if not same_value(key(p), reference)]
+            if odd:
+                problems.append(f"{what} differs in {', '.join(odd)} from {labels[0]} "
+                                f"({_brief(key(parts[labels.index(odd[0])]))} vs "
+                                f"{_brief(reference)})")
+        if problems:
+            raise CombineError(f"{where}: " + "; ".join(problems))
+
+    def constant(self, parts: list[VirtualArray], labels: list[str], where: str) -> VirtualArray:
+        """A variable without the concat dimension: one copy when identical everywhere."""
+        first = parts[0]
+        if self.others == "stack":
+            stacked = [_with_leading_axis(p, "file") for p in parts]
+            return VirtualArray.concat([replace(s, attrs=first.attrs) for s in stacked], "file")
+        reference = None
+        odd = []
+        for p, lab in zip(parts[1:], labels[1:], strict=True):
+            if p.manifest == first.manifest and p.grid == first.grid and p.dtype == first.dtype:
+                continue
+            if reference is None:
+                reference = _read(first)
+            values = _read(p)
+            if values.shape != reference.shape or not same_value(values, reference):
+                odd.append(lab)
+        if odd:
+            raise CombineError(f"{where}: has no {self.dim!r} dimension and differs in "
+                               f"{', '.join(odd)} from {labels[0]} (pass others='stack' to keep "
+                               "one copy per file)")
+        return first
+
+    def attributes(self, values: list[Any], labels: list[str], where: str) -> dict[str, Any]:
+        """The first file's attributes; other files' differing values are recorded."""
+        first = dict(values[0])
+        for attrs, lab in zip(values[1:], labels[1:], strict=True):
+            for name in sorted(set(first) | set(attrs)):
+                if name == ATTRIBUTE_TYPES_ATTR:
+                    continue
+                if not same_value(first.get(name), attrs.get(name)):
+                    self.report.append(ReportEntry(
+                        lab, f"{where}@{name}", "attribute-conflict",
+                        f"kept {labels[0]}'s value {_brief(first.get(name))}, not "
+                        f"{_brief(attrs.get(name))}"))
+        return first
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+def _label(group: VirtualGroup, k: int) -> str:
+    for _, node in group.walk():
+        if isinstance(node, VirtualArray) and node.manifest.paths:
+            return node.manifest.paths[0]
+    return f"group #{k}"
+
+
+def _where(path: str, name: str) -> str:
+    return f"{path}/{name}" if path else name
+
+
+def _all_names(groups: list[VirtualGroup], kind: str) -> list[str]:
+    names: dict[str, None] = {}
+    for g in groups:
+        names.update(dict.fromkeys(getattr(g, kind)))
+    return list(names)
+
+
+def _read(array: VirtualArray) -> np.ndarray:
+    from refgrid.read.array import read
+
+    return read(array)
+
+
+def _instants(coord: VirtualArray) -> np.ndarray:
+    """Coordinate values as comparable instants (CF times decoded), for ordering."""
+    values = _read(coord)
+    units = coord.attrs.get("units")
+    if isinstance(units, str) and " since " in units:
+        from xarray.coding.times import decode_cf_datetime
+
+        return np.asarray(decode_cf_datetime(values, units,
+                                             coord.attrs.get("calendar", "standard")))
+    return values
+
+
+def _reencode(values: np.ndarray, part: VirtualArray, first: VirtualArray, label: str,
+              where: str) -> np.ndarray:
+    from xarray.coding.times import decode_cf_datetime, encode_cf_datetime
+
+    dates = decode_cf_datetime(values, part.attrs["units"], part.attrs.get("calendar",
+                                                                          "standard"))
+    encoded, _, _ = encode_cf_datetime(dates, first.attrs["units"],
+                                       first.attrs.get("calendar", "standard"), first.dtype)
+    back = decode_cf_datetime(encoded, first.attrs["units"],
+                              first.attrs.get("calendar", "standard"))
+    if not np.array_equal(np.asarray(back), np.asarray(dates)):
+        raise CombineError(f"{where}: times of {label} cannot be encoded exactly in "
+                           f"{first.attrs['units']!r}")
+    return np.asarray(encoded)
+
+
+def _decoding(codecs: tuple[Any, ...]) -> list[Any]:
+    """Codecs with compression levels removed: what decides how bytes decode."""
+    return [{"name": c["name"], "configuration": {
+        k: v for k, v in c.get("configuration", {}).items() if k not in LEVEL_KEYS}}
+        for c in codecs]
+
+
+def _comparable(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _with_leading_axis(array: VirtualArray, dim: str) -> VirtualArray:
+    one = np.ones(1, dtype=np.int64)
+    grid = RectilinearGrid((AxisChunks(one, one), *array.grid.axes))
+    m = array.manifest
+    manifest = ChunkManifest(m.paths, m.path_id[None], m.offset[None], m.length[None],
+                             {(0, *k): v for k, v in m.inline.items()})
+    return replace(array, dims=(dim, *array.dims), grid=grid, manifest=manifest)

@@ -1,0 +1,190 @@
+"""Combining files of irregular length: values against xarray.open_mfdataset, grid JSON
+against the spec, and every error path naming the variable and the offending files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import jsonschema
+import numpy as np
+import pytest
+import xarray as xr
+
+import refgrid
+from conftest import FIXTURES
+from refgrid.combine import CombineError, combine
+from refgrid.grid import RectilinearGrid
+from refgrid.manifest import INLINE, ChunkManifest
+
+# archive → (chunk_grid name of tas, encoded_chunk_shapes expected, same time units)
+ARCHIVES = {
+    "monthly/chunk10": ("rectilinear", [10, 6, 8], True),      # padded interior chunks
+    "monthly/chunkfile": ("rectilinear", None, True),          # chunk = whole file
+    "monthly/contiguous": ("rectilinear", None, True),         # contiguous files
+    "yearly/chunk73": ("rectilinear", [73, 3, 4], True),       # 366 = 5 x 73 + 1
+    "yearly/chunk100": ("rectilinear", [100, 3, 4], True),
+    "yearly/last_ragged": ("regular", None, True),             # only the last file ragged
+    "yearly/mixed_units": ("rectilinear", [73, 3, 4], False),  # days vs hours since
+}
+
+
+def _files(archive):
+    return sorted((FIXTURES / archive).glob("*.nc"))
+
+
+def _combined(archive, tmp_path):
+    files = _files(archive)
+    group = combine([refgrid.scan(f) for f in reversed(files)], "time")  # order by time
+    return group, refgrid.write(group, tmp_path / "combined.json"), files
+
+
+@pytest.mark.parametrize("archive", ARCHIVES)
+def test_combined_archive_equals_open_mfdataset(archive, tmp_path):
+    _, refs, files = _combined(archive, tmp_path)
+    ours = xr.open_dataset(refs, engine="refgrid")
+    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time")
+    assert set(ours.variables) == set(expected.variables)
+    for key in expected.variables:
+        assert ours[key].dtype == expected[key].dtype, key
+        np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)
+    if ARCHIVES[archive][2]:  # raw values too, where every file has the same encoding
+        raw = xr.open_dataset(refs, engine="refgrid", mask_and_scale=False, decode_times=False)
+        expected_raw = xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                         mask_and_scale=False, decode_times=False)
+        for key in expected_raw.variables:
+            np.testing.assert_array_equal(raw[key].values, expected_raw[key].values,
+                                          err_msg=key)
+
+
+@pytest.mark.parametrize("archive", ARCHIVES)
+def test_zarr_json_is_shortest_and_carries_encoded_extents_exactly_when_needed(
+        archive, tmp_path, rectilinear_schema):
+    name, encoded, _ = ARCHIVES[archive]
+    _, refs, _ = _combined(archive, tmp_path)
+    doc = json.loads(json.loads(refs.read_text())["refs"]["tas/zarr.json"])
+    grid = doc["chunk_grid"]
+    assert grid["name"] == name
+    if name == "rectilinear":
+        jsonschema.validate(grid, rectilinear_schema)
+        assert grid["configuration"].get("encoded_chunk_shapes") == encoded
+    assert RectilinearGrid.from_json(grid, doc["shape"]).shape == tuple(doc["shape"])
+
+
+def test_monthly_chunk10_grid_json(tmp_path):
+    group, _, _ = _combined("monthly/chunk10", tmp_path)
+    assert group["tas"].grid.to_json() == {"name": "rectilinear", "configuration": {
+        "kind": "inline",
+        "chunk_shapes": [[[10, 3], 1, 10, 10, 8, [10, 3], 1, [10, 6], 1, [10, 6], 1, [10, 3], 1,
+                          [10, 6], 1, [10, 6], 1], 6, 8],
+        "encoded_chunk_shapes": [10, 6, 8]}}
+    assert group["time"].manifest.path_id.tolist() == [INLINE]  # the coordinate is inlined
+
+
+def test_native_chunks_through_dask(tmp_path):
+    _, refs, _ = _combined("monthly/chunkfile", tmp_path)
+    ds = xr.open_dataset(refs, engine="refgrid", chunks={})
+    assert ds.tas.chunks[0] == (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def test_mixed_time_units_are_reencoded_to_the_first_files(tmp_path):
+    group, refs, _ = _combined("yearly/mixed_units", tmp_path)
+    assert group["time"].attrs["units"] == "days since 2000-01-01"
+    raw = xr.open_dataset(refs, engine="refgrid", decode_times=False)
+    np.testing.assert_array_equal(raw.time.values, np.arange(366 + 365, dtype="f8"))
+
+
+def test_attribute_conflicts_keep_the_first_and_are_recorded(tmp_path):
+    group, _, files = _combined("monthly/chunk10", tmp_path)
+    assert group.attrs["title"] == "daily tas, 2001-01"
+    conflicts = [e for e in group.report if e.action == "attribute-conflict"]
+    assert len(conflicts) == 11 and conflicts[0].url == str(files[1])
+
+
+def test_groups_are_combined_group_by_group():
+    source = FIXTURES / "features" / "netcdf4_features.nc"
+    one = refgrid.scan(source)
+    both = combine([one, one], "time", sources=["a.nc", "b.nc"])
+    assert both["long"].shape == (20,)
+    assert both["model/run1/t"] == one["model/run1/t"]  # no time dimension: taken once
+    assert both["model"].attrs == one["model"].attrs
+
+
+# -- errors name the variable and every offending file ---------------------------------------
+
+def _monthly(*months, kind="chunk10"):
+    return [refgrid.scan(FIXTURES / "monthly" / kind / f"tas_2001{m:02d}.nc") for m in months]
+
+
+def test_overlapping_files_name_both():
+    jan = _monthly(1)[0]
+    with pytest.raises(CombineError, match=r"time: b\.nc ends at 2001-01-31.* but a\.nc|"
+                                           r"time: a\.nc ends at 2001-01-31.*but b\.nc starts"):
+        combine([jan, jan], "time", sources=["a.nc", "b.nc"])
+    assert combine([jan, jan], "time", overlap="allow")["tas"].shape == (62, 6, 8)
+
+
+def test_different_codecs_name_the_files():
+    groups = _monthly(1, 2) + _monthly(3, kind="contiguous")
+    with pytest.raises(CombineError, match=r"tas: codecs differs in m3\.nc from m1\.nc"):
+        combine(groups, "time", sources=["m1.nc", "m2.nc", "m3.nc"])
+
+
+def test_compression_level_alone_is_fine():
+    jan, feb = _monthly(1, 2)
+    tas = feb["tas"]
+    codecs = tuple({**c, "configuration": {**c.get("configuration", {}), "level": 9}}
+                   if c["name"] == "numcodecs.zlib" else c for c in tas.codecs)
+    feb = replace(feb, arrays={**feb.arrays, "tas": replace(tas, codecs=codecs)})
+    assert combine([jan, feb], "time")["tas"].shape == (59, 6, 8)
+
+
+def test_shape_dtype_and_missing_variables_name_every_file():
+    def only_tas(group):
+        return replace(group, arrays={k: group.arrays[k] for k in ("time", "tas")})
+
+    monthly = only_tas(_monthly(1)[0])
+    yearly = only_tas(refgrid.scan(FIXTURES / "yearly" / "chunk73" / "tas_2002.nc"))
+    with pytest.raises(CombineError, match=r"tas: dtype differs in y\.nc from m\.nc .*shape on "
+                                           r"other dimensions differs in y\.nc"):
+        combine([monthly, yearly], "time", sources=["m.nc", "y.nc"])
+    jan, feb, mar = _monthly(1, 2, 3)
+    feb = replace(feb, arrays={k: v for k, v in feb.arrays.items() if k != "tas"})
+    mar = replace(mar, arrays={k: v for k, v in mar.arrays.items() if k != "tas"})
+    with pytest.raises(CombineError, match=r"variables are not in every file: tas missing from "
+                                           r"b\.nc, c\.nc"):
+        combine([jan, feb, mar], "time", sources=["a.nc", "b.nc", "c.nc"])
+
+
+def test_decoding_attributes_must_agree():
+    a, b = (refgrid.scan(FIXTURES / "yearly" / "chunk73" / f"tas_{y}.nc") for y in (2000, 2001))
+    tas = b["tas"]
+    b = replace(b, arrays={**b.arrays, "tas": replace(tas, attrs={**tas.attrs,
+                                                                  "scale_factor": 0.02})})
+    with pytest.raises(CombineError, match=r"tas: scale_factor differs in b\.nc from a\.nc"):
+        combine([a, b], "time", sources=["a.nc", "b.nc"])
+
+
+def test_variables_without_the_concat_dimension_must_be_identical_or_stacked():
+    jan, feb = _monthly(1, 2)
+    lat = feb["lat"]
+    data = (np.arange(6, dtype="<f8") * 3).tobytes()
+    grid = RectilinearGrid.regular([6], [6])
+    other = replace(lat, grid=grid, codecs=({"name": "bytes", "configuration":
+                                             {"endian": "little"}},),
+                    manifest=ChunkManifest((), np.array([INLINE]), np.zeros(1), np.zeros(1),
+                                           {(0,): data}))
+    feb = replace(feb, arrays={**feb.arrays, "lat": other})
+    with pytest.raises(CombineError, match=r"lat: has no 'time' dimension and differs in "
+                                           r"feb\.nc from jan\.nc"):
+        combine([jan, feb], "time", sources=["jan.nc", "feb.nc"])
+    stacked = combine([jan, feb], "time", others="stack")
+    assert stacked["lat"].dims == ("file", "lat") and stacked["lat"].shape == (2, 6)
+    from refgrid.read.array import read
+
+    np.testing.assert_array_equal(read(stacked["lat"])[1], np.arange(6) * 3.0)
+
+
+def test_nothing_to_combine():
+    with pytest.raises(CombineError, match="nothing to combine"):
+        combine([], "time")
