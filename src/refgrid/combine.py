@@ -69,6 +69,14 @@ class _Combine:
     def __init__(self, dim: str, overlap: str, others: str) -> None:
         self.dim, self.overlap, self.others = dim, overlap, others
         self.report: list[ReportEntry] = []
+        self.values: dict[int, np.ndarray] = {}
+
+    def read(self, array: VirtualArray) -> np.ndarray:
+        """An array's values, read once per combine (coordinates serve ordering and output)."""
+        key = id(array)
+        if key not in self.values:
+            self.values[key] = _read(array)
+        return self.values[key]
 
     def group(self, groups: list[VirtualGroup], labels: list[str], path: str) -> VirtualGroup:
         order = self._order(groups, labels, path)
@@ -104,23 +112,24 @@ class _Combine:
         coords = [g.arrays.get(self.dim) for g in groups]
         if any(c is None for c in coords):
             return list(range(len(groups)))  # no coordinate: keep the given order
-        instants = [_instants(c) for c in coords]
-        order = sorted(range(len(groups)),
-                       key=lambda k: instants[k][0] if len(instants[k]) else np.inf)
+        bounds = _bounds([self.read(c) for c in coords], coords)  # (first, last) instants
+        empty = [k for k, b in enumerate(bounds) if b is None]
+        filled = sorted((k for k, b in enumerate(bounds) if b is not None),
+                        key=lambda k: bounds[k][0])
         if self.overlap == "error":
-            for a, b in itertools.pairwise(order):
-                if len(instants[a]) and len(instants[b]) and instants[a][-1] >= instants[b][0]:
+            for a, b in itertools.pairwise(filled):
+                if bounds[a][1] >= bounds[b][0]:
                     raise CombineError(
-                        f"{_where(path, self.dim)}: {labels[a]} ends at {instants[a][-1]} "
-                        f"but {labels[b]} starts at {instants[b][0]}: the files overlap or "
+                        f"{_where(path, self.dim)}: {labels[a]} ends at {bounds[a][1]} "
+                        f"but {labels[b]} starts at {bounds[b][0]}: the files overlap or "
                         "repeat values (pass overlap='allow' to keep both)")
-        return order
+        return filled + empty
 
     def coordinate(self, parts: list[VirtualArray], labels: list[str],
                    where: str) -> VirtualArray:
         """The concat coordinate, read, re-encoded to the first file's units, inlined."""
         first = parts[0]
-        values = [_read(p) for p in parts]
+        values = [self.read(p) for p in parts]
         units = [p.attrs.get("units") for p in parts]
         calendars = [p.attrs.get("calendar", "standard") for p in parts]
         if any(u != units[0] or c != calendars[0] for u, c in zip(units, calendars, strict=True)):
@@ -159,28 +168,18 @@ class _Combine:
 
     def check(self, parts: list[VirtualArray], labels: list[str], where: str) -> None:
         """Every disagreement that would mis-place or mis-decode data, with every file."""
-        first, axis = parts[0], parts[0].axis(self.dim)
+        axis = parts[0].axis(self.dim)
+        signatures = [_signature(p, axis) for p in parts]
+        reference = signatures[0]
         problems = []
-        checks = [
-            ("dimensions", lambda a: a.dims),
-            ("dtype", lambda a: str(a.dtype)),
-            ("shape on other dimensions", lambda a: a.shape[:axis] + a.shape[axis + 1:]),
-            ("chunking on other dimensions", lambda a: tuple(
-                (tuple(a.grid.lengths(d)), tuple(a.grid.encoded_lengths(d)))
-                for d in range(a.grid.ndim) if d != axis)),
-            ("codecs", lambda a: _decoding(a.codecs)),
-            ("fill value", lambda a: _comparable(a.fill_value)),
-            *((name, lambda a, n=name: _comparable(restore_attribute_types(dict(a.attrs)).get(n)))
-              for name in DECODING_ATTRS),
-        ]
-        for what, key in checks:
-            reference = key(first)
-            odd = [lab for p, lab in zip(parts, labels, strict=True)
-                   if not same_value(key(p), reference)]
+        for what, expected in reference.items():
+            exact = what in EXACT_KEYS
+            odd = [k for k, sig in enumerate(signatures) if not (
+                sig[what] == expected if exact else same_value(sig[what], expected))]
             if odd:
-                problems.append(f"{what} differs in {', '.join(odd)} from {labels[0]} "
-                                f"({_brief(key(parts[labels.index(odd[0])]))} vs "
-                                f"{_brief(reference)})")
+                names = ", ".join(labels[k] for k in odd)
+                problems.append(f"{what} differs in {names} from {labels[0]} "
+                                f"({_brief(signatures[odd[0]][what])} vs {_brief(expected)})")
         if problems:
             raise CombineError(f"{where}: " + "; ".join(problems))
 
@@ -196,8 +195,8 @@ class _Combine:
             if p.manifest == first.manifest and p.grid == first.grid and p.dtype == first.dtype:
                 continue
             if reference is None:
-                reference = _read(first)
-            values = _read(p)
+                reference = self.read(first)
+            values = self.read(p)
             if values.shape != reference.shape or not same_value(values, reference):
                 odd.append(lab)
         if odd:
@@ -223,6 +222,28 @@ class _Combine:
 
 # -- helpers --------------------------------------------------------------------------------
 
+EXACT_KEYS = frozenset({"dimensions", "dtype", "shape on other dimensions",
+                        "chunking on other dimensions", "codecs"})
+
+
+def _signature(array: VirtualArray, axis: int) -> dict[str, Any]:
+    """What must agree across files for ``array``: compared key by key (NaN-aware for
+    fill values and packing attributes)."""
+    grid = array.grid
+    attrs = restore_attribute_types(dict(array.attrs))
+    return {
+        "dimensions": array.dims,
+        "dtype": str(array.dtype),
+        "shape on other dimensions": array.shape[:axis] + array.shape[axis + 1:],
+        "chunking on other dimensions": tuple(
+            (tuple(grid.lengths(d).tolist()), tuple(grid.encoded_lengths(d).tolist()))
+            for d in range(grid.ndim) if d != axis),
+        "codecs": _decoding(array.codecs),
+        "fill value": _comparable(array.fill_value),
+        **{name: _comparable(attrs.get(name)) for name in DECODING_ATTRS},
+    }
+
+
 def _label(group: VirtualGroup, k: int) -> str:
     for _, node in group.walk():
         if isinstance(node, VirtualArray) and node.manifest.paths:
@@ -247,16 +268,25 @@ def _read(array: VirtualArray) -> np.ndarray:
     return read(array)
 
 
-def _instants(coord: VirtualArray) -> np.ndarray:
-    """Coordinate values as comparable instants (CF times decoded), for ordering."""
-    values = _read(coord)
-    units = coord.attrs.get("units")
-    if isinstance(units, str) and " since " in units:
-        from xarray.coding.times import decode_cf_datetime
+def _bounds(values: list[np.ndarray], coords: list[VirtualArray]) -> list[Any]:
+    """Each file's first and last coordinate value as comparable instants (CF times decoded,
+    one decode per distinct units and calendar), or ``None`` for an empty file."""
+    ends = [np.asarray([v[0], v[-1]]) if len(v) else None for v in values]
+    keys = [(c.attrs.get("units"), c.attrs.get("calendar", "standard")) for c in coords]
+    out: list[Any] = [None] * len(values)
+    for key in set(keys):
+        members = [k for k, kk in enumerate(keys) if kk == key and ends[k] is not None]
+        if not members:
+            continue
+        stacked = np.concatenate([ends[k] for k in members])
+        units, calendar = key
+        if isinstance(units, str) and " since " in units:
+            from xarray.coding.times import decode_cf_datetime
 
-        return np.asarray(decode_cf_datetime(values, units,
-                                             coord.attrs.get("calendar", "standard")))
-    return values
+            stacked = np.asarray(decode_cf_datetime(stacked, units, calendar))
+        for j, k in enumerate(members):
+            out[k] = (stacked[2 * j], stacked[2 * j + 1])
+    return out
 
 
 def _reencode(values: np.ndarray, part: VirtualArray, first: VirtualArray, label: str,
