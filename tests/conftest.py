@@ -66,3 +66,7 @@ def http_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("http")
     shutil.copytree(FIXTURES, root / "fixtures")
     yield from start_http(root)
+
+
+def netcdf3_files(root: Path) -> list[Path]:
+    return [p for p in data_files(root) if p.read_bytes()[:3] == b"CDF"]

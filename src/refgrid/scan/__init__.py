@@ -8,6 +8,7 @@ from typing import Any
 from refgrid.errors import FormatError
 from refgrid.model import VirtualGroup
 from refgrid.scan.hdf5 import OnError, ScanOptions, scan_hdf5
+from refgrid.scan.netcdf3 import scan_netcdf3
 from refgrid.scan.source import Source
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -23,7 +24,7 @@ def scan(
     contiguous_chunk_bytes: int = ScanOptions.contiguous_chunk_bytes,
     **storage_options: Any,
 ) -> VirtualGroup:
-    """Scan one HDF5 / NetCDF4 file, local or remote (any fsspec URL).
+    """Scan one HDF5 / NetCDF4 / NetCDF3 file, local or remote (any fsspec URL).
 
     ``on_error="raise"`` (default) stops at the first variable that cannot be scanned, naming
     the file, the variable and the reason; ``"report"`` records it in ``VirtualGroup.report``
@@ -37,9 +38,9 @@ def scan(
     if any(head[k:k + 8] == HDF5_MAGIC for k in (0, 512, 1024, 2048)):
         return scan_hdf5(source, options)
     if head[:4] in NETCDF3_MAGIC:
-        raise FormatError(source.url, None, "NetCDF3 files are not scanned yet (the NetCDF3 "
-                          "scanner is a separate issue)")
-    raise FormatError(source.url, None, f"not an HDF5/NetCDF4 file (starts with {head[:8]!r})")
+        return scan_netcdf3(source, contiguous_chunk_bytes)
+    raise FormatError(source.url, None,
+                      f"not an HDF5/NetCDF4/NetCDF3 file (starts with {head[:8]!r})")
 
 
 __all__ = ["ScanOptions", "scan"]

@@ -42,6 +42,7 @@ from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.report import ReportEntry
 from refgrid.scan.attributes import UnrepresentableAttribute, attribute_value
+from refgrid.scan.contiguous import rows_per_chunk
 from refgrid.scan.source import Source
 
 OnError = Literal["raise", "report"]
@@ -263,7 +264,7 @@ class _FileScan:
                     fill: Any, codecs: tuple[dict[str, Any], ...],
                     attrs: dict[str, Any]) -> VirtualArray:
         shape = d.shape
-        rows = _rows_per_chunk(shape, dtype.itemsize, self.options.contiguous_chunk_bytes)
+        rows = rows_per_chunk(shape, dtype.itemsize, self.options.contiguous_chunk_bytes)
         grid = RectilinearGrid.regular(shape, (rows, *shape[1:]) if shape else ())
         offset = d.id.get_offset()
         if offset is None or d.size == 0:
@@ -438,18 +439,6 @@ def _inline_manifest(grid: RectilinearGrid,
     for key in inline:
         path_id[key] = INLINE
     return ChunkManifest((), path_id, manifest.offset, manifest.length, inline)
-
-
-def _rows_per_chunk(shape: tuple[int, ...], itemsize: int, target: int) -> int:
-    """The largest divisor of the first dimension whose rows fit ``target`` bytes, so the
-    virtual grid of contiguous data stays regular with full-size chunks."""
-    if not shape or shape[0] == 0:
-        return max(1, shape[0]) if shape else 1
-    row = max(1, math.prod(shape[1:]) * itemsize)
-    limit = max(1, target // row)
-    if shape[0] <= limit:
-        return shape[0]
-    return max(k for k in range(1, limit + 1) if shape[0] % k == 0)
 
 
 def _pad(array: VirtualArray, lengths: tuple[int, ...], d: h5py.Dataset) -> VirtualArray:
