@@ -10,6 +10,11 @@ from pathlib import Path
 import h5py  # noqa: F401
 import hdf5plugin  # noqa: F401
 import pytest
+from hypothesis import settings
+
+# Properties are about results, not speed: a loaded 2-core CI machine must not fail them.
+settings.register_profile("refgrid", deadline=None, print_blob=True)
+settings.load_profile("refgrid")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

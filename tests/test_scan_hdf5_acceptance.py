@@ -189,7 +189,7 @@ def test_scan_errors_are_clear():
 
     with pytest.raises(ScanError, match=r"nope\.nc: file not found"):
         scan("nope.nc")
-    with pytest.raises(FormatError, match="not an HDF5/NetCDF4 file"):
+    with pytest.raises(FormatError, match="not an HDF5/NetCDF4/NetCDF3 file"):
         scan(FIXTURES / "VERSIONS.json")
 
 
