@@ -41,4 +41,5 @@ def test_demo_writes_verified_references_and_the_year_grid(tmp_path):
     grid = json.loads((tmp_path / "monthly" / "year_chunk_grid.json").read_text())
     assert grid["name"] == "rectilinear"
     assert grid["configuration"]["encoded_chunk_shapes"] == [10, 6, 8]
-    assert "xr.open_dataset" in result.output
+    assert (tmp_path / "tas_2001.json").exists()
+    assert 'engine="refgrid"' in result.output

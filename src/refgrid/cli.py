@@ -132,7 +132,7 @@ def _expand(sources: tuple[str, ...], options: dict[str, object]) -> list[str]:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="demo-output",
               show_default=True, help="Folder for the reference files.")
 def demo(fixtures: Path, out: Path) -> None:
-    """Scan the bundled monthly fixtures, write and verify references, show the year's grid.
+    """Scan the bundled monthly fixtures, combine the year, write and verify references.
 
     \b
     Example:
@@ -145,12 +145,16 @@ def demo(fixtures: Path, out: Path) -> None:
         written = run(fixtures, out, echo=click.echo)
     except (RefgridError, FileNotFoundError, AssertionError) as e:
         raise click.ClickException(str(e)) from None
-    first = written[0].resolve()
+    first, year = written[0].resolve(), written[-1].resolve()
     click.echo(f"""
-Wrote {len(written)} reference files to {out.resolve()}/monthly (every value verified against
-netCDF4). Open one with stock xarray + zarr:
+Wrote {len(written) - 1} per-file reference files to {out.resolve()}/monthly and the combined
+year to {year}. Open them with xarray:
 
-    import fsspec, xarray as xr, zarr
+    import xarray as xr
+    ds = xr.open_dataset("{year}", engine="refgrid", chunks={{}})  # native chunks 10,10,10,1,...
+
+    # a single file has a regular grid: stock zarr reads it too
+    import fsspec, zarr
     fs = fsspec.filesystem("reference", fo="{first}", asynchronous=True)
     ds = xr.open_dataset(zarr.storage.FsspecStore(fs, read_only=True), engine="zarr")
 """)

@@ -1,9 +1,10 @@
-"""The job ``make demo`` runs on the bundled fixtures: scan, write references, show the grid.
+"""The job ``make demo`` runs on the bundled fixtures: scan, combine, write, verify.
 
 It scans the monthly archive (12 files of 28-31 daily steps, chunked 10 along time), writes one
-kerchunk reference file per source, verifies every value against netCDF4, and prints the
-rectilinear chunk grid that represents the whole year - the grid no regular Zarr array can
-express - together with how to open the outputs.
+kerchunk reference file per source (regular grids: stock zarr reads them; every value checked
+against netCDF4), combines the year into one virtual dataset whose time axis needs the
+rectilinear chunk grid no regular Zarr array can express, and checks it against
+``xarray.open_mfdataset`` of the sources.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refgrid.grid import RectilinearGrid
+from refgrid.combine import combine
 from refgrid.model import VirtualArray
 from refgrid.scan import scan
 from refgrid.write import write
@@ -25,23 +26,37 @@ def run(fixtures: Path, out: Path, echo=print) -> list[Path]:
     sources = sorted((fixtures / "monthly" / "chunk10").glob("*.nc"))
     if not sources:
         raise FileNotFoundError(f"no monthly fixtures under {fixtures}; run from the repo root")
-    written, grids = [], []
+    written = []
     for source in sources:
         group = scan(source)
         target = write(group, out / "monthly" / f"{source.stem}.json")
         tas = group["tas"]
         assert isinstance(tas, VirtualArray)
-        grids.append(tas.grid)
         _verify(source, target)
         written.append(target)
         echo(f"  {source.name}: tas {tas.shape}, {tas.grid.nchunks} chunks -> {target}")
-    year = RectilinearGrid.concat(grids, 0)
-    doc = year.to_json()
+    year = combine([scan(source) for source in sources], "time")
+    combined = write(year, out / "tas_2001.json")
+    grid = year["tas"].grid
+    doc = grid.to_json()
     (out / "monthly" / "year_chunk_grid.json").write_text(json.dumps(doc, indent=1) + "\n")
-    echo(f"\nThe year as one array: shape {year.shape}, time chunks "
-         f"{year.lengths(0).tolist()[:8]}... ({year.chunk_counts[0]} along time)")
+    _verify_combined(sources, combined)
+    echo(f"\nCombined the year into {combined}: tas {grid.shape}, time chunks "
+         f"{grid.lengths(0).tolist()[:8]}... ({grid.chunk_counts[0]} along time), equal to "
+         "xarray.open_mfdataset of the 12 files")
     echo(f"its Zarr v3 chunk_grid: {json.dumps(doc)}")
-    return written
+    return [*written, combined]
+
+
+def _verify_combined(sources: list[Path], refs: Path) -> None:
+    import xarray as xr
+
+    ours = xr.open_dataset(refs, engine="refgrid")
+    expected = xr.open_mfdataset(sources, combine="nested", concat_dim="time",
+                                 data_vars="minimal")
+    for name in expected.variables:
+        if not np.array_equal(ours[name].values, expected[name].values):
+            raise AssertionError(f"{refs}: {name} differs from open_mfdataset of the sources")
 
 
 def _verify(source: Path, refs: Path) -> None:
