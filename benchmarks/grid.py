@@ -11,40 +11,31 @@ Target: building and locating each well under a second.
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 
+from _common import best_of
 from refgrid import RectilinearGrid
 
 N = 1_000_000
-
-
-def timed(fn, repeat: int = 3) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
 
 
 def main() -> None:
     rng = np.random.default_rng(0)
     logical = rng.integers(28, 32, N)
     encoded = np.full(N, 31)
-    t_build, grid = timed(lambda: RectilinearGrid.from_lengths([logical], [encoded]))
-    t_floor_build, _ = timed(lambda: np.concatenate(([0], np.cumsum(logical))))
-    t_emit, doc = timed(lambda: json.dumps(grid.to_json()))
-    t_parse, parsed = timed(lambda: RectilinearGrid.from_json(json.loads(doc), grid.shape))
+    t_build, grid = best_of(lambda: RectilinearGrid.from_lengths([logical], [encoded]))
+    t_floor_build, _ = best_of(lambda: np.concatenate(([0], np.cumsum(logical))))
+    t_emit, doc = best_of(lambda: json.dumps(grid.to_json()))
+    t_parse, parsed = best_of(lambda: RectilinearGrid.from_json(json.loads(doc), grid.shape))
     assert parsed == grid
     idx = rng.integers(0, grid.shape[0], N)
     grid.bounds(0)  # built once per grid, like any reader would
-    t_locate, (chunk, _offset) = timed(lambda: grid.locate(0, idx))
+    t_locate, (chunk, _offset) = best_of(lambda: grid.locate(0, idx))
     bounds = grid.bounds(0)
-    t_floor_locate, floor_chunk = timed(lambda: np.searchsorted(bounds, idx, side="right") - 1)
+    t_floor_locate, floor_chunk = best_of(lambda: np.searchsorted(bounds, idx, side="right") - 1)
     assert np.array_equal(chunk, floor_chunk)
-    t_select, sel = timed(lambda: grid.select(np.s_[::7]), repeat=1)
+    t_select, sel = best_of(lambda: grid.select(np.s_[::7]), repeat=1)
 
     print(f"grid of {N:,} chunks, length {grid.shape[0]:,}")
     rows = [
