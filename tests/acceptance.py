@@ -46,6 +46,21 @@ def stock_zarr_group(refs: dict[str, Any], protocol: str | None = None,
     return zarr.open_group(store=store, mode="r", zarr_format=3)
 
 
+def stock_zarr_reader(refs: dict[str, Any]) -> Callable[[str], np.ndarray]:
+    """Read variables with stock zarr (regular grids only)."""
+    group = stock_zarr_group(refs)
+    return lambda name: group[name][...]
+
+
+def refgrid_reader(refs: dict[str, Any]) -> Callable[[str], np.ndarray]:
+    """Read variables with refgrid's own read path (any grid)."""
+    from refgrid.read.array import read
+    from refgrid.read.references import references_to_group
+
+    group = references_to_group(refs)
+    return lambda name: read(group[name], path=name)
+
+
 def check_file(path: Path, reader: Reader,
                can_read: Callable[[VirtualArray], bool]) -> FileResult:
     """Read every variable through references; ``can_read`` says whether the reader handles

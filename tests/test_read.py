@@ -10,17 +10,12 @@ import pytest
 import xarray as xr
 
 import refgrid
-from acceptance import check_file, table
+from acceptance import check_file, refgrid_reader, table
 from conftest import FIXTURES, hdf5_files
 from refgrid.errors import ReadError
 from refgrid.model import same_value
 from refgrid.read.array import read
 from refgrid.read.references import references_to_group
-
-
-def refgrid_reader(refs):
-    group = references_to_group(refs)
-    return lambda name: read(group[name], path=name)
 
 
 def _check(files):

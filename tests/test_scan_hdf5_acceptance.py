@@ -7,15 +7,10 @@ import h5py
 import numpy as np
 import pytest
 
-from acceptance import FileResult, check_file, stock_zarr_group, table
+from acceptance import FileResult, check_file, stock_zarr_group, stock_zarr_reader, table
 from conftest import FIXTURES, hdf5_files
 from refgrid.manifest import INLINE
 from refgrid.scan import scan
-
-
-def stock_zarr_reader(refs):
-    group = stock_zarr_group(refs)
-    return lambda name: group[name][...]
 
 
 def _check_all(files) -> list[FileResult]:

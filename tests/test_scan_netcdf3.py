@@ -12,25 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refgrid
-from acceptance import check_file, stock_zarr_group, table
+from acceptance import check_file, refgrid_reader, stock_zarr_reader, table
 from conftest import FIXTURES, netcdf3_files
 from refgrid.errors import FormatError
 from refgrid.read.array import read
-from refgrid.read.references import references_to_group
-
-
-def _own(refs):
-    group = references_to_group(refs)
-    return lambda name: read(group[name], path=name)
-
-
-def _stock(refs):
-    group = stock_zarr_group(refs)
-    return lambda name: group[name][...]
 
 
 def _check(files):
-    for reader, can_read in ((_own, lambda a: True), (_stock, lambda a: a.grid.is_regular)):
+    for reader, can_read in ((refgrid_reader, lambda a: True),
+                              (stock_zarr_reader, lambda a: a.grid.is_regular)):
         results = [check_file(p, reader, can_read) for p in files]
         print("\n" + table(results))
         assert all(r.status == "correct" for r in results), table(results)
