@@ -79,6 +79,7 @@ def start_s3() -> Iterator[S3Server]:
         yield s3
     finally:
         server.shutdown()
+        server.server_close()
 
 
 class _RangeHandler(SimpleHTTPRequestHandler):
@@ -146,3 +147,4 @@ def start_http(root: Path) -> Iterator[HTTPServer]:
         yield HTTPServer(f"http://127.0.0.1:{server.server_port}", root, counter)
     finally:
         server.shutdown()
+        server.server_close()

@@ -257,8 +257,11 @@ def _fill_value(v: _Var) -> tuple[Any, str | None]:
         return np.asarray(default, dtype=v.dtype)[()], None
     value = v.attrs["_FillValue"]
     try:
-        cast = np.asarray(value).astype(v.dtype)
-        if v.dtype.kind in "iu" and not np.array_equal(cast, np.asarray(value)):
+        given = np.asarray(value)
+        if v.dtype.kind in "iu" and given.dtype.kind == "f" and not np.isfinite(given).all():
+            raise ValueError  # NaN or infinity: no integer holds it
+        cast = given.astype(v.dtype)
+        if v.dtype.kind in "iu" and not np.array_equal(cast, given):
             raise ValueError
         return cast.reshape(-1)[0], None
     except (ValueError, TypeError, OverflowError):
