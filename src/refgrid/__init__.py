@@ -4,6 +4,8 @@
     refgrid.write(g, "out/refs.json")                    # kerchunk JSON v1, Zarr v3 inside
     refs = refgrid.to_kerchunk(g)                        # the same as a dict
     g = refgrid.combine([g1, g2, g3], concat_dim="time") # many files → one, irregular lengths
+    ds = xr.open_dataset("out/refs.json", engine="refgrid", chunks={})
+    ds = xr.open_dataset(refgrid.get_mapper("out/refs.json"), engine="zarr")  # stock zarr
 """
 
 from refgrid.combine import CombineError, combine
@@ -18,6 +20,7 @@ from refgrid.errors import (
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.read.mapper import get_mapper
 from refgrid.scan import scan
 from refgrid.write import to_kerchunk, write
 
@@ -37,6 +40,7 @@ __all__ = [
     "WriteError",
     "__version__",
     "combine",
+    "get_mapper",
     "scan",
     "to_kerchunk",
     "write",
