@@ -194,3 +194,63 @@ def test_variables_without_the_concat_dimension_must_be_identical_or_stacked():
 def test_nothing_to_combine():
     with pytest.raises(CombineError, match="nothing to combine"):
         combine([], "time")
+
+
+def _mixture():
+    return [FIXTURES / "monthly" / "chunk10" / "tas_200101.nc",
+            FIXTURES / "monthly" / "contiguous" / "tas_200102.nc",
+            FIXTURES / "monthly" / "chunkfile" / "tas_200103.nc"]
+
+
+def _open_all(refs, group=None, **decode):
+    """The combined dataset through refgrid's engine and through the mapper + stock xarray."""
+    engine = xr.open_dataset(refs, engine="refgrid", group=group, **decode)
+    mapper = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr", group=group, **decode)
+    return engine, mapper
+
+
+@pytest.mark.parametrize("decode", [{}, {"mask_and_scale": False, "decode_times": False}])
+def test_chunked_and_contiguous_mixture_with_recode(tmp_path, decode):
+    files = _mixture()
+    group = combine([refgrid.scan(f) for f in files], "time", codecs="recode")
+    assert [e.variable for e in group.report if e.action == "inlined"] == ["tas"]
+    refs = refgrid.write(group, tmp_path / "mix.json")
+    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals", **decode)
+    for ours in _open_all(refs, **decode):
+        for key in expected.variables:
+            np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)
+
+
+@pytest.mark.parametrize("decode", [{}, {"mask_and_scale": False, "decode_times": False}])
+@pytest.mark.parametrize("group", [None, "surface", "surface/upper"])
+def test_groups_archive_is_combined_group_by_group(tmp_path, group, decode):
+    files = sorted((FIXTURES / "groups").glob("*.nc"))
+    combined = combine([refgrid.scan(f) for f in reversed(files)], "time")
+    refs = refgrid.write(combined, tmp_path / "groups.json")
+    expected = xr.open_mfdataset(files, group=group, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals", **decode)
+    for ours in _open_all(refs, group=group, **decode):
+        for key in expected.variables:
+            np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)
+
+
+def test_chunking_on_other_dimensions_must_agree():
+    jan, feb = _monthly(1, 2)
+    tas = feb["tas"]
+    grid = RectilinearGrid.regular(tas.shape, (10, 3, 8))
+    feb = replace(feb, arrays={**feb.arrays, "tas": replace(
+        tas, grid=grid, manifest=ChunkManifest.empty(grid.chunk_counts))})
+    with pytest.raises(CombineError, match=r"tas: chunking on other dimensions differs in "
+                                           r"feb\.nc from jan\.nc"):
+        combine([jan, feb], "time", sources=["jan.nc", "feb.nc"])
+
+
+def test_fill_values_must_agree():
+    a, b = (refgrid.scan(FIXTURES / "yearly" / "chunk73" / f"tas_{y}.nc") for y in (2000, 2001))
+    tas = b["tas"]
+    b = replace(b, arrays={**b.arrays, "tas": replace(
+        tas, fill_value=np.int16(-1), attrs={**tas.attrs, "_FillValue": -1})})
+    with pytest.raises(CombineError, match=r"tas: fill value differs in b\.nc from a\.nc.*"
+                                           r"_FillValue differs in b\.nc from a\.nc"):
+        combine([a, b], "time", sources=["a.nc", "b.nc"])

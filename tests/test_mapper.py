@@ -13,6 +13,19 @@ from ground_truth import ground_truth, restore, same
 from test_combine import ARCHIVES, _combined
 
 
+@pytest.mark.parametrize("archive", [a for a, (_, _, same_units) in ARCHIVES.items()
+                                     if same_units])
+def test_combined_archives_raw_values_with_stock_xarray(archive, tmp_path):
+    _, refs, files = _combined(archive, tmp_path)
+    raw = {"mask_and_scale": False, "decode_times": False}
+    ours = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr", **raw)
+    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals", **raw)
+    for key, want in expected.variables.items():
+        assert ours[key].dtype == want.dtype, key
+        np.testing.assert_array_equal(ours[key].values, want.values, err_msg=key)
+
+
 @pytest.mark.parametrize("archive", ARCHIVES)
 def test_combined_archives_read_with_stock_xarray(archive, tmp_path):
     _, refs, files = _combined(archive, tmp_path)

@@ -83,11 +83,15 @@ def scan(source: str, output: Path, show_report: bool, on_error: str, inline_thr
 @click.option("--stack-others", is_flag=True,
               help="Keep variables without the concat dimension per file (new dimension "
                    "'file') instead of requiring them identical.")
+@click.option("--recode", is_flag=True,
+              help="Re-encode (and inline) the chunks of files whose codecs differ from the "
+                   "first file's, instead of failing. Copies their data.")
 @click.option("--report", "show_report", is_flag=True,
               help="Print scan notes and attribute conflicts.")
 @storage_option
 def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overlap: bool,
-            stack_others: bool, show_report: bool, storage: tuple[str, ...]) -> None:
+            stack_others: bool, recode: bool, show_report: bool,
+            storage: tuple[str, ...]) -> None:
     """Scan files (paths or URLs) and combine them along a dimension of irregular length.
 
     \b
@@ -100,8 +104,10 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
     options = _storage_options(storage)
     try:
         groups = [refgrid.scan(source, **options) for source in _expand(sources, options)]
-        group = refgrid.combine(groups, concat_dim, overlap="allow" if allow_overlap
-                                else "error", others="stack" if stack_others else "identical")
+        group = refgrid.combine(groups, concat_dim,
+                                overlap="allow" if allow_overlap else "error",
+                                others="stack" if stack_others else "identical",
+                                codecs="recode" if recode else "error")
         refgrid.write(group, output)
     except RefgridError as e:
         raise click.ClickException(str(e)) from None

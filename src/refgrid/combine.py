@@ -12,7 +12,9 @@ Policies, all reported rather than silent:
   are identical in every file (``others="stack"`` keeps them per file along a new leading
   dimension ``file`` instead);
 - attributes are the first file's; differing values in other files are recorded in
-  ``VirtualGroup.report`` (action ``attribute-conflict``).
+  ``VirtualGroup.report`` (action ``attribute-conflict``);
+- files whose codecs decode differently are an error, or with ``codecs="recode"`` re-encoded
+  to the first file's codecs and inlined (reported: the data is copied).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from refgrid.codecs import bytes_codec
 from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, restore_attribute_types
 from refgrid.errors import RefgridError
 from refgrid.grid import AxisChunks, RectilinearGrid
-from refgrid.manifest import INLINE, ChunkManifest
+from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup, same_value
 from refgrid.report import ReportEntry
 
@@ -49,25 +51,30 @@ def combine(
     sources: Sequence[str] | None = None,
     overlap: Literal["error", "allow"] = "error",
     others: Literal["identical", "stack"] = "identical",
+    codecs: Literal["error", "recode"] = "error",
 ) -> VirtualGroup:
     """Concatenate scanned files along ``concat_dim`` (see the module docstring).
 
     ``sources`` names the files in messages (default: the first URL each group references).
+    ``codecs="recode"`` accepts files whose codecs decode differently from the first file's
+    (say contiguous, uncompressed files among compressed chunked ones): their chunks are
+    decoded, re-encoded with the first file's codecs and inlined — data is copied, and each
+    such variable is reported.
     """
     if not groups:
         raise CombineError("nothing to combine: no groups given")
     labels = list(sources) if sources is not None else [_label(g, k) for k, g in enumerate(groups)]
     if len(labels) != len(groups):
         raise CombineError(f"{len(labels)} source names for {len(groups)} groups")
-    job = _Combine(concat_dim, overlap, others)
+    job = _Combine(concat_dim, overlap, others, codecs)
     root = job.group(list(groups), labels, "")
     scanned = tuple(entry for g in groups for entry in g.report)
     return replace(root, report=scanned + tuple(job.report))
 
 
 class _Combine:
-    def __init__(self, dim: str, overlap: str, others: str) -> None:
-        self.dim, self.overlap, self.others = dim, overlap, others
+    def __init__(self, dim: str, overlap: str, others: str, codecs: str) -> None:
+        self.dim, self.overlap, self.others, self.recode = dim, overlap, others, codecs == "recode"
         self.report: list[ReportEntry] = []
         self.values: dict[int, np.ndarray] = {}
 
@@ -159,6 +166,9 @@ class _Combine:
         if first.dims == (self.dim,) and first.name == self.dim:
             return replace(self.coordinate(parts, labels, where), attrs=attrs)
         self.check(parts, labels, where)
+        if self.recode:
+            parts = [self.recoded(p, first, lab, where) for p, lab in zip(parts, labels,
+                                                                             strict=True)]
         aligned = [replace(p, codecs=first.codecs, attrs=first.attrs) for p in parts]
         try:
             joined = VirtualArray.concat(aligned, self.dim)
@@ -173,6 +183,8 @@ class _Combine:
         reference = signatures[0]
         problems = []
         for what, expected in reference.items():
+            if what == "codecs" and self.recode:
+                continue
             exact = what in EXACT_KEYS
             odd = [k for k, sig in enumerate(signatures) if not (
                 sig[what] == expected if exact else same_value(sig[what], expected))]
@@ -182,6 +194,35 @@ class _Combine:
                                 f"({_brief(signatures[odd[0]][what])} vs {_brief(expected)})")
         if problems:
             raise CombineError(f"{where}: " + "; ".join(problems))
+
+    def recoded(self, part: VirtualArray, first: VirtualArray, label: str,
+                where: str) -> VirtualArray:
+        """``part`` with its chunks re-encoded to ``first``'s codecs (inlined), if needed."""
+        if _decoding(part.codecs) == _decoding(first.codecs):
+            return part
+        from refgrid.codecs import encode_chunk
+        from refgrid.read.array import read
+
+        endian = first.codecs[0].get("configuration", {}).get("endian")
+        stored = part.dtype.newbyteorder(">" if endian == "big" else "<") if endian else \
+            part.dtype
+        grid, source = part.grid, part.manifest
+        path_id = np.full(source.shape, MISSING, np.int32)
+        inline = {}
+        for coords in np.argwhere(source.path_id != MISSING):
+            key = tuple(int(c) for c in coords)
+            values = read(part, grid.chunk_region(key))
+            block = np.full(grid.encoded_chunk_shape(key), part.fill_value, dtype=stored)
+            block[tuple(slice(0, n) for n in values.shape)] = values
+            inline[key] = encode_chunk(block, first.codecs)
+            path_id[key] = INLINE
+        self.report.append(ReportEntry(label, where, "inlined", (
+            f"codecs {[c['name'] for c in part.codecs]} differ from the first file's "
+            f"{[c['name'] for c in first.codecs]}: {len(inline)} chunks re-encoded and "
+            "inlined (data copied)")))
+        zeros = np.zeros(source.shape, np.uint64)
+        return replace(part, codecs=first.codecs,
+                       manifest=ChunkManifest((), path_id, zeros, zeros, inline))
 
     def constant(self, parts: list[VirtualArray], labels: list[str], where: str) -> VirtualArray:
         """A variable without the concat dimension: one copy when identical everywhere."""
