@@ -107,7 +107,8 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
         group = refgrid.combine(groups, concat_dim,
                                 overlap="allow" if allow_overlap else "error",
                                 others="stack" if stack_others else "identical",
-                                codecs="recode" if recode else "error")
+                                codecs="recode" if recode else "error",
+                                storage_options=options)
         refgrid.write(group, output)
     except RefgridError as e:
         raise click.ClickException(str(e)) from None

@@ -52,6 +52,7 @@ def combine(
     overlap: Literal["error", "allow"] = "error",
     others: Literal["identical", "stack"] = "identical",
     codecs: Literal["error", "recode"] = "error",
+    storage_options: dict[str, Any] | None = None,
 ) -> VirtualGroup:
     """Concatenate scanned files along ``concat_dim`` (see the module docstring).
 
@@ -59,22 +60,25 @@ def combine(
     ``codecs="recode"`` accepts files whose codecs decode differently from the first file's
     (say contiguous, uncompressed files among compressed chunked ones): their chunks are
     decoded, re-encoded with the first file's codecs and inlined — data is copied, and each
-    such variable is reported.
+    such variable is reported. ``storage_options`` reach the source files, which are read
+    for the concat coordinate and to compare variables without the concat dimension.
     """
     if not groups:
         raise CombineError("nothing to combine: no groups given")
     labels = list(sources) if sources is not None else [_label(g, k) for k, g in enumerate(groups)]
     if len(labels) != len(groups):
         raise CombineError(f"{len(labels)} source names for {len(groups)} groups")
-    job = _Combine(concat_dim, overlap, others, codecs)
+    job = _Combine(concat_dim, overlap, others, codecs, storage_options or {})
     root = job.group(list(groups), labels, "")
     scanned = tuple(entry for g in groups for entry in g.report)
     return replace(root, report=scanned + tuple(job.report))
 
 
 class _Combine:
-    def __init__(self, dim: str, overlap: str, others: str, codecs: str) -> None:
+    def __init__(self, dim: str, overlap: str, others: str, codecs: str,
+                 storage_options: dict[str, Any]) -> None:
         self.dim, self.overlap, self.others, self.recode = dim, overlap, others, codecs == "recode"
+        self.storage_options = storage_options
         self.report: list[ReportEntry] = []
         self.values: dict[int, np.ndarray] = {}
 
@@ -82,7 +86,9 @@ class _Combine:
         """An array's values, read once per combine (coordinates serve ordering and output)."""
         key = id(array)
         if key not in self.values:
-            self.values[key] = _read(array)
+            from refgrid.read.array import read
+
+            self.values[key] = read(array, storage_options=self.storage_options)
         return self.values[key]
 
     def group(self, groups: list[VirtualGroup], labels: list[str], path: str) -> VirtualGroup:
@@ -211,7 +217,7 @@ class _Combine:
         inline = {}
         for coords in np.argwhere(source.path_id != MISSING):
             key = tuple(int(c) for c in coords)
-            values = read(part, grid.chunk_region(key))
+            values = read(part, grid.chunk_region(key), storage_options=self.storage_options)
             block = np.full(grid.encoded_chunk_shape(key), part.fill_value, dtype=stored)
             block[tuple(slice(0, n) for n in values.shape)] = values
             inline[key] = encode_chunk(block, first.codecs)
@@ -301,12 +307,6 @@ def _all_names(groups: list[VirtualGroup], kind: str) -> list[str]:
     for g in groups:
         names.update(dict.fromkeys(getattr(g, kind)))
     return list(names)
-
-
-def _read(array: VirtualArray) -> np.ndarray:
-    from refgrid.read.array import read
-
-    return read(array)
 
 
 def _bounds(values: list[np.ndarray], coords: list[VirtualArray]) -> list[Any]:

@@ -94,7 +94,7 @@ class RegularViewFileSystem(AbstractFileSystem):
     def __init__(self, group: VirtualGroup, chunks: Mapping[str, int] | None = None,
                  storage_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.storage_options = storage_options or {}
+        self.source_options = storage_options or {}  # not storage_options: fsspec overwrites that
         self.views: dict[str, _View] = {}
         self.groups: dict[str, VirtualGroup] = {"": group}
         for path, node in group.walk():
@@ -146,12 +146,12 @@ class RegularViewFileSystem(AbstractFileSystem):
                 return manifest.inline[coords]
             r = Range(manifest.paths[pid], int(manifest.offset[coords]),
                       int(manifest.length[coords]))
-            return fetch([r], self.storage_options)[0]
+            return fetch([r], self.source_options)[0]
         region = tuple(slice(c * n, min((c + 1) * n, size))
                        for c, n, size in zip(coords, view.chunk_shape, array.shape, strict=True))
         if any(r.start >= r.stop for r in region) and array.shape:
             raise FileNotFoundError(path)
-        values = read(array, region, storage_options=self.storage_options, path=path)
+        values = read(array, region, storage_options=self.source_options, path=path)
         block = np.full(view.chunk_shape, array.fill_value if array.fill_value is not None
                         else np.zeros((), values.dtype)[()], dtype=values.dtype)
         block[tuple(slice(0, r.stop - r.start) for r in region)] = values
