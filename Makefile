@@ -24,7 +24,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	for b in benchmarks/[a-z]*.py; do $(BIN)/python $$b || exit 1; done
 
 fixtures: $(STAMP)
 	$(BIN)/python fixtures/generate.py fixtures

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import netCDF4
 import numpy as np
-from _common import DATA, best_of
 
 import refgrid
+from _common import DATA, best_of
 
 
 def build() -> str:
@@ -29,9 +29,11 @@ def build() -> str:
 
 
 def main() -> None:
-    from kerchunk.netCDF3 import NetCDF3ToZarr
-
     path = build()
+    try:
+        from kerchunk.netCDF3 import NetCDF3ToZarr
+    except ImportError:
+        raise SystemExit("kerchunk's NetCDF3ToZarr needs scipy: pip install '.[bench]'") from None
     t_ours, group = best_of(lambda: refgrid.scan(path))
     t_kc, _ = best_of(lambda: NetCDF3ToZarr(path, inline_threshold=0).translate(), repeat=1)
     chunks = sum(a.grid.nchunks for _, a in group.walk())
