@@ -30,7 +30,7 @@ from fsspec.mapping import FSMap
 
 from refgrid.codecs import bytes_codec
 from refgrid.grid import RectilinearGrid
-from refgrid.manifest import INLINE, MISSING
+from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import output_dtype, read
 from refgrid.read.fetch import Range, fetch
@@ -64,9 +64,7 @@ def _plain_codec(dtype: np.dtype) -> dict[str, Any]:
                        else dtype)
 
 
-def _empty_manifest(shape: tuple[int, ...], chunks: tuple[int, ...]) -> Any:
-    from refgrid.manifest import ChunkManifest
-
+def _empty_manifest(shape: tuple[int, ...], chunks: tuple[int, ...]) -> ChunkManifest:
     return ChunkManifest.empty(RectilinearGrid.regular(shape, chunks).chunk_counts)
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from refgrid.grid import GridForm
-from refgrid.manifest import INLINE
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.write.zarr_v3 import array_document, chunk_key, group_document
 
@@ -42,8 +41,7 @@ def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str],
     for k, (pid, off, n) in enumerate(zip(ids, offsets, lengths, strict=True)):
         key = chunk_key(path, tuple(int(c[k]) for c in coords))
         refs[key] = ["{{" + names[pid] + "}}", off, n]
-    for coords, data in manifest.inline.items():
-        assert manifest.path_id[coords] == INLINE
+    for coords, data in manifest.inline.items():  # ChunkManifest checks they are marked INLINE
         refs[chunk_key(path, coords)] = "base64:" + base64.b64encode(data).decode("ascii")
 
 
