@@ -179,13 +179,16 @@ def test_variable_shorter_than_its_dimension_with_stale_padding_is_cut():
     assert v.manifest.missing.tolist() == [False, False, True]
 
 
-def test_scan_errors_are_clear():
+def test_scan_errors_are_clear(tmp_path):
     from refgrid.errors import FormatError, ScanError
 
     with pytest.raises(ScanError, match=r"nope\.nc: file not found"):
         scan("nope.nc")
-    with pytest.raises(FormatError, match="not an HDF5/NetCDF4/NetCDF3 file"):
+    with pytest.raises(FormatError, match=r"VERSIONS\.json: .*not Zarr references"):
         scan(FIXTURES / "VERSIONS.json")
+    (tmp_path / "junk.bin").write_bytes(b"GRIB" + bytes(100))
+    with pytest.raises(FormatError, match=r"junk\.bin: not an HDF5/NetCDF4/NetCDF3 file"):
+        scan(tmp_path / "junk.bin")
 
 
 @pytest.mark.parametrize("name", ["monthly/chunk10/tas_200101.nc", "yearly/chunk73/tas_2000.nc",

@@ -1,0 +1,203 @@
+"""Existing kerchunk reference sets → the model (e.g. kerchunk's output for GRIB, TIFF, FITS).
+
+fsspec's reference filesystem normalises every input form — JSON v0 and v1 (templates,
+generators) and parquet directories — into one key → value mapping. Zarr v3 keys go through
+:mod:`refgrid.read.references`; Zarr v2 metadata (``.zarray``, ``.zattrs`` with
+``_ARRAY_DIMENSIONS``, compressor and filters) is translated to the v3 form here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import fsspec
+import numpy as np
+
+from refgrid.codecs import bytes_codec
+from refgrid.dtypes import STRING
+from refgrid.errors import FormatError
+from refgrid.grid import RectilinearGrid
+from refgrid.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.read.references import references_to_group
+from refgrid.scan.kerchunk_parquet import load_parquet_references
+
+BYTES_TO_BYTES = frozenset({"zlib", "gzip", "bz2", "lzma", "zstd", "lz4", "blosc", "shuffle",
+                            "fletcher32", "crc32", "crc32c", "adler32", "jenkins_lookup3"})
+"""numcodecs ids that work on bytes; others (delta, fixedscaleoffset, ...) act on arrays."""
+ManifestFor = Callable[[str, RectilinearGrid, str], ChunkManifest]
+"""(array path, its grid, chunk-key separator) → its manifest"""
+VLEN = {"vlen-utf8": (STRING, "vlen-utf8"), "vlen-bytes": (np.dtype("O"), "vlen-bytes")}
+
+
+def load_kerchunk(url: str, storage_options: dict[str, Any]) -> Mapping[str, Any]:
+    """The key → value mapping of a kerchunk reference set (any supported form)."""
+    try:
+        fs = fsspec.filesystem("reference", fo=url, target_options=storage_options,
+                               remote_options=storage_options, simple_templates=False,
+                               skip_instance_cache=True)
+    except FileNotFoundError:
+        raise FormatError(url, None, "reference set not found") from None
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+        raise FormatError(url, None, f"not a kerchunk reference set: {e}") from None
+    return fs.references
+
+
+def scan_kerchunk(url: str, storage_options: dict[str, Any],
+                  parquet: bool = False) -> VirtualGroup:
+    """The model of a kerchunk reference set: JSON (any version), or a parquet directory."""
+    if parquet:
+        parquet = load_parquet_references(url, storage_options)
+        return _from_v2(parquet.documents,
+                        lambda path, grid, _: parquet.manifest(path, grid.chunk_counts), url)
+    refs = load_kerchunk(url, storage_options)
+    keys = list(refs)
+    if "zarr.json" in refs:
+        return references_to_group({"refs": {k: _value(refs[k]) for k in keys}}, url)
+    documents = {k: _document(refs, k, url) for k in keys
+                 if k.rpartition("/")[2] in (".zarray", ".zattrs", ".zgroup")}
+    arrays = {k[: -len(".zarray")].rstrip("/") for k in documents if k.endswith(".zarray")}
+    chunks: dict[str, list[str]] = defaultdict(list)
+    for key in keys:
+        if key.rpartition("/")[2].startswith(".z"):
+            continue
+        head, _, tail = key.rpartition("/")
+        while head not in arrays and head:  # chunk keys written with "/" separators
+            head, _, first = head.rpartition("/")
+            tail = f"{first}/{tail}"
+        if head in arrays:
+            chunks[head].append(tail)
+    return _from_v2(documents, lambda path, grid, separator: _manifest_from_keys(
+        path, refs, chunks.get(path, []), grid, separator, url), url)
+
+
+def _value(value: Any) -> Any:
+    """A reference value as refgrid's JSON form: lists as they are, data as base64."""
+    if isinstance(value, list):
+        return value
+    data = value if isinstance(value, bytes) else (
+        base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode("latin-1"))
+    return "base64:" + base64.b64encode(data).decode("ascii")
+
+
+def _document(refs: Mapping[str, Any], key: str, url: str) -> dict[str, Any]:
+    raw = refs[key]
+    data = base64.b64decode(raw[7:]) if isinstance(raw, str) and raw.startswith("base64:") \
+        else raw
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, TypeError) as e:
+        raise FormatError(url, key, f"metadata is not JSON: {e}") from None
+
+
+def _from_v2(documents: dict[str, Any], manifest_for: ManifestFor, url: str) -> VirtualGroup:
+    nodes = sorted({k.rpartition(".z")[0].rstrip("/") for k in documents
+                    if k.endswith((".zarray", ".zgroup"))})
+    if not nodes:
+        raise FormatError(url, None, "no .zgroup/.zarray/zarr.json: not Zarr references")
+    arrays = {p: _array_v2(p, documents, manifest_for, url) for p in nodes
+              if f"{p}/.zarray".lstrip("/") in documents}
+    return _group_v2("", nodes, arrays, documents)
+
+
+def _attrs(documents: dict[str, Any], path: str) -> dict[str, Any]:
+    return dict(documents.get(f"{path}/.zattrs".lstrip("/"), {}))
+
+
+def _group_v2(path: str, nodes: list[str], arrays: dict[str, VirtualArray],
+              documents: dict[str, Any]) -> VirtualGroup:
+    prefix = f"{path}/" if path else ""
+    children = [p for p in nodes if p.startswith(prefix) and p != path and p
+                and "/" not in p[len(prefix):]]
+    return VirtualGroup(
+        _attrs(documents, path),
+        {p[len(prefix):]: arrays[p] for p in children if p in arrays},
+        {p[len(prefix):]: _group_v2(p, nodes, arrays, documents) for p in children
+         if p not in arrays},
+    )
+
+
+def _array_v2(path: str, documents: dict[str, Any], manifest_for: ManifestFor,
+              url: str) -> VirtualArray:
+    meta = documents[f"{path}/.zarray".lstrip("/")]
+    attrs = _attrs(documents, path)
+    dims = attrs.pop("_ARRAY_DIMENSIONS", None)
+    # kerchunk writes a chunk length of 0 along zero-length dimensions
+    shape, chunk_shape = tuple(meta["shape"]), tuple(max(1, c) for c in meta["chunks"])
+    if meta.get("order", "C") != "C":
+        raise FormatError(url, path, "Fortran-ordered (order 'F') arrays are not supported")
+    filters = list(meta.get("filters") or [])
+    compressor = meta.get("compressor")
+    vlen = [f for f in filters if f.get("id") in VLEN]
+    if vlen:
+        dtype, name = VLEN[vlen[0]["id"]]
+        codecs: tuple[dict[str, Any], ...] = ({"name": name},)
+        filters = [f for f in filters if f.get("id") not in VLEN]
+    else:
+        dtype = np.dtype(_v2_dtype(meta["dtype"]))
+        codecs = (bytes_codec(dtype),)
+    for f in [*filters, *([compressor] if compressor else [])]:
+        if f["id"] not in BYTES_TO_BYTES:
+            raise FormatError(url, path, f"filter {f['id']!r} works on arrays, not bytes: "
+                              "not supported yet")
+        codecs += ({"name": f"numcodecs.{f['id']}",
+                    "configuration": {k: v for k, v in f.items() if k != "id"}},)
+    grid = RectilinearGrid.regular(shape, chunk_shape if shape else ())
+    separator = meta.get("dimension_separator", ".")
+    manifest = manifest_for(path, grid, separator)
+    return VirtualArray(path.rsplit("/", 1)[-1] or "data",
+                        tuple(dims) if dims else tuple(f"dim_{k}" for k in range(len(shape))),
+                        dtype, grid, manifest, _fill_v2(meta.get("fill_value"), dtype),
+                        codecs, attrs)
+
+
+def _v2_dtype(spec: Any) -> Any:
+    if isinstance(spec, list):
+        return [tuple(_v2_dtype(x) if isinstance(x, list) else x for x in f) for f in spec]
+    return spec
+
+
+def _fill_v2(value: Any, dtype: np.dtype) -> Any:
+    if value is None or dtype.kind in "OT":
+        return None
+    if isinstance(value, str) and dtype.kind in "fc":
+        return dtype.type({"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}[value])
+    if isinstance(value, str):  # bytes-like types: base64
+        return np.frombuffer(base64.b64decode(value), dtype)[0]
+    return np.asarray(value).astype(dtype)[()]
+
+
+def _manifest_from_keys(path: str, refs: Mapping[str, Any], chunk_keys: list[str],
+                 grid: RectilinearGrid, separator: str, url: str) -> ChunkManifest:
+    counts = grid.chunk_counts
+    path_id = np.full(counts, MISSING, np.int32)
+    offset = np.zeros(counts, np.uint64)
+    length = np.zeros(counts, np.uint64)
+    inline: dict[tuple[int, ...], bytes] = {}
+    urls: dict[str, int] = {}
+    for tail in chunk_keys:
+        if not counts:  # a 0-d array: "0" (or the empty key some writers produce)
+            coords: tuple[int, ...] = ()
+        else:
+            try:
+                coords = tuple(int(c) for c in tail.split(separator))
+            except ValueError:
+                continue
+        if len(coords) != len(counts) or any(c >= n for c, n in zip(coords, counts,
+                                                                    strict=True)):
+            continue
+        value = refs[f"{path}/{tail}".lstrip("/")]
+        if isinstance(value, list):
+            if len(value) == 1:
+                raise FormatError(url, f"{path}/{tail}", "whole-file chunk references are "
+                                  "not supported")
+            path_id[coords] = urls.setdefault(value[0], len(urls))
+            offset[coords], length[coords] = value[1], value[2]
+        else:
+            inline[coords] = base64.b64decode(_value(value)[7:])
+            path_id[coords] = INLINE
+    return ChunkManifest(tuple(urls), path_id, offset, length, inline)

@@ -1,0 +1,109 @@
+"""kerchunk's parquet reference sets, read as columns.
+
+The layout (fsspec's ``LazyReferenceMapper``): ``.zmetadata`` holds every Zarr v2 metadata
+document and the ``record_size``; each array's references are in ``<array>/refs.<n>.parq``,
+row ``i`` of file ``n`` being chunk ``n * record_size + i`` of the chunk grid in C order, with
+columns ``path``/``offset``/``size`` and ``raw`` (inline bytes). Reading the columns whole
+keeps an archive of millions of chunks free of per-chunk Python objects, and a record file
+that kerchunk never wrote (an array without any chunk) simply means missing chunks.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+import pandas as pd
+from fsspec.core import url_to_fs
+
+from refgrid.errors import FormatError
+from refgrid.manifest import INLINE, MISSING, ChunkManifest
+
+
+@dataclass(frozen=True)
+class ParquetReferences:
+    url: str
+    documents: dict[str, Any]
+    """``.zarray``/``.zattrs``/``.zgroup`` keys → their JSON documents"""
+    record_size: int
+    fs: fsspec.AbstractFileSystem
+    root: str
+
+    def manifest(self, array: str, counts: tuple[int, ...]) -> ChunkManifest:
+        """The chunk manifest of ``array`` whose chunk grid has ``counts`` chunks per axis."""
+        total = math.prod(counts)
+        records = math.ceil(total / self.record_size) if total else 0
+        paths = [f"{self.root}/{array}/refs.{n}.parq" for n in range(records)]
+        found = self.fs.cat(paths, on_error="return") if paths else {}
+        path_id = np.full(total, MISSING, np.int32)
+        offset = np.zeros(total, np.uint64)
+        length = np.zeros(total, np.uint64)
+        inline: dict[tuple[int, ...], bytes] = {}
+        urls: dict[str, int] = {}
+        for n, name in enumerate(paths):
+            data = found.get(name)
+            if isinstance(data, FileNotFoundError):
+                continue  # kerchunk writes no record file for an array without chunks
+            if isinstance(data, Exception):
+                raise FormatError(self.url, array, f"cannot read {name}: {data}") from None
+            _fill(_read_table(data, self.url, name), n * self.record_size, path_id, offset,
+                  length, inline, counts, urls)
+        return ChunkManifest(tuple(urls), path_id.reshape(counts), offset.reshape(counts),
+                             length.reshape(counts), inline)
+
+
+def is_parquet_references(url: str, storage_options: dict[str, Any]) -> bool:
+    fs, root = url_to_fs(url, **storage_options)
+    return bool(fs.isfile(f"{root.rstrip('/')}/.zmetadata"))
+
+
+def load_parquet_references(url: str, storage_options: dict[str, Any]) -> ParquetReferences:
+    fs, root = url_to_fs(url, **storage_options)
+    root = root.rstrip("/")
+    try:
+        meta = json.loads(fs.cat_file(f"{root}/.zmetadata"))
+        documents = {k: json.loads(v) if isinstance(v, str) else v
+                     for k, v in meta["metadata"].items()}
+        record_size = int(meta["record_size"])
+    except FileNotFoundError:
+        raise FormatError(url, None, "no .zmetadata: not kerchunk parquet references (nor "
+                          "an HDF5/NetCDF file)") from None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise FormatError(url, ".zmetadata", f"not kerchunk parquet metadata: {e}") from None
+    return ParquetReferences(url, documents, record_size, fs, root)
+
+
+def _read_table(data: bytes, url: str, name: str) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(io.BytesIO(data), engine="fastparquet")
+    except ImportError:
+        raise FormatError(url, None, "reading parquet references needs fastparquet") from None
+    except Exception as e:  # fastparquet raises many types for a damaged file
+        raise FormatError(url, name, f"not a parquet reference file: {e}") from None
+
+
+def _fill(table: pd.DataFrame, start: int, path_id: np.ndarray, offset: np.ndarray,
+          length: np.ndarray, inline: dict[tuple[int, ...], bytes], counts: tuple[int, ...],
+          urls: dict[str, int]) -> None:
+    """One record file's references into the manifest columns (rows from ``start``)."""
+    table = table.iloc[: path_id.size - start]
+    if "path" in table:
+        paths = table["path"].astype(object)
+        present = (paths.notna() & (paths != "")).to_numpy()
+        codes, names = pd.factorize(paths[present])
+        remap = np.array([urls.setdefault(u, len(urls)) for u in names], np.int32)
+        where = start + np.flatnonzero(present)
+        path_id[where] = remap[codes] if len(codes) else []
+        offset[where] = table["offset"].to_numpy()[present].astype(np.uint64)
+        length[where] = table["size"].to_numpy()[present].astype(np.uint64)
+    if "raw" in table:
+        raw = table["raw"]
+        for i in np.flatnonzero((raw.notna() & (raw.str.len() > 0)).to_numpy()):
+            coords = np.unravel_index(start + int(i), counts)
+            inline[tuple(int(c) for c in coords)] = bytes(raw.iloc[i])
+            path_id[start + int(i)] = INLINE

@@ -1,0 +1,248 @@
+"""Existing kerchunk reference sets as input: kerchunk's own output for every fixture goes
+through scan → write → read and is compared with ground truth and with what kerchunk's
+references themselves read as (stock zarr, Zarr v2); JSON v0/v1, templates, generators and
+parquet inputs; combining kerchunk references along an irregular time dimension."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import refgrid
+from acceptance import refgrid_reader
+from conftest import FIXTURES, data_files
+from ground_truth import ground_truth, restore, same
+from kerchunk_peer import Translations, translate
+from refgrid.errors import FormatError, RefgridError
+from refgrid.model import VirtualArray
+from refgrid.write import to_kerchunk
+
+
+@pytest.fixture(scope="module")
+def kerchunk_refs(tmp_path_factory) -> Translations:
+    return translate(data_files(FIXTURES), tmp_path_factory.mktemp("kerchunk"))
+
+
+def _kerchunk_read(refs_path: Path):
+    """How kerchunk's references read with stock zarr (Zarr v2 metadata)."""
+    fs = fsspec.filesystem("reference", fo=str(refs_path))
+    group = zarr.open_group(fs.get_mapper(), mode="r", zarr_format=2)
+
+    def read(name):
+        try:
+            return group[name][...]
+        except Exception as e:
+            return e
+    return read
+
+
+def test_kerchunk_output_for_every_fixture_round_trips(kerchunk_refs):
+    """Where kerchunk's references are right, ours equal ground truth; where kerchunk itself
+    is wrong (it drops or misreads some variables), we reproduce its references faithfully
+    (same values, or a clear refgrid error for a chunk that cannot decode) — never
+    something else."""
+    counts = {"equal to ground truth": 0, "kerchunk wrong, reproduced": 0,
+              "kerchunk wrong, clear error": 0, "absent from kerchunk's refs": 0}
+    problems = []
+    for source, refs_path in kerchunk_refs.refs.items():
+        group = refgrid.scan(refs_path, on_error="report")
+        arrays = {p: n for p, n in group.walk() if isinstance(n, VirtualArray)}
+        ours_read = refgrid_reader(to_kerchunk(group))
+        theirs_read = _kerchunk_read(refs_path)
+        for name, truth in ground_truth(source).items():
+            if isinstance(truth, Exception):
+                continue
+            if name not in arrays:
+                counts["absent from kerchunk's refs"] += 1
+                continue
+            theirs = theirs_read(name)
+            try:
+                ours = restore(ours_read(name), dict(arrays[name].attrs))
+            except RefgridError as e:
+                ours = e
+            if not isinstance(ours, Exception) and same(ours, truth):
+                counts["equal to ground truth"] += 1
+            elif not isinstance(theirs, Exception) and same(theirs, truth):
+                problems.append(f"{source.name}:{name}: kerchunk reads it right, we do not")
+            elif isinstance(ours, Exception):
+                counts["kerchunk wrong, clear error"] += 1
+            elif not isinstance(theirs, Exception) and same(ours, theirs):
+                counts["kerchunk wrong, reproduced"] += 1
+            else:
+                problems.append(f"{source.name}:{name}: differs from truth and from kerchunk")
+    print(f"\n{len(kerchunk_refs.refs)} files translated by kerchunk; {counts}")
+    print("kerchunk produced nothing for:",
+          {p.name: reason for p, reason in kerchunk_refs.failed.items()})
+    assert not problems, problems
+    assert len(kerchunk_refs.refs) >= 60 and counts["equal to ground truth"] >= 250
+
+
+def _monthly_refs(kerchunk_refs: Translations, archive: str = "monthly/chunk10"):
+    return {s: r for s, r in kerchunk_refs.refs.items()
+            if s.parent == FIXTURES / archive}
+
+
+@pytest.mark.parametrize("archive", ["monthly/chunk10", "netcdf3/classic"])
+def test_kerchunk_references_combine_along_an_irregular_dimension(kerchunk_refs, archive,
+                                                                  tmp_path):
+    refs = _monthly_refs(kerchunk_refs, archive)
+    assert len(refs) == len(list((FIXTURES / archive).glob("*.nc")))
+    combined = refgrid.combine([refgrid.scan(r) for r in refs.values()], "time")
+    out = refgrid.write(combined, tmp_path / "combined.json")
+    document = json.loads(json.loads(out.read_text())["refs"]["tas/zarr.json"])
+    if archive == "monthly/chunk10":
+        assert document["chunk_grid"]["name"] == "rectilinear"
+    ours = xr.open_dataset(out, engine="refgrid", mask_and_scale=False, decode_times=False)
+    expected = xr.open_mfdataset(sorted(refs), combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals", mask_and_scale=False,
+                                 decode_times=False)
+    for key in expected.variables:
+        np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)
+
+
+def _one(kerchunk_refs: Translations, name: str, folder: str = "") -> tuple[Path, dict]:
+    source = next(s for s in kerchunk_refs.refs if s.name == name
+                  and s.parent.match(f"*{folder}"))
+    return source, json.loads(kerchunk_refs.refs[source].read_text())
+
+
+def _assert_reads_like(group, source: Path) -> None:
+    read = refgrid_reader(to_kerchunk(group))
+    truth = ground_truth(source)
+    for name, expected in truth.items():
+        assert same(read(name), expected), name
+
+
+def test_version_0_json_and_templates(kerchunk_refs, tmp_path):
+    source, refs = _one(kerchunk_refs, "tas_200102.nc", "netcdf3/classic")
+    v0 = tmp_path / "v0.json"
+    v0.write_text(json.dumps(refs["refs"]))  # version 0: the bare mapping
+    _assert_reads_like(refgrid.scan(v0), source)
+    templated = {"version": 1, "templates": {"u": str(source)},
+                 "refs": {k: ["{{u}}", *v[1:]] if isinstance(v, list) else v
+                          for k, v in refs["refs"].items()}}
+    v1 = tmp_path / "templated.json"
+    v1.write_text(json.dumps(templated))
+    group = refgrid.scan(v1)
+    assert group["tas"].manifest.paths == (str(source),)
+    _assert_reads_like(group, source)
+
+
+def test_generators(kerchunk_refs, tmp_path):
+    """A v1 ``gen`` entry expands to many chunk keys (jinja2 templates over ranges)."""
+    source, refs = _one(kerchunk_refs, "tas_200102.nc", "netcdf3/classic")
+    entries = dict(refs["refs"])
+    chunk_keys = sorted((k for k in entries if k.startswith("tas/") and "/." not in k),
+                        key=lambda k: int(k[4:].split(".")[0]))
+    offsets = [entries[k][1] for k in chunk_keys]
+    sizes = {entries[k][2] for k in chunk_keys}
+    assert len(sizes) == 1, "NetCDF3 records: uncompressed, one size, a fixed stride"
+    stride = offsets[1] - offsets[0]
+    assert set(np.diff(offsets)) == {stride}
+    for k in chunk_keys:
+        del entries[k]
+    spec = {"version": 1, "templates": {"u": str(source)}, "refs": entries,
+            "gen": [{"key": "tas/{{i}}.0.0", "url": "{{u}}",
+                     "offset": f"{{{{{offsets[0]} + i * {stride}}}}}",
+                     "length": str(sizes.pop()),
+                     "dimensions": {"i": {"stop": len(chunk_keys)}}}]}
+    path = tmp_path / "gen.json"
+    path.write_text(json.dumps(spec))
+    _assert_reads_like(refgrid.scan(path), source)
+
+
+def test_parquet_references(kerchunk_refs, tmp_path):
+    from kerchunk.df import refs_to_dataframe
+
+    for name in ("tas_200102.nc", "hdf5_layouts_latest.h5"):
+        source, refs = _one(kerchunk_refs, name)
+        target = tmp_path / f"{name}.parq"
+        refs_to_dataframe(refs, str(target), record_size=7)  # several record files
+        group = refgrid.scan(target)
+        direct = refgrid.scan(kerchunk_refs.refs[source])
+        assert sorted(p for p, _ in group.walk()) == sorted(p for p, _ in direct.walk())
+        for path, node in group.walk():
+            if isinstance(node, VirtualArray):
+                assert node.manifest == direct[path].manifest, path
+
+
+def test_v2_metadata_is_translated_to_v3(kerchunk_refs):
+    tas = refgrid.scan(kerchunk_refs.refs[_one(kerchunk_refs, "tas_200102.nc")[0]])["tas"]
+    assert tas.dims == ("time", "lat", "lon")
+    assert "_ARRAY_DIMENSIONS" not in tas.attrs
+    assert tas.grid.chunk_shape[1:] == (6, 8)
+    filters = refgrid.scan(kerchunk_refs.refs[_one(kerchunk_refs, "hdf5_filters.h5")[0]])
+    names = [c["name"] for c in filters["gzip"].codecs]
+    assert names[0] == "bytes" and "numcodecs.zlib" in names
+
+
+def _write_refs(tmp_path: Path, zarray: dict, attrs: dict | None = None) -> Path:
+    refs = {".zgroup": json.dumps({"zarr_format": 2}),
+            "v/.zarray": json.dumps({"zarr_format": 2, "shape": [4], "chunks": [2],
+                                     "dtype": "<i4", "fill_value": 0, "order": "C",
+                                     "compressor": None, "filters": None, **zarray}),
+            "v/.zattrs": json.dumps(attrs or {"_ARRAY_DIMENSIONS": ["x"]})}
+    path = tmp_path / "refs.json"
+    path.write_text(json.dumps({"version": 1, "refs": refs}))
+    return path
+
+
+def test_array_to_array_filters_are_refused_naming_the_variable(tmp_path):
+    path = _write_refs(tmp_path, {"filters": [{"id": "delta", "dtype": "<i4"}]})
+    with pytest.raises(FormatError, match=r"refs\.json.*\bv\b.*'delta' works on arrays"):
+        refgrid.scan(path)
+
+
+def test_inline_chunks_and_fill_values(tmp_path):
+    path = _write_refs(tmp_path, {"fill_value": -1})
+    refs = json.loads(path.read_text())
+    refs["refs"]["v/0"] = "base64:" + __import__("base64").b64encode(
+        np.array([5, 6], "<i4").tobytes()).decode()
+    path.write_text(json.dumps(refs))
+    v = refgrid.scan(path)["v"]
+    np.testing.assert_array_equal(refgrid_reader(to_kerchunk(refgrid.scan(path)))("v"),
+                                  [5, 6, -1, -1])
+    assert v.fill_value == -1
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "not a kerchunk reference set"),
+    (json.dumps({"version": 1, "refs": {"a/b": ["x", 0, 1]}}), "not Zarr references"),
+])
+def test_bad_reference_sets_name_the_file(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(FormatError, match=rf"bad\.json.*{message}"):
+        refgrid.scan(path)
+
+
+def test_reference_sets_on_s3(kerchunk_refs, s3_server, tmp_path):
+    """JSON and parquet reference sets read from S3 give the same model as locally."""
+    from kerchunk.df import refs_to_dataframe
+
+    source, refs = _one(kerchunk_refs, "tas_200102.nc", "monthly/chunk10")
+    local = refgrid.scan(kerchunk_refs.refs[source])
+    parquet = tmp_path / "refs.parq"
+    refs_to_dataframe(refs, str(parquet), record_size=2)
+    uploads = {"refs/tas.json": kerchunk_refs.refs[source],
+               **{f"refs/tas.parq/{p.relative_to(parquet)}": p
+                  for p in parquet.rglob("*") if p.is_file()}}
+    for key, path in uploads.items():
+        s3_server.upload(path, key)
+    for key in ("refs/tas.json", "refs/tas.parq"):
+        url = f"s3://{s3_server.bucket}/{key}"
+        remote = refgrid.scan(url, **s3_server.storage_options)
+        for (path, a), (_, b) in zip(remote.walk(), local.walk(), strict=True):
+            if isinstance(a, VirtualArray):
+                assert a.manifest == b.manifest and a.grid == b.grid, (key, path)
+
+
+def test_a_directory_that_is_not_parquet_references(tmp_path):
+    with pytest.raises(FormatError, match=r"no \.zmetadata: not kerchunk parquet references"):
+        refgrid.scan(tmp_path)
