@@ -281,10 +281,74 @@ def byte_codec(codec: Mapping[str, Any]) -> ByteCodec:
     raise KeyError(f"no byte-level codec for {name!r}")
 
 
+ARRAY_TO_ARRAY = frozenset({"numcodecs.delta", "numcodecs.bitround", "numcodecs.fixedscaleoffset",
+                            "numcodecs.quantize", "numcodecs.packbits", "numcodecs.astype"})
+"""numcodecs filters that transform arrays (Zarr v2 ``filters``), as zarr 3 names them."""
+NATIVE_HEADS = frozenset({"bytes", "vlen-utf8", "vlen-bytes"})
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A codec list split the Zarr v3 way: array→array filters, the array→bytes codec (the
+    head), bytes→bytes compressors. A head other than ``bytes``/``vlen-*`` is a numcodecs codec
+    that decodes bytes to an array itself (kerchunk's GRIB or image codecs, say)."""
+
+    filters: tuple[Mapping[str, Any], ...]
+    head: Mapping[str, Any]
+    compressors: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def of(cls, codecs: Sequence[Mapping[str, Any]]) -> Pipeline:
+        k = next((k for k, c in enumerate(codecs) if c["name"] not in ARRAY_TO_ARRAY),
+                 len(codecs))
+        if k == len(codecs):
+            raise ValueError(f"no array→bytes codec in {[c['name'] for c in codecs]}")
+        return cls(tuple(codecs[:k]), codecs[k], tuple(codecs[k + 1:]))
+
+    @property
+    def endian(self) -> str | None:
+        """The stored byte order the ``bytes`` codec names (None: native or not applicable)."""
+        return self.head.get("configuration", {}).get("endian") if not self.filters else None
+
+    @property
+    def numcodecs_decoded(self) -> bool:
+        """Decoded the Zarr v2 way: numcodecs filters and head produce the array."""
+        return bool(self.filters) or self.head["name"] not in NATIVE_HEADS
+
+
+def numcodec(codec: Mapping[str, Any]) -> numcodecs.abc.Codec:
+    """The numcodecs codec of a ``numcodecs.<id>`` entry (imagecodecs' codecs included)."""
+    config = {"id": codec["name"].removeprefix("numcodecs."), **codec.get("configuration", {})}
+    try:
+        return numcodecs.get_codec(config)
+    except ValueError:
+        if not config["id"].startswith("imagecodecs_"):
+            raise
+    import imagecodecs.numcodecs
+
+    imagecodecs.numcodecs.register_codecs(verbose=False)
+    return numcodecs.get_codec(config)
+
+
+def stored_dtype(dtype: np.dtype, codecs: Sequence[Mapping[str, Any]]) -> np.dtype:
+    """``dtype`` in the byte order its chunks are stored in."""
+    endian = Pipeline.of(codecs).endian
+    if not endian or dtype.itemsize == 1 or dtype.kind in "OTV":
+        return dtype
+    return dtype.newbyteorder(">" if endian == "big" else "<")
+
+
 def encode_chunk(array: np.ndarray, codecs: Sequence[Mapping[str, Any]]) -> bytes:
     """Encode one chunk (already in its stored dtype and byte order) through ``codecs``."""
-    data = np.ascontiguousarray(array).tobytes()
-    for codec in codecs[1:]:
+    pipeline = Pipeline.of(codecs)
+    data: Any = np.ascontiguousarray(array)
+    for codec in pipeline.filters:
+        data = numcodec(codec).encode(data)
+    if pipeline.head["name"] in NATIVE_HEADS:
+        data = np.ascontiguousarray(data).tobytes()
+    else:
+        data = bytes(numcodec(pipeline.head).encode(data))
+    for codec in pipeline.compressors:
         data = byte_codec(codec).encode(data)
     return data
 
@@ -293,15 +357,22 @@ def decode_chunk(data: bytes, codecs: Sequence[Mapping[str, Any]], dtype: np.dty
                  shape: Sequence[int]) -> np.ndarray:
     """Decode one stored chunk to an array of its encoded ``shape`` (the checksums of
     fletcher32 are verified by its decoder)."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    head, tail = codecs[0], codecs[1:]
-    for codec in reversed(tail):
+    pipeline = Pipeline.of(codecs)
+    count = int(np.prod(shape, dtype=np.int64))
+    nbytes = count * dtype.itemsize
+    for codec in reversed(pipeline.compressors):
         data = byte_codec(codec).decode(data, nbytes)
-    name = head["name"]
+    name = pipeline.head["name"]
+    if pipeline.numcodecs_decoded:
+        decoded: Any = data if name in NATIVE_HEADS else numcodec(pipeline.head).decode(data)
+        for codec in reversed(pipeline.filters):
+            decoded = numcodec(codec).decode(decoded)
+        values = np.asarray(decoded) if isinstance(decoded, np.ndarray) else np.frombuffer(
+            decoded, dtype)
+        if values.dtype != dtype:  # as Zarr v2 does: the filters' output viewed as dtype
+            values = np.ascontiguousarray(values).reshape(-1).view(dtype)
+        return values.reshape(shape)
     if name in ("vlen-utf8", "vlen-bytes"):
         vlen = numcodecs.VLenUTF8() if name == "vlen-utf8" else numcodecs.VLenBytes()
         return np.asarray(vlen.decode(data), dtype=object).reshape(shape)
-    endian = head.get("configuration", {}).get("endian")
-    stored = dtype.newbyteorder(">" if endian == "big" else "<") if endian else dtype
-    return np.frombuffer(data, dtype=stored, count=int(np.prod(shape, dtype=np.int64))).reshape(
-        shape)
+    return np.frombuffer(data, dtype=stored_dtype(dtype, codecs), count=count).reshape(shape)

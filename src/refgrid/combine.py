@@ -206,12 +206,10 @@ class _Combine:
         """``part`` with its chunks re-encoded to ``first``'s codecs (inlined), if needed."""
         if _decoding(part.codecs) == _decoding(first.codecs):
             return part
-        from refgrid.codecs import encode_chunk
+        from refgrid.codecs import encode_chunk, stored_dtype
         from refgrid.read.array import read
 
-        endian = first.codecs[0].get("configuration", {}).get("endian")
-        stored = part.dtype.newbyteorder(">" if endian == "big" else "<") if endian else \
-            part.dtype
+        stored = stored_dtype(part.dtype, first.codecs)
         grid, source = part.grid, part.manifest
         path_id = np.full(source.shape, MISSING, np.int32)
         inline = {}

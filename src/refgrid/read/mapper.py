@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +70,8 @@ def _empty_manifest(shape: tuple[int, ...], chunks: tuple[int, ...]) -> ChunkMan
 
 def _view_chunks(array: VirtualArray, chunks: Mapping[str, int]) -> tuple[tuple[int, ...], bool]:
     grid = array.grid
-    if grid.is_regular and not any(d in chunks for d in array.dims):
+    if grid.is_regular and not any(d in chunks for d in array.dims) and _zarr_knows(
+            array.codecs):
         return tuple(grid.chunk_shape or ()), True
     shape = []
     for dim, axis in zip(array.dims, grid.axes, strict=True):
@@ -81,6 +82,18 @@ def _view_chunks(array: VirtualArray, chunks: Mapping[str, int]) -> tuple[tuple[
         else:
             shape.append(int(Counter(axis.logical.tolist()).most_common(1)[0][0]))
     return tuple(shape), False
+
+
+def _zarr_knows(codecs: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether stock zarr can decode these codecs (else chunks are served decoded)."""
+    from zarr.registry import get_codec_class
+
+    try:
+        for codec in codecs:
+            get_codec_class(codec["name"])
+    except KeyError:
+        return False
+    return True
 
 
 class RegularViewFileSystem(AbstractFileSystem):

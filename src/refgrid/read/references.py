@@ -17,6 +17,7 @@ from typing import Any
 import fsspec
 import numpy as np
 
+from refgrid.codecs import stored_dtype
 from refgrid.errors import FormatError
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
@@ -94,9 +95,8 @@ def _array(path: str, doc: dict[str, Any], chunks: list[tuple[str, Any]],
         zdtype = get_data_type_from_json(doc["data_type"], zarr_format=3)
         dtype = zdtype.to_native_dtype()
         fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
-    endian = codecs[0].get("configuration", {}).get("endian") if codecs else None
-    if endian and dtype.itemsize > 1 and dtype.kind not in "OTV":
-        dtype = dtype.newbyteorder(">" if endian == "big" else "<")
+    if codecs:
+        dtype = stored_dtype(dtype, codecs)
     manifest = _manifest(grid, chunks, templates, f"{source}:{path}")
     return VirtualArray(path.rsplit("/", 1)[-1], tuple(doc.get("dimension_names") or
                                                        (f"dim_{k}" for k in range(len(shape)))),

@@ -17,7 +17,7 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from refgrid.codecs import bytes_codec
+from refgrid.codecs import ARRAY_TO_ARRAY, bytes_codec, numcodec
 from refgrid.dtypes import STRING
 from refgrid.errors import FormatError
 from refgrid.grid import RectilinearGrid
@@ -25,6 +25,7 @@ from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.references import references_to_group
 from refgrid.scan.kerchunk_parquet import load_parquet_references
+from refgrid.scan.source import file_sizes
 
 BYTES_TO_BYTES = frozenset({"zlib", "gzip", "bz2", "lzma", "zstd", "lz4", "blosc", "shuffle",
                             "fletcher32", "crc32", "crc32c", "adler32", "jenkins_lookup3"})
@@ -32,6 +33,7 @@ BYTES_TO_BYTES = frozenset({"zlib", "gzip", "bz2", "lzma", "zstd", "lz4", "blosc
 ManifestFor = Callable[[str, RectilinearGrid, str], ChunkManifest]
 """(array path, its grid, chunk-key separator) → its manifest"""
 VLEN = {"vlen-utf8": (STRING, "vlen-utf8"), "vlen-bytes": (np.dtype("O"), "vlen-bytes")}
+"""Zarr v2 object-codec filters → (dtype, Zarr v3 codec)."""
 
 
 def load_kerchunk(url: str, storage_options: dict[str, Any]) -> Mapping[str, Any]:
@@ -72,7 +74,7 @@ def scan_kerchunk(url: str, storage_options: dict[str, Any],
         if head in arrays:
             chunks[head].append(tail)
     return _from_v2(documents, lambda path, grid, separator: _manifest_from_keys(
-        path, refs, chunks.get(path, []), grid, separator, url), url)
+        path, refs, chunks.get(path, []), grid, separator, url, storage_options), url)
 
 
 def _value(value: Any) -> Any:
@@ -130,22 +132,13 @@ def _array_v2(path: str, documents: dict[str, Any], manifest_for: ManifestFor,
     shape, chunk_shape = tuple(meta["shape"]), tuple(max(1, c) for c in meta["chunks"])
     if meta.get("order", "C") != "C":
         raise FormatError(url, path, "Fortran-ordered (order 'F') arrays are not supported")
-    filters = list(meta.get("filters") or [])
-    compressor = meta.get("compressor")
-    vlen = [f for f in filters if f.get("id") in VLEN]
+    chain = [*(meta.get("filters") or []), *([meta["compressor"]] if meta.get("compressor")
+                                            else [])]
+    dtype = np.dtype(_v2_dtype(meta["dtype"]))
+    vlen = [f for f in chain if f.get("id") in VLEN]
     if vlen:
-        dtype, name = VLEN[vlen[0]["id"]]
-        codecs: tuple[dict[str, Any], ...] = ({"name": name},)
-        filters = [f for f in filters if f.get("id") not in VLEN]
-    else:
-        dtype = np.dtype(_v2_dtype(meta["dtype"]))
-        codecs = (bytes_codec(dtype),)
-    for f in [*filters, *([compressor] if compressor else [])]:
-        if f["id"] not in BYTES_TO_BYTES:
-            raise FormatError(url, path, f"filter {f['id']!r} works on arrays, not bytes: "
-                              "not supported yet")
-        codecs += ({"name": f"numcodecs.{f['id']}",
-                    "configuration": {k: v for k, v in f.items() if k != "id"}},)
+        dtype = VLEN[vlen[0]["id"]][0]
+    codecs = _v3_codecs(chain, dtype, url, path)
     grid = RectilinearGrid.regular(shape, chunk_shape if shape else ())
     separator = meta.get("dimension_separator", ".")
     manifest = manifest_for(path, grid, separator)
@@ -153,6 +146,41 @@ def _array_v2(path: str, documents: dict[str, Any], manifest_for: ManifestFor,
                         tuple(dims) if dims else tuple(f"dim_{k}" for k in range(len(shape))),
                         dtype, grid, manifest, _fill_v2(meta.get("fill_value"), dtype),
                         codecs, attrs)
+
+
+def _v3_codecs(chain: list[dict[str, Any]], dtype: np.dtype, url: str,
+               path: str) -> tuple[dict[str, Any], ...]:
+    """A Zarr v2 filter + compressor chain (in encoding order) as a Zarr v3 codec list:
+    array→array filters, then one array→bytes codec, then bytes→bytes codecs. A codec that is
+    neither (kerchunk's ``grib``, imagecodecs' image codecs) is the array→bytes codec."""
+    codecs: list[dict[str, Any]] = []
+    head = None
+    for f in chain:
+        name = f"numcodecs.{f['id']}"
+        entry = {"name": name, "configuration": {k: v for k, v in f.items() if k != "id"}}
+        if head is None and f["id"] in VLEN:
+            head = {"name": VLEN[f["id"]][1]}
+            codecs.append(head)
+        elif head is None and name in ARRAY_TO_ARRAY:
+            codecs.append(entry)
+        elif head is None and f["id"] in BYTES_TO_BYTES:
+            head = bytes_codec(dtype)
+            codecs += [head, entry]
+        elif head is None:
+            try:
+                numcodec(entry)
+            except Exception as e:  # unknown id or bad configuration
+                raise FormatError(url, path, f"codec {f['id']!r} is not available: {e}") from None
+            head = entry
+            codecs.append(entry)
+        elif f["id"] in BYTES_TO_BYTES:
+            codecs.append(entry)
+        else:
+            raise FormatError(url, path, f"codec {f['id']!r} follows the array→bytes codec "
+                              f"{head['name']!r}: not expressible as Zarr v3 codecs")
+    if head is None:
+        codecs.append(bytes_codec(dtype))
+    return tuple(codecs)
 
 
 def _v2_dtype(spec: Any) -> Any:
@@ -172,13 +200,15 @@ def _fill_v2(value: Any, dtype: np.dtype) -> Any:
 
 
 def _manifest_from_keys(path: str, refs: Mapping[str, Any], chunk_keys: list[str],
-                 grid: RectilinearGrid, separator: str, url: str) -> ChunkManifest:
+                        grid: RectilinearGrid, separator: str, url: str,
+                        storage_options: dict[str, Any]) -> ChunkManifest:
     counts = grid.chunk_counts
     path_id = np.full(counts, MISSING, np.int32)
     offset = np.zeros(counts, np.uint64)
     length = np.zeros(counts, np.uint64)
     inline: dict[tuple[int, ...], bytes] = {}
     urls: dict[str, int] = {}
+    whole: list[tuple[int, ...]] = []  # [url] references: the whole file is the chunk
     for tail in chunk_keys:
         if not counts:  # a 0-d array: "0" (or the empty key some writers produce)
             coords: tuple[int, ...] = ()
@@ -192,12 +222,17 @@ def _manifest_from_keys(path: str, refs: Mapping[str, Any], chunk_keys: list[str
             continue
         value = refs[f"{path}/{tail}".lstrip("/")]
         if isinstance(value, list):
-            if len(value) == 1:
-                raise FormatError(url, f"{path}/{tail}", "whole-file chunk references are "
-                                  "not supported")
             path_id[coords] = urls.setdefault(value[0], len(urls))
-            offset[coords], length[coords] = value[1], value[2]
+            if len(value) == 1:
+                whole.append(coords)
+            else:
+                offset[coords], length[coords] = value[1], value[2]
         else:
             inline[coords] = base64.b64decode(_value(value)[7:])
             path_id[coords] = INLINE
+    if whole:
+        table = tuple(urls)
+        sizes = file_sizes(sorted({table[path_id[c]] for c in whole}), storage_options, url)
+        for coords in whole:
+            length[coords] = sizes[table[path_id[coords]]]
     return ChunkManifest(tuple(urls), path_id, offset, length, inline)

@@ -23,6 +23,7 @@ from fsspec.core import url_to_fs
 
 from refgrid.errors import FormatError
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.scan.source import file_sizes
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class ParquetReferences:
     record_size: int
     fs: fsspec.AbstractFileSystem
     root: str
+    storage_options: dict[str, Any]
 
     def manifest(self, array: str, counts: tuple[int, ...]) -> ChunkManifest:
         """The chunk manifest of ``array`` whose chunk grid has ``counts`` chunks per axis."""
@@ -53,6 +55,12 @@ class ParquetReferences:
                 raise FormatError(self.url, array, f"cannot read {name}: {data}") from None
             _fill(_read_table(data, self.url, name), n * self.record_size, path_id, offset,
                   length, inline, counts, urls)
+        whole = np.flatnonzero((path_id >= 0) & (length == 0))  # [url]: the whole file
+        if whole.size:
+            table = list(urls)
+            sizes = file_sizes(sorted({table[i] for i in path_id[whole]}),
+                               self.storage_options, self.url)
+            length[whole] = [sizes[table[i]] for i in path_id[whole]]
         return ChunkManifest(tuple(urls), path_id.reshape(counts), offset.reshape(counts),
                              length.reshape(counts), inline)
 
@@ -75,7 +83,7 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
                           "an HDF5/NetCDF file)") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise FormatError(url, ".zmetadata", f"not kerchunk parquet metadata: {e}") from None
-    return ParquetReferences(url, documents, record_size, fs, root)
+    return ParquetReferences(url, documents, record_size, fs, root, storage_options)
 
 
 def _read_table(data: bytes, url: str, name: str) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -77,3 +77,22 @@ class Source:
                 yield f
         except FileNotFoundError:
             raise ScanError(self.url, None, "file not found") from None
+
+
+def file_sizes(urls: Sequence[str], storage_options: dict[str, Any],
+               where: str) -> dict[str, int]:
+    """Sizes of many files (concurrently for remote filesystems): kerchunk's whole-file
+    references (``[url]``) become byte ranges ``[url, 0, size]``."""
+    by_protocol: dict[str, list[str]] = {}
+    for url in urls:
+        by_protocol.setdefault(url.split("://")[0] if "://" in url else "file", []).append(url)
+    sizes: dict[str, int] = {}
+    for group in by_protocol.values():
+        fs, _ = url_to_fs(group[0], **storage_options)
+        try:
+            found = fs.sizes([fs._strip_protocol(u) for u in group])
+        except FileNotFoundError as e:
+            raise ScanError(where, None, f"a whole-file reference names a missing file: "
+                            f"{e}") from None
+        sizes.update(zip(group, (int(n) for n in found), strict=True))
+    return sizes
