@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from grid_strategies import chunk_ids, grid_and_selection, grids
 from refgrid import GridError, RectilinearGrid
+from refgrid.selection import orthogonal_index
 
 
 def test_regular_grid_pads_only_the_last_chunk():
@@ -85,49 +88,57 @@ def test_locate_matches_brute_force(grid, data):
     assert offset.tolist() == (np.arange(n)[idx] - grid.bounds(dim)[ids[idx]]).tolist()
 
 
-def _assemble(grid: RectilinearGrid, selection) -> tuple[np.ndarray, np.ndarray]:
-    """Read ``selection`` chunk by chunk from padded chunks of a known array."""
+def _assemble(grid: RectilinearGrid, selection, limit: int):
+    """Read ``selection`` box by box from padded chunks of a known array, as the reader does."""
     source = np.arange(max(1, int(np.prod(grid.shape)))).reshape(grid.shape) \
         if all(grid.shape) else np.zeros(grid.shape, dtype=np.int64)
-    decomposition = grid.select(selection)
-    out = np.full(decomposition.shape, -1, dtype=np.int64)
-    writes = np.zeros(decomposition.shape, dtype=np.int64)
-    for piece in decomposition:
-        chunk = np.full(grid.encoded_chunk_shape(piece.coords), -7, dtype=np.int64)
-        region = grid.chunk_region(piece.coords)
-        chunk[tuple(slice(0, r.stop - r.start) for r in region)] = source[region]
-        piece.write_into(out, piece.read_from(chunk))
-        counted = np.zeros_like(writes)
-        piece.write_into(counted, np.ones_like(piece.read_from(chunk)))
-        writes += counted
-    return out, writes, source
+    chosen = grid.select(selection)
+    out = np.full(chosen.kept_shape, -1, dtype=np.int64)
+    writes = np.zeros(chosen.kept_shape, dtype=np.int64)
+    touched = []
+    for box in chosen.boxes(8, limit):
+        counts = [len(t.chunks) for t in box]
+        tile = [t.length for t in box]
+        tiled = np.full([c * t for c, t in zip(counts, tile, strict=True)], -9, dtype=np.int64)
+        for ranks in itertools.product(*(range(c) for c in counts)):
+            coords = tuple(int(t.chunks[r]) for t, r in zip(box, ranks, strict=True))
+            touched.append(coords)
+            chunk = np.full(grid.encoded_chunk_shape(coords), -7, dtype=np.int64)
+            region = grid.chunk_region(coords)
+            chunk[tuple(slice(0, r.stop - r.start) for r in region)] = source[region]
+            tiled[tuple(slice(r * t, r * t + n) for r, t, n in
+                        zip(ranks, tile, chunk.shape, strict=True))] = chunk
+        target = orthogonal_index([t.out for t in box], out.shape)
+        out[target] = tiled[orthogonal_index([t.tiled for t in box], tiled.shape)]
+        writes[target] += 1
+    return out.reshape(chosen.shape), writes.reshape(chosen.shape), source, touched
 
 
 @settings(max_examples=400, deadline=None)
-@given(grid_and_selection())
-def test_selection_decomposition_matches_numpy(case):
+@given(grid_and_selection(), st.integers(8, 400))
+def test_selection_boxes_read_what_numpy_reads(case, limit):
     grid, selection = case
-    out, writes, source = _assemble(grid, selection)
+    out, writes, source, _ = _assemble(grid, selection, limit)
     expected = source
     for axis, index in reversed(list(enumerate(selection))):
         expected = np.take(expected, np.arange(grid.shape[axis])[index], axis=axis)
     assert out.shape == expected.shape
     np.testing.assert_array_equal(out, expected)
-    # every output element comes from exactly one chunk, never from a chunk's padding (-7)
+    # every output element comes from exactly one box, never from padding (-7) or a gap (-9)
     assert (writes == 1).all()
 
 
-@given(grid_and_selection())
-def test_selection_touches_exactly_the_chunks_brute_force_finds(case):
+@given(grid_and_selection(), st.integers(8, 400))
+def test_selection_touches_exactly_the_chunks_brute_force_finds(case, limit):
     grid, selection = case
-    touched = {p.coords for p in grid.select(selection)}
+    _, _, _, touched = _assemble(grid, selection, limit)
     per_axis = [set(chunk_ids(grid, d)[np.arange(n)[i]].reshape(-1).tolist())
                 for d, (i, n) in enumerate(zip(selection, grid.shape, strict=True))]
     expected = set()
     if all(per_axis):
-        import itertools
         expected = set(itertools.product(*per_axis))
-    assert touched == expected
+    assert sorted(touched) == sorted(expected)  # each chunk in exactly one box
+    assert grid.select(selection).nchunks == len(expected)
 
 
 def test_selection_forms():

@@ -9,7 +9,12 @@ through entry points (:mod:`refgrid.zarr_codecs`).
 
 from __future__ import annotations
 
+import functools
+import itertools
+import json
+import math
 import struct
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -237,10 +242,8 @@ def bitshuffle_encode(data: bytes, config: Mapping[str, Any]) -> bytes:
 
 
 def hdf5_shuffle_decode(data: bytes, elementsize: int) -> bytes:
-    """Unshuffle like HDF5: bytes beyond the last whole element stay where they are."""
-    n = len(data) // elementsize
-    body = np.frombuffer(data, np.uint8, n * elementsize).reshape(elementsize, n)
-    return body.T.tobytes() + data[n * elementsize:]
+    """Unshuffle one chunk like HDF5 (see :func:`unshuffle`)."""
+    return unshuffle(np.frombuffer(data, np.uint8).reshape(1, -1), elementsize).tobytes()
 
 
 def hdf5_shuffle_encode(data: bytes, elementsize: int) -> bytes:
@@ -353,26 +356,132 @@ def encode_chunk(array: np.ndarray, codecs: Sequence[Mapping[str, Any]]) -> byte
     return data
 
 
+_SIZE_KEEPING = frozenset({"numcodecs.shuffle", "refgrid.shuffle"})
+
+
+class ChunkDecodeError(ValueError):
+    """Chunk ``index`` of a batch does not decode."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index = index
+
+
+class ChunkDecoder:
+    """Decodes the chunks of one array: built once per codec list and dtype, applied to many.
+
+    Decoding a batch (:meth:`decompress_many`) runs each bytes→bytes codec over the whole
+    list of chunks in a C-level loop, and a trailing byte shuffle (HDF5's usual first filter)
+    as one numpy step over all of them; :meth:`to_array` then makes one chunk's values. Where
+    the bytes are the values already (:attr:`plain`) a reader skips that step for the batch.
+    """
+
+    def __init__(self, codecs: Sequence[Mapping[str, Any]], dtype: np.dtype) -> None:
+        pipeline = Pipeline.of(codecs)
+        self.dtype = dtype
+        self.stored = stored_dtype(dtype, codecs)
+        self.plain = not pipeline.numcodecs_decoded and pipeline.head["name"] == "bytes"
+        """Decompressed bytes are the chunk's values in :attr:`stored` dtype."""
+        compressors = list(pipeline.compressors)
+        self.shuffle = None
+        """Element size of a byte shuffle decoded last, batch-wise (None: no such step)."""
+        if compressors and compressors[0]["name"] in ("numcodecs.shuffle", "refgrid.shuffle"):
+            self.shuffle = int(compressors.pop(0)["configuration"]["elementsize"])
+        # libdeflate needs the exact decoded size: known for a plain pipeline when only byte
+        # shuffles (which keep the size) are decoded after it
+        self.stages = [_zlib_decoder(self.plain and all(
+            later["name"] in _SIZE_KEEPING for later in compressors[:k]))
+            if c["name"] == "numcodecs.zlib" else byte_codec(c).decode
+            for k, c in reversed(list(enumerate(compressors)))]
+        self._head = None if pipeline.head["name"] in NATIVE_HEADS else numcodec(pipeline.head)
+        self._head_name = pipeline.head["name"]
+        self._filters = [numcodec(c) for c in reversed(pipeline.filters)]
+        self._numcodecs = pipeline.numcodecs_decoded
+
+    def decompress_many(self, chunks: Sequence[Any], nbytes: int) -> np.ndarray:
+        """Chunks that all decompress to ``nbytes``, as a ``(len(chunks), nbytes)`` uint8
+        array; a chunk that fails raises :class:`ChunkDecodeError` with its index."""
+        data: Sequence[Any] = chunks
+        for stage in self.stages:
+            try:
+                data = list(map(stage, data, itertools.repeat(nbytes)))
+            except Exception:  # find the chunk, for the message
+                for k, chunk in enumerate(data):
+                    try:
+                        stage(chunk, nbytes)
+                    except Exception as e:
+                        raise ChunkDecodeError(k, f"{type(e).__name__}: {e}") from None
+                raise
+        sizes = np.fromiter(map(len, data), np.int64, len(data))
+        wrong = np.flatnonzero(sizes != nbytes)
+        if len(wrong):
+            k = int(wrong[0])
+            raise ChunkDecodeError(k, f"decoded to {sizes[k]} bytes, expected {nbytes}")
+        raw = np.frombuffer(b"".join(data), np.uint8).reshape(len(data), nbytes)
+        return raw if self.shuffle is None else unshuffle(raw, self.shuffle)
+
+    def to_array(self, data: Any, shape: Sequence[int]) -> np.ndarray:
+        """The values of one decompressed chunk, shaped like its encoded ``shape``."""
+        count = math.prod(shape)
+        if self._numcodecs:
+            decoded: Any = data if self._head is None else self._head.decode(data)
+            for codec in self._filters:
+                decoded = codec.decode(decoded)
+            values = np.asarray(decoded) if isinstance(decoded, np.ndarray) else np.frombuffer(
+                decoded, self.dtype)
+            if values.dtype != self.dtype:  # as Zarr v2 does: the filters' output as dtype
+                values = np.ascontiguousarray(values).reshape(-1).view(self.dtype)
+            return values.reshape(shape)
+        if self._head_name in ("vlen-utf8", "vlen-bytes"):
+            vlen = numcodecs.VLenUTF8() if self._head_name == "vlen-utf8" else \
+                numcodecs.VLenBytes()
+            return np.asarray(vlen.decode(data), dtype=object).reshape(shape)
+        if len(data) != count * self.stored.itemsize:
+            raise ValueError(f"decoded to {len(data)} bytes, expected "
+                             f"{count * self.stored.itemsize} for shape {tuple(shape)}")
+        return np.frombuffer(data, dtype=self.stored, count=count).reshape(shape)
+
+    def decode(self, data: Any, shape: Sequence[int]) -> np.ndarray:
+        """Decode one stored chunk (fletcher32 checksums are verified by its decoder)."""
+        nbytes = math.prod(shape) * self.dtype.itemsize
+        for stage in self.stages:
+            data = stage(data, nbytes)
+        if self.shuffle is not None:
+            data = hdf5_shuffle_decode(data, self.shuffle)
+        return self.to_array(data, shape)
+
+
+def unshuffle(chunks: np.ndarray, elementsize: int) -> np.ndarray:
+    """Undo HDF5's byte shuffle on each row of ``chunks`` (bytes beyond the last whole
+    element stay where they are)."""
+    n = chunks.shape[1] // elementsize
+    out = np.empty_like(chunks)
+    body = chunks[:, : n * elementsize].reshape(len(chunks), elementsize, n)
+    target = np.reshape(out[:, : n * elementsize], (len(chunks), n, elementsize), copy=False)
+    target[...] = body.transpose(0, 2, 1)
+    out[:, n * elementsize:] = chunks[:, n * elementsize:]
+    return out
+
+
+def _zlib_decoder(exact: bool) -> Callable[[Any, int], Any]:
+    """zlib (HDF5's deflate): libdeflate when the decoded size is exact, else the standard
+    library (which grows its buffer)."""
+    if exact:
+        return lambda data, nbytes: imagecodecs.deflate_decode(data, out=nbytes)
+    return lambda data, nbytes: zlib.decompress(data, zlib.MAX_WBITS, nbytes)
+
+
+@functools.lru_cache(maxsize=256)
+def _decoder(codecs_json: str, dtype: np.dtype) -> ChunkDecoder:
+    return ChunkDecoder(json.loads(codecs_json), dtype)
+
+
+def chunk_decoder(codecs: Sequence[Mapping[str, Any]], dtype: np.dtype) -> ChunkDecoder:
+    """The (cached) decoder of an array's codec list."""
+    return _decoder(json.dumps(list(codecs), sort_keys=True), dtype)
+
+
 def decode_chunk(data: bytes, codecs: Sequence[Mapping[str, Any]], dtype: np.dtype,
                  shape: Sequence[int]) -> np.ndarray:
-    """Decode one stored chunk to an array of its encoded ``shape`` (the checksums of
-    fletcher32 are verified by its decoder)."""
-    pipeline = Pipeline.of(codecs)
-    count = int(np.prod(shape, dtype=np.int64))
-    nbytes = count * dtype.itemsize
-    for codec in reversed(pipeline.compressors):
-        data = byte_codec(codec).decode(data, nbytes)
-    name = pipeline.head["name"]
-    if pipeline.numcodecs_decoded:
-        decoded: Any = data if name in NATIVE_HEADS else numcodec(pipeline.head).decode(data)
-        for codec in reversed(pipeline.filters):
-            decoded = numcodec(codec).decode(decoded)
-        values = np.asarray(decoded) if isinstance(decoded, np.ndarray) else np.frombuffer(
-            decoded, dtype)
-        if values.dtype != dtype:  # as Zarr v2 does: the filters' output viewed as dtype
-            values = np.ascontiguousarray(values).reshape(-1).view(dtype)
-        return values.reshape(shape)
-    if name in ("vlen-utf8", "vlen-bytes"):
-        vlen = numcodecs.VLenUTF8() if name == "vlen-utf8" else numcodecs.VLenBytes()
-        return np.asarray(vlen.decode(data), dtype=object).reshape(shape)
-    return np.frombuffer(data, dtype=stored_dtype(dtype, codecs), count=count).reshape(shape)
+    """Decode one stored chunk to an array of its encoded ``shape``."""
+    return chunk_decoder(codecs, dtype).decode(data, shape)

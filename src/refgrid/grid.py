@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from refgrid.errors import GridError
-from refgrid.selection import GridSelection, decompose_axis, normalize_selection
+from refgrid.selection import AxisSelection, GridSelection, normalize_selection
 
 GridForm = Literal["auto", "rectilinear", "rectangular"]
 
@@ -230,13 +230,10 @@ class RectilinearGrid:
         return tuple(int(a.encoded[c]) for a, c in zip(self.axes, coords, strict=True))
 
     def select(self, selection: Any) -> GridSelection:
-        """Decompose an orthogonal selection into the chunks it touches (see selection.py)."""
+        """An orthogonal selection, per axis: the chunks it touches (see selection.py)."""
         indices = normalize_selection(selection, self.shape)
-        per_axis = [decompose_axis(i, a.bounds) for i, a in zip(indices, self.axes, strict=True)]
-        return GridSelection(
-            shape=tuple(n for _, n in per_axis if n is not None),
-            axes=tuple(pieces for pieces, _ in per_axis),
-        )
+        return GridSelection(tuple(AxisSelection.of(i, a.logical, a.encoded, a.bounds)
+                                   for i, a in zip(indices, self.axes, strict=True)))
 
     # -- transformations --------------------------------------------------------------------
 

@@ -1,10 +1,17 @@
-"""Orthogonal selections decomposed into per-chunk pieces on a rectilinear grid.
+"""Orthogonal selections on a rectilinear grid, vectorized per axis.
 
-A reader turns ``array[selection]`` into "read these chunks, take this region of each, put it
-there in the output". The decomposition is computed per axis from the chunk bounds with numpy
-(no Python loop per element), then combined as a cartesian product of the per-axis pieces.
-Semantics are numpy's *orthogonal* indexing (zarr's ``oindex``): each integer array indexes its
-own axis independently.
+A reader turns ``array[selection]`` into: which chunks to read along each axis, and where the
+selected elements lie inside them. Everything is per axis and in numpy — never a Python object
+per chunk or per element — because a single read may touch 10^5 chunks.
+
+Chunks are read in *boxes*: for a range of the touched chunks on every axis, the decoded chunks
+are laid side by side, each axis at a common *tile* length (the largest encoded length among
+the box's chunks), so one numpy indexing step extracts the selection from all of them. Where a
+chunk is padded (encoded longer than logical) or shorter than the tile, the unused tile
+positions are simply never selected.
+
+Semantics are numpy's *orthogonal* indexing (zarr's ``oindex``): each integer array indexes
+its own axis independently.
 """
 
 from __future__ import annotations
@@ -13,75 +20,180 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from types import EllipsisType
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from refgrid.gc_pause import gc_paused
-
 AxisIndex = int | slice | np.ndarray
 """A normalised index on one axis: an in-range int, a slice, or a 1-d int64 array."""
+Indexer = slice | np.ndarray
 
 
-class AxisPiece(NamedTuple):
-    """The part of one chunk, along one axis, that a selection touches.
+class AxisTile(NamedTuple):
+    """A run of touched chunks along one axis, decoded side by side at ``length`` each."""
 
-    ``out`` is ``None`` when the axis is dropped from the output (an integer index).
-    A named tuple, not a dataclass: a selection over 10^6 chunks creates 10^6 of them.
+    chunks: np.ndarray
+    """Chunk ids, ascending."""
+    length: int
+    """The tile length: every chunk's decoded data starts at a multiple of it."""
+    out: Indexer
+    """Where the selected elements of these chunks go along the output axis."""
+    tiled: Indexer
+    """Where they are along the tiled axis (``len(chunks) * length`` long)."""
+
+
+@dataclass(frozen=True, eq=False)
+class AxisSelection:
+    """What one axis of a selection takes, as the chunks it touches.
+
+    A step-1 slice is kept as its bounds (``span``) so that reading a whole axis of 10^8
+    elements allocates nothing per element; other indices keep their element ``positions``.
     """
 
-    chunk: int
-    in_chunk: int | slice | np.ndarray
-    out: slice | np.ndarray | None
+    logical: np.ndarray
+    encoded: np.ndarray
+    bounds: np.ndarray
+    dropped: bool
+    span: tuple[int, int] | None = None
+    positions: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, index: AxisIndex, logical: np.ndarray, encoded: np.ndarray,
+           bounds: np.ndarray) -> AxisSelection:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(int(bounds[-1]))
+            if step == 1:
+                return cls(logical, encoded, bounds, False, span=(start, max(start, stop)))
+            return cls(logical, encoded, bounds, False,
+                       positions=np.arange(start, stop, step, dtype=np.int64))
+        if isinstance(index, int):
+            return cls(logical, encoded, bounds, True, positions=np.array([index], np.int64))
+        return cls(logical, encoded, bounds, False, positions=index)
+
+    @property
+    def size(self) -> int:
+        """Selected elements (1 for a dropped axis, which the output keeps until the end)."""
+        if self.span is not None:
+            return self.span[1] - self.span[0]
+        return len(self.positions)  # type: ignore[arg-type]
+
+    def _chunk_of(self, elements: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.bounds, elements, side="right") - 1
+
+    @cached_property
+    def _position_chunks(self) -> np.ndarray:
+        return self._chunk_of(self.positions)
+
+    @cached_property
+    def chunks(self) -> np.ndarray:
+        """Ids of the chunks touched, ascending."""
+        if self.span is not None:
+            start, stop = self.span
+            if start == stop:
+                return np.zeros(0, np.int64)
+            first, last = self._chunk_of(np.array([start, stop - 1]))
+            return np.arange(first, last + 1)
+        return np.unique(self._position_chunks)
+
+    def tile(self, chunks: np.ndarray) -> AxisTile:
+        """The tile of ``chunks`` (consecutive touched chunks, ascending)."""
+        length = int(self.encoded[chunks].max())
+        first, last = int(chunks[0]), int(chunks[-1])
+        if self.span is not None:
+            lo = max(self.span[0], int(self.bounds[first]))
+            hi = min(self.span[1], int(self.bounds[last + 1]))
+            out = slice(lo - self.span[0], hi - self.span[0])
+            if (self.logical[first:last] == length).all():  # no gaps between the chunks
+                base = int(self.bounds[first])
+                return AxisTile(chunks, length, out, slice(lo - base, hi - base))
+            elements = np.arange(lo, hi)
+            within = self._chunk_of(elements)
+        else:
+            within = self._position_chunks
+            keep = (within >= first) & (within <= last)
+            out = as_slice(np.flatnonzero(keep))
+            elements = self.positions[keep]  # type: ignore[index]
+            within = within[keep]
+        rank = np.searchsorted(chunks, within)
+        return AxisTile(chunks, length, out,
+                        as_slice(rank * length + elements - self.bounds[within]))
 
 
-class ChunkSelection(NamedTuple):
-    """What to take from one chunk and where to put it in the output array."""
-
-    coords: tuple[int, ...]
-    in_chunk: tuple[int | slice | np.ndarray, ...]
-    out: tuple[slice | np.ndarray, ...]
-
-    def read_from(self, chunk: np.ndarray) -> np.ndarray:
-        """Apply ``in_chunk`` to a decoded chunk with orthogonal semantics."""
-        basic = tuple(slice(i, i + 1) if isinstance(i, int) else (
-            i if isinstance(i, slice) else slice(None)) for i in self.in_chunk)
-        part = chunk[basic]
-        for axis, index in enumerate(self.in_chunk):
-            if isinstance(index, np.ndarray):
-                part = np.take(part, index, axis=axis)
-        dropped = tuple(a for a, i in enumerate(self.in_chunk) if isinstance(i, int))
-        return part.squeeze(axis=dropped) if dropped else part
-
-    def write_into(self, out: np.ndarray, values: np.ndarray) -> None:
-        """Assign ``values`` to the ``out`` region of the output with orthogonal semantics."""
-        if sum(isinstance(i, np.ndarray) for i in self.out) <= 1:
-            out[self.out] = values
-            return
-        axes = [np.arange(n)[i] if isinstance(i, slice) else i
-                for i, n in zip(self.out, out.shape, strict=True)]
-        out[np.ix_(*axes)] = values
+def as_slice(index: np.ndarray) -> Indexer:
+    """``index`` as an equivalent slice when it is an arithmetic progression (faster to apply)."""
+    if len(index) == 0:
+        return slice(0, 0)
+    first = int(index[0])
+    if len(index) == 1:
+        return slice(first, first + 1)
+    step = int(index[1]) - first
+    if step == 0 or not (np.diff(index) == step).all():
+        return index
+    stop = int(index[-1]) + (1 if step > 0 else -1)
+    return slice(first, stop if stop >= 0 else None, step)
 
 
-@dataclass(frozen=True)
+def orthogonal_index(index: Sequence[Indexer], shape: Sequence[int]) -> tuple[Any, ...]:
+    """Per-axis ``index`` with numpy's orthogonal meaning (``np.ix_`` once two take arrays)."""
+    if sum(isinstance(i, np.ndarray) for i in index) <= 1:
+        return tuple(index)
+    return np.ix_(*(np.arange(n)[i] if isinstance(i, slice) else i
+                    for i, n in zip(index, shape, strict=True)))
+
+
+@dataclass(frozen=True, eq=False)
 class GridSelection:
-    """A selection decomposed per axis; iterate it for the chunks it touches."""
+    """An orthogonal selection on a grid, one :class:`AxisSelection` per axis."""
 
-    shape: tuple[int, ...]
-    axes: tuple[tuple[AxisPiece, ...], ...]
+    axes: tuple[AxisSelection, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the result (integer-indexed axes dropped)."""
+        return tuple(a.size for a in self.axes if not a.dropped)
+
+    @property
+    def kept_shape(self) -> tuple[int, ...]:
+        """The result's shape with integer-indexed axes kept at length 1."""
+        return tuple(a.size for a in self.axes)
 
     @property
     def nchunks(self) -> int:
-        return math.prod(len(pieces) for pieces in self.axes)
+        return math.prod(len(a.chunks) for a in self.axes)
 
-    def __iter__(self) -> Iterator[ChunkSelection]:
-        for combo in itertools.product(*self.axes):
-            yield ChunkSelection(
-                coords=tuple(p.chunk for p in combo),
-                in_chunk=tuple(p.in_chunk for p in combo),
-                out=tuple(p.out for p in combo if p.out is not None),
-            )
+    def boxes(self, itemsize: int, limit: int, at_least: int = 1) -> Iterator[tuple[AxisTile, ...]]:
+        """The touched chunks in boxes whose tiles hold at most ``limit`` bytes (or one chunk),
+        and at least ``at_least`` boxes where there are enough chunks (for threads to share).
+
+        A box takes whole runs of chunks along the inner axes and as many along the outermost
+        axis that still fits, so that boxes are few and each is one numpy step to assemble.
+        """
+        chunks = [a.chunks for a in self.axes]
+        if any(len(c) == 0 for c in chunks):
+            return
+        if not chunks:  # a scalar
+            yield ()
+            return
+        tile = [int(a.encoded[c].max()) for a, c in zip(self.axes, chunks, strict=True)]
+        counts = [len(c) for c in chunks]
+        slab = [itemsize * tile[a] * math.prod(n * t for n, t in zip(counts[a + 1:], tile[a + 1:],
+                                                                     strict=True))
+                for a in range(len(chunks))]
+        split = next((a for a in range(len(chunks)) if slab[a] <= limit), len(chunks) - 1)
+        while split < len(chunks) - 1 and math.prod(counts[: split + 1]) < at_least:
+            split += 1
+        before = math.prod(counts[:split])
+        step = min(max(1, limit // slab[split]), -(-counts[split] // -(-at_least // before)))
+        inner = [a.tile(c) for a, c in zip(self.axes[split + 1:], chunks[split + 1:],
+                                           strict=True)]
+        for outer in itertools.product(*(range(n) for n in counts[:split])):
+            head = [a.tile(c[k: k + 1]) for a, c, k in zip(self.axes, chunks, outer,
+                                                             strict=False)]
+            along = chunks[split]
+            for first in range(0, len(along), step):
+                yield (*head, self.axes[split].tile(along[first: first + step]), *inner)
 
 
 def normalize_selection(selection: Any, shape: Sequence[int]) -> tuple[AxisIndex, ...]:
@@ -132,57 +244,3 @@ def _normalize_axis(index: Any, length: int, axis: int) -> AxisIndex:
         raise IndexError(
             f"index {int(arr[bad][0])} is out of bounds for axis {axis} with size {length}")
     return np.where(arr < 0, arr + length, arr)
-
-
-def decompose_axis(
-    index: AxisIndex, bounds: np.ndarray
-) -> tuple[tuple[AxisPiece, ...], int | None]:
-    """Pieces of one axis, in output order, and the output length (``None`` if dropped)."""
-    if isinstance(index, int):
-        chunk = int(np.searchsorted(bounds, index, side="right")) - 1
-        return (AxisPiece(chunk, index - int(bounds[chunk]), None),), None
-    with gc_paused():
-        if isinstance(index, slice):
-            return _slice_pieces(index, bounds)
-        return _array_pieces(index, bounds), len(index)
-
-
-def _slice_pieces(index: slice, bounds: np.ndarray) -> tuple[tuple[AxisPiece, ...], int]:
-    start, stop, step = index.indices(int(bounds[-1]))
-    n = len(range(start, stop, step))
-    if n == 0:
-        return (), 0
-    last = start + (n - 1) * step
-    lo, hi = min(start, last), max(start, last)
-    first_chunk, last_chunk = np.searchsorted(bounds, [lo, hi], side="right") - 1
-    chunks = np.arange(first_chunk, last_chunk + 1)
-    b0, b1 = bounds[chunks], bounds[chunks + 1]
-    if step > 0:
-        k0 = np.maximum(0, -((start - b0) // step))
-        k1 = np.minimum(n, -((start - b1) // step))
-    else:
-        chunks, b0, b1 = chunks[::-1], b0[::-1], b1[::-1]
-        k0 = np.maximum(0, -((b1 - 1 - start) // -step))
-        k1 = np.minimum(n, (start - b0) // -step + 1)
-    keep = k1 > k0
-    chunks, b0, k0, k1 = chunks[keep], b0[keep], k0[keep], k1[keep]
-    first = start + k0 * step - b0
-    end = first + (k1 - k0 - 1) * step + (1 if step > 0 else -1)
-    pieces = tuple(
-        AxisPiece(c, slice(f, e if e >= 0 else None, step), slice(a, b))
-        for c, f, e, a, b in zip(chunks.tolist(), first.tolist(), end.tolist(), k0.tolist(),
-                                 k1.tolist(), strict=True)
-    )
-    return pieces, n
-
-
-def _array_pieces(index: np.ndarray, bounds: np.ndarray) -> tuple[AxisPiece, ...]:
-    if index.size == 0:
-        return ()
-    chunk_of = np.searchsorted(bounds, index, side="right") - 1
-    order = np.argsort(chunk_of, kind="stable")
-    chunks, starts = np.unique(chunk_of[order], return_index=True)
-    return tuple(
-        AxisPiece(int(c), index[positions] - bounds[c], positions)
-        for c, positions in zip(chunks, np.split(order, starts[1:]), strict=True)
-    )
