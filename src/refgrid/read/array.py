@@ -87,7 +87,8 @@ class _Reader:
         self.array = array
         self.name = name
         self.storage_options = storage_options
-        self.decoder = chunk_decoder(array.codecs, array.dtype)
+        first = tuple(int(a.encoded[0]) if a.nchunks else 1 for a in array.grid.axes)
+        self.decoder = chunk_decoder(array.codecs, array.dtype, first)
         self.slot_dtype = self.decoder.stored if self.decoder.plain else output_dtype(array)
         self.fill = array.fill_value if array.fill_value is not None else \
             np.zeros((), output_dtype(array))[()]

@@ -22,7 +22,7 @@ from refgrid.dtypes import restore_attribute_types
 from refgrid.errors import FormatError
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import output_dtype, read
-from refgrid.read.references import load_references, references_to_group
+from refgrid.read.references import open_references
 
 
 class RefgridBackendArray(BackendArray):
@@ -111,7 +111,7 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
 def open_group(refs: Any, storage_options: dict[str, Any] | None,
                group: str | None) -> VirtualGroup:
     source = refs if isinstance(refs, str | os.PathLike) else "<references>"
-    root = references_to_group(load_references(refs, storage_options), str(source))
+    root = open_references(refs, storage_options)
     node = root[group] if group and group.strip("/") else root
     if not isinstance(node, VirtualGroup):
         raise FormatError(str(source), group, "is an array, not a group")

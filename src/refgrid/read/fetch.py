@@ -39,8 +39,9 @@ def is_local(url: str) -> bool:
 
 
 def coalesce(offset: np.ndarray, length: np.ndarray,
-             gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Requests for ranges of one file: ``(starts, ends, request of each range)``."""
+             gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Requests for ranges of one file: ``(order, starts, ends, firsts)`` — the ranges sorted
+    by offset, each request's byte span, and where each request begins in ``order``."""
     order = np.argsort(offset, kind="stable")
     start = offset[order].astype(np.int64)
     end = start + length[order].astype(np.int64)
@@ -49,9 +50,34 @@ def coalesce(offset: np.ndarray, length: np.ndarray,
     new[1:] = (start[1:] - reach[:-1] > gap) | (start[1:] // MAX_REQUEST
                                                  != start[:-1] // MAX_REQUEST)
     firsts = np.flatnonzero(new)
-    request = np.empty(len(start), dtype=np.int64)
-    request[order] = np.cumsum(new) - 1
-    return start[firsts], np.maximum.reduceat(end, firsts), request
+    return order, start[firsts], np.maximum.reduceat(end, firsts), firsts
+
+
+class _Requests:
+    """The coalesced requests for some ranges of one file, and how to hand out their bytes."""
+
+    def __init__(self, members: np.ndarray, offset: np.ndarray, length: np.ndarray,
+                 gap: int) -> None:
+        order, starts, ends, firsts = coalesce(offset[members], length[members], gap)
+        self.members = members[order].tolist()
+        self.offsets = offset[members][order].tolist()
+        self.lengths = length[members][order].tolist()
+        self.starts = starts.tolist()
+        self.ends = ends.tolist()
+        self.bounds = [*firsts.tolist(), len(order)]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def first_member(self, r: int) -> int:
+        return self.members[self.bounds[r]]
+
+    def serve(self, r: int, block: Any, out: list[Any]) -> None:
+        """Hand out request ``r``'s bytes to the ranges it covers (short if ``block`` is)."""
+        view, start = memoryview(block), self.starts[r]
+        for j in range(self.bounds[r], self.bounds[r + 1]):
+            o = self.offsets[j] - start
+            out[self.members[j]] = view[o: o + self.lengths[j]]
 
 
 def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
@@ -76,17 +102,9 @@ def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
     return out
 
 
-def _serve(block: Any, start: int, members: np.ndarray, offset: np.ndarray,
-           length: np.ndarray, out: list[Any]) -> None:
-    view = memoryview(block)
-    for k, o, n in zip(members.tolist(), (offset[members] - start).tolist(),
-                       length[members].tolist(), strict=True):
-        out[k] = view[o: o + n]
-
-
 def _read_local(url: str, members: np.ndarray, offset: np.ndarray, length: np.ndarray,
                 out: list[Any]) -> None:
-    starts, ends, request = coalesce(offset[members], length[members], LOCAL_GAP)
+    requests = _Requests(members, offset, length, LOCAL_GAP)
     try:
         fd = os.open(url.removeprefix("file://"), os.O_RDONLY)
     except FileNotFoundError:
@@ -94,17 +112,13 @@ def _read_local(url: str, members: np.ndarray, offset: np.ndarray, length: np.nd
     except OSError as e:
         raise FetchError(int(members[0]), url, f"cannot open: {e}", False) from None
     try:
-        by_request = np.argsort(request, kind="stable")
-        cuts = np.flatnonzero(np.diff(request[by_request])) + 1
-        for r, group in enumerate(np.split(by_request, cuts)):
-            start = int(starts[r])
+        for r, (start, end) in enumerate(zip(requests.starts, requests.ends, strict=True)):
             try:
-                block = os.pread(fd, int(ends[r]) - start, start)
+                block = os.pread(fd, end - start, start)
             except OSError as e:
-                raise FetchError(int(members[group[0]]), url,
-                                 f"cannot read bytes {start}-{int(ends[r])}: {e}",
-                                 False) from None
-            _serve(block, start, members[group], offset, length, out)
+                raise FetchError(requests.first_member(r), url,
+                                 f"cannot read bytes {start}-{end}: {e}", False) from None
+            requests.serve(r, block, out)
     finally:
         os.close(fd)
 
@@ -112,22 +126,19 @@ def _read_local(url: str, members: np.ndarray, offset: np.ndarray, length: np.nd
 def _read_remote(files: list[tuple[str, np.ndarray]], offset: np.ndarray, length: np.ndarray,
                  storage_options: dict[str, Any], out: list[Any]) -> None:
     fs, _ = url_to_fs(files[0][0], **storage_options)
-    paths, starts, ends, served, urls = [], [], [], [], []
+    paths, starts, ends, served = [], [], [], []
     for url, members in files:
-        first, last, request = coalesce(offset[members], length[members], REMOTE_GAP)
-        by_request = np.argsort(request, kind="stable")
-        cuts = np.flatnonzero(np.diff(request[by_request])) + 1
+        requests = _Requests(members, offset, length, REMOTE_GAP)
         path = fs._strip_protocol(url)
-        for r, group in enumerate(np.split(by_request, cuts)):
+        for r in range(len(requests)):
             paths.append(path)
-            urls.append(url)
-            starts.append(int(first[r]))
-            ends.append(int(last[r]))
-            served.append(members[group])
+            starts.append(requests.starts[r])
+            ends.append(requests.ends[r])
+            served.append((url, requests, r))
     blocks = fs.cat_ranges(paths, starts, ends, on_error="return")
-    for block, start, members, url in zip(blocks, starts, served, urls, strict=True):
+    for block, (url, requests, r) in zip(blocks, served, strict=True):
         if isinstance(block, BaseException):
             missing = isinstance(block, FileNotFoundError)
             reason = "source file not found" if missing else f"request failed: {block}"
-            raise FetchError(int(members[0]), url, reason, missing)
-        _serve(block, start, members, offset, length, out)
+            raise FetchError(requests.first_member(r), url, reason, missing)
+        requests.serve(r, block, out)

@@ -35,7 +35,7 @@ from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import output_dtype, read
 from refgrid.read.fetch import FetchError, read_ranges
-from refgrid.read.references import load_references, references_to_group
+from refgrid.read.references import open_references
 from refgrid.write.zarr_v3 import array_document, chunk_key, group_document
 
 
@@ -221,5 +221,5 @@ def get_mapper(refs: Any, chunks: Mapping[str, int] | None = None,
     length per dimension name for arrays that are re-chunked (default: the most common native
     length). ``storage_options`` reach the references and the source files.
     """
-    group = references_to_group(load_references(refs, storage_options))
+    group = open_references(refs, storage_options)
     return RegularViewFileSystem(group, chunks, storage_options).get_mapper("")

@@ -1,24 +1,29 @@
-"""kerchunk references (JSON v1 with Zarr v3 documents) → the in-memory model.
+"""Reference sets → the in-memory model: how refgrid reads back what it wrote.
 
-This is how refgrid reads back what it wrote: every ``zarr.json`` becomes a group or an array
-(grids in any form: regular, rectilinear with encoded extents, rectangular), and chunk keys
-become manifest columns. The reference dict is walked once; no object is kept per chunk.
+Every ``zarr.json`` becomes a group or an array (grids in any form: regular, rectilinear with
+encoded extents, rectangular) and the chunk references become manifest columns — from a JSON
+reference dict (walked once) or from parquet records (read column by column, no Python object
+per chunk). Other kerchunk reference sets go through :mod:`refgrid.scan.kerchunk`.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import warnings
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
 import numpy as np
+import pandas as pd
 
 from refgrid.codecs import stored_dtype
 from refgrid.errors import FormatError
+from refgrid.gc_pause import gc_paused
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
@@ -33,12 +38,43 @@ def load_references(refs: References | str | os.PathLike[str],
         return refs
     url = os.fspath(refs)
     try:
-        with fsspec.open(url, "rt", **(storage_options or {})) as f:
+        with fsspec.open(url, "rt", **(storage_options or {})) as f, gc_paused():
             return json.load(f)
     except FileNotFoundError:
         raise FormatError(url, None, "reference file not found") from None
     except json.JSONDecodeError as e:
         raise FormatError(url, None, f"not a JSON reference file: {e}") from None
+
+
+def open_references(refs: References | str | os.PathLike[str],
+                    storage_options: dict[str, Any] | None = None) -> VirtualGroup:
+    """The model of a reference set: a dict, a JSON file or a parquet directory (path or URL),
+    refgrid's own (Zarr v3 documents) or any kerchunk reference set (translated from v2)."""
+    from refgrid.scan.kerchunk_parquet import is_parquet_references, load_parquet_references
+
+    options = storage_options or {}
+    if isinstance(refs, dict):
+        return references_to_group(refs)
+    url = os.fspath(refs)
+    if url.endswith((".parq", ".parquet")) or os.path.isdir(url) or (
+            "://" in url and not url.endswith(".json") and is_parquet_references(url, options)):
+        parquet = load_parquet_references(url, options)
+        if "zarr.json" not in parquet.documents:
+            return _kerchunk(url, options, parquet=True)
+        return group_from_documents(
+            {k[: -len("zarr.json")].rstrip("/"): v for k, v in parquet.documents.items()
+             if k == "zarr.json" or k.endswith("/zarr.json")},
+            lambda path, grid: parquet.manifest(path, grid.chunk_counts), url)
+    loaded = load_references(url, options)
+    if "zarr.json" not in loaded.get("refs", loaded):
+        return _kerchunk(url, options)
+    return references_to_group(loaded, url)
+
+
+def _kerchunk(url: str, options: dict[str, Any], parquet: bool = False) -> VirtualGroup:
+    from refgrid.scan.kerchunk import scan_kerchunk
+
+    return scan_kerchunk(url, options, parquet=parquet)
 
 
 def references_to_group(refs: References, source: str = "<references>") -> VirtualGroup:
@@ -47,16 +83,29 @@ def references_to_group(refs: References, source: str = "<references>") -> Virtu
     templates = refs.get("templates", {})
     documents = {k[: -len("zarr.json")].rstrip("/"): _document(entries[k], source, k)
                  for k in entries if k == "zarr.json" or k.endswith("/zarr.json")}
+    chunks: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    with gc_paused():
+        for key, value in entries.items():
+            head, sep, tail = key.rpartition("/c/")
+            if sep and head in documents:
+                chunks[head].append((tail, value))
+            elif key.endswith("/c") and key[:-2] in documents:
+                chunks[key[:-2]].append(("", value))
+        return group_from_documents(documents, lambda path, grid: _manifest(
+            grid, chunks.get(path, []), templates, f"{source}:{path}"), source)
+
+
+ManifestFor = Callable[[str, RectilinearGrid], ChunkManifest]
+"""(array path, its grid) → its manifest"""
+
+
+def group_from_documents(documents: dict[str, dict[str, Any]], manifest_for: ManifestFor,
+                         source: str) -> VirtualGroup:
+    """The model of a tree of ``zarr.json`` documents (keyed by node path, ``""`` the root);
+    ``manifest_for`` supplies each array's chunk references."""
     if "" not in documents:
         raise FormatError(source, None, "no root zarr.json: not Zarr v3 references")
-    chunks: dict[str, list[tuple[str, Any]]] = defaultdict(list)
-    for key, value in entries.items():
-        head, sep, tail = key.rpartition("/c/")
-        if sep and head in documents:
-            chunks[head].append((tail, value))
-        elif key.endswith("/c") and key[:-2] in documents:
-            chunks[key[:-2]].append(("", value))
-    arrays = {path: _array(path, doc, chunks.get(path, []), templates, source)
+    arrays = {path: _array(path, doc, manifest_for)
               for path, doc in documents.items() if doc.get("node_type") == "array"}
     return _build_group("", documents, arrays)
 
@@ -83,8 +132,7 @@ def _build_group(path: str, documents: dict[str, dict[str, Any]],
     )
 
 
-def _array(path: str, doc: dict[str, Any], chunks: list[tuple[str, Any]],
-           templates: dict[str, str], source: str) -> VirtualArray:
+def _array(path: str, doc: dict[str, Any], manifest_for: ManifestFor) -> VirtualArray:
     from zarr.core.dtype import get_data_type_from_json
 
     shape = doc["shape"]
@@ -97,38 +145,70 @@ def _array(path: str, doc: dict[str, Any], chunks: list[tuple[str, Any]],
         fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
     if codecs:
         dtype = stored_dtype(dtype, codecs)
-    manifest = _manifest(grid, chunks, templates, f"{source}:{path}")
     return VirtualArray(path.rsplit("/", 1)[-1], tuple(doc.get("dimension_names") or
                                                        (f"dim_{k}" for k in range(len(shape)))),
-                        dtype, grid, manifest, fill, codecs, doc.get("attributes", {}))
+                        dtype, grid, manifest_for(path, grid), fill, codecs,
+                        doc.get("attributes", {}))
 
 
 def _manifest(grid: RectilinearGrid, chunks: list[tuple[str, Any]],
               templates: dict[str, str], where: str) -> ChunkManifest:
+    """Chunk references → manifest columns, key parsing and value columns done in numpy."""
     counts = grid.chunk_counts
-    path_id = np.full(counts, MISSING, np.int32)
-    offset = np.zeros(counts, np.uint64)
-    length = np.zeros(counts, np.uint64)
+    path_id = np.full(math.prod(counts), MISSING, np.int32)
+    offset = np.zeros(path_id.size, np.uint64)
+    length = np.zeros(path_id.size, np.uint64)
     inline: dict[tuple[int, ...], bytes] = {}
     urls: dict[str, int] = {}
-    for tail, value in chunks:
-        coords = tuple(int(c) for c in tail.split("/")) if tail else ()
-        if len(coords) != grid.ndim or any(c >= n for c, n in zip(coords, counts, strict=True)):
-            continue  # a key outside the grid holds no data of this array
-        if isinstance(value, list):
-            url = _render(value[0], templates)
-            path_id[coords] = urls.setdefault(url, len(urls))
-            if len(value) == 3:
-                offset[coords], length[coords] = value[1], value[2]
-            else:
-                raise FormatError(where, "/".join(map(str, coords)),
-                                  "whole-file references are not supported for chunks")
-        else:
-            data = base64.b64decode(value[7:]) if value.startswith("base64:") else \
-                value.encode("utf-8")
-            inline[coords] = data
-            path_id[coords] = INLINE
-    return ChunkManifest(tuple(urls), path_id, offset, length, inline)
+    flat = _flat_indices([tail for tail, _ in chunks], counts)
+    values = [value for _, value in chunks]
+    ranged = np.fromiter((type(v) is list for v in values), bool, len(values))
+    keep = flat >= 0  # a key outside the grid holds no data of this array
+    refs = np.flatnonzero(ranged & keep)
+    if len(refs):
+        table = np.empty((len(refs), 3), dtype=object)
+        try:
+            table[...] = [values[k] for k in refs.tolist()]
+        except ValueError:
+            bad = next(k for k in refs.tolist() if len(values[k]) != 3)
+            raise FormatError(where, chunks[bad][0], "whole-file references are not supported "
+                              "for chunks") from None
+        codes, names = pd.factorize(table[:, 0])
+        remap = np.array([urls.setdefault(_render(n, templates), len(urls)) for n in names],
+                         np.int32)
+        path_id[flat[refs]] = remap[codes]
+        offset[flat[refs]] = table[:, 1].astype(np.uint64)
+        length[flat[refs]] = table[:, 2].astype(np.uint64)
+    for k in np.flatnonzero(~ranged & keep).tolist():
+        value = values[k]
+        inline[tuple(int(c) for c in np.unravel_index(flat[k], counts))] = \
+            base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode("utf-8")
+        path_id[flat[k]] = INLINE
+    return ChunkManifest(tuple(urls), path_id.reshape(counts), offset.reshape(counts),
+                         length.reshape(counts), inline)
+
+
+def _flat_indices(tails: list[str], counts: tuple[int, ...]) -> np.ndarray:
+    """C-order chunk index of each key tail (``"0/3/1"``), -1 where it is not in the grid."""
+    if not counts:
+        return np.where(np.array([t == "" for t in tails], bool), 0, -1)
+    parts = "/".join(tails).split("/") if tails else []
+    try:
+        if len(parts) != len(tails) * len(counts):
+            raise ValueError("keys of another rank")
+        coords = np.array(parts, dtype=np.int64).reshape(len(tails), len(counts))
+    except ValueError:  # some keys of another rank or not numeric: parse one by one
+        coords = np.array([[int(c) for c in t.split("/")] if _is_key(t, len(counts)) else
+                           [-1] * len(counts) for t in tails], np.int64).reshape(-1, len(counts))
+    inside = ((coords >= 0) & (coords < np.array(counts))).all(axis=1)
+    flat = np.full(len(tails), -1, np.int64)
+    flat[inside] = np.ravel_multi_index(tuple(coords[inside].T), counts)
+    return flat
+
+
+def _is_key(tail: str, ndim: int) -> bool:
+    parts = tail.split("/")
+    return len(parts) == ndim and all(p.isdigit() for p in parts)
 
 
 def _render(url: str, templates: dict[str, str]) -> str:

@@ -88,9 +88,11 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
 
 def _read_table(data: bytes, url: str, name: str) -> pd.DataFrame:
     try:
-        return pd.read_parquet(io.BytesIO(data), engine="fastparquet")
+        import fastparquet
     except ImportError:
         raise FormatError(url, None, "reading parquet references needs fastparquet") from None
+    try:
+        return fastparquet.ParquetFile(io.BytesIO(data)).to_pandas()
     except Exception as e:  # fastparquet raises many types for a damaged file
         raise FormatError(url, name, f"not a parquet reference file: {e}") from None
 
@@ -101,17 +103,24 @@ def _fill(table: pd.DataFrame, start: int, path_id: np.ndarray, offset: np.ndarr
     """One record file's references into the manifest columns (rows from ``start``)."""
     table = table.iloc[: path_id.size - start]
     if "path" in table:
-        paths = table["path"].astype(object)
-        present = (paths.notna() & (paths != "")).to_numpy()
-        codes, names = pd.factorize(paths[present])
+        paths = table["path"]
+        if isinstance(paths.dtype, pd.CategoricalDtype):  # refgrid's: dictionary encoded
+            codes, names = paths.cat.codes.to_numpy(), paths.cat.categories
+            present = codes >= 0
+            codes = codes[present]
+        else:
+            paths = paths.astype(object)
+            present = (paths.notna() & (paths != "")).to_numpy()
+            codes, names = pd.factorize(paths[present])
         remap = np.array([urls.setdefault(u, len(urls)) for u in names], np.int32)
         where = start + np.flatnonzero(present)
         path_id[where] = remap[codes] if len(codes) else []
         offset[where] = table["offset"].to_numpy()[present].astype(np.uint64)
         length[where] = table["size"].to_numpy()[present].astype(np.uint64)
     if "raw" in table:
-        raw = table["raw"]
-        for i in np.flatnonzero((raw.notna() & (raw.str.len() > 0)).to_numpy()):
-            coords = np.unravel_index(start + int(i), counts)
-            inline[tuple(int(c) for c in coords)] = bytes(raw.iloc[i])
-            path_id[start + int(i)] = INLINE
+        raw = table["raw"].to_numpy()
+        for i in np.flatnonzero(pd.notna(raw)).tolist():
+            if len(raw[i]):
+                coords = np.unravel_index(start + i, counts)
+                inline[tuple(int(c) for c in coords)] = bytes(raw[i])
+                path_id[start + i] = INLINE

@@ -1,4 +1,5 @@
-"""Writing a virtual dataset: kerchunk references with Zarr v3 metadata documents."""
+"""Writing a virtual dataset: kerchunk references (JSON, or parquet for large archives) with
+Zarr v3 metadata documents inside."""
 
 from __future__ import annotations
 
@@ -10,26 +11,40 @@ from typing import Literal
 from refgrid.errors import WriteError
 from refgrid.grid import GridForm
 from refgrid.model import VirtualGroup
+from refgrid.write.parquet import RECORD_SIZE, write_parquet
 from refgrid.write.refs import to_kerchunk
 
+Format = Literal["json", "parquet"]
 
-def write(group: VirtualGroup, path: str | os.PathLike[str], *,
-          format: Literal["json"] = "json", grid_form: GridForm = "auto") -> Path:
-    """Write ``group`` as kerchunk JSON v1 references (Zarr v3 documents inside).
 
-    The file appears atomically: it is written under a temporary name and renamed.
+def write(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format | None = None,
+          grid_form: GridForm = "auto", record_size: int = RECORD_SIZE) -> Path:
+    """Write ``group`` as kerchunk references: JSON v1 (one file), or ``"parquet"`` (a
+    directory of columnar records, for large archives: it opens without parsing every key).
+
+    ``format`` defaults to parquet for a path ending in ``.parq``/``.parquet``, else JSON;
+    ``record_size`` is the number of chunks per parquet record file. The output appears
+    atomically: it is written under a temporary name and renamed.
     """
-    if format != "json":
-        raise WriteError(f"unknown reference format {format!r} (supported: 'json')")
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    chosen = format or ("parquet" if target.suffix in (".parq", ".parquet") else "json")
+    if chosen not in ("json", "parquet"):
+        raise WriteError(f"unknown reference format {chosen!r} (supported: 'json', 'parquet')")
+    if record_size < 1:
+        raise WriteError(f"record_size must be >= 1, got {record_size}")
     try:
-        with open(temporary, "w", encoding="utf-8") as f:
-            json.dump(to_kerchunk(group, grid_form=grid_form), f, separators=(",", ":"))
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if chosen == "parquet":
+            return write_parquet(group, target, grid_form=grid_form, record_size=record_size)
+        temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        try:
+            with open(temporary, "w", encoding="utf-8") as f:
+                json.dump(to_kerchunk(group, grid_form=grid_form), f, separators=(",", ":"))
+            os.replace(temporary, target)
+        finally:
+            temporary.unlink(missing_ok=True)
+    except OSError as e:
+        raise WriteError(f"cannot write {chosen} references to {target}: {e}") from None
     return target
 
 

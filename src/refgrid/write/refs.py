@@ -12,21 +12,20 @@ from typing import Any
 
 import numpy as np
 
+from refgrid.gc_pause import gc_paused
 from refgrid.grid import GridForm
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.write.zarr_v3 import array_document, chunk_key, group_document
+from refgrid.write.zarr_v3 import chunk_key, documents
 
 
 def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[str, Any]:
     """The kerchunk v1 reference dict of ``group`` (metadata documents included)."""
     templates: dict[str, str] = {}
-    refs: dict[str, Any] = {"zarr.json": _dumps(group_document(group))}
-    for path, node in group.walk():
-        if isinstance(node, VirtualGroup):
-            refs[f"{path}/zarr.json"] = _dumps(group_document(node))
-        else:
-            refs[f"{path}/zarr.json"] = _dumps(array_document(node, grid_form))
-            _chunk_refs(path, node, templates, refs)
+    refs: dict[str, Any] = {k: _dumps(d) for k, d in documents(group, grid_form).items()}
+    with gc_paused():  # 10^5 small lists: the collector would walk them again and again
+        for path, node in group.walk():
+            if isinstance(node, VirtualArray):
+                _chunk_refs(path, node, templates, refs)
     return {"version": 1, "templates": {v: k for k, v in templates.items()}, "refs": refs}
 
 

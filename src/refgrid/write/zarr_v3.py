@@ -32,6 +32,15 @@ def group_document(group: VirtualGroup) -> dict[str, Any]:
     return {"zarr_format": 3, "node_type": "group", "attributes": dict(group.attrs)}
 
 
+def documents(group: VirtualGroup, grid_form: GridForm = "auto") -> dict[str, dict[str, Any]]:
+    """Every node's ``zarr.json``, keyed ``zarr.json``, ``tas/zarr.json``, ``sub/zarr.json``..."""
+    out = {"zarr.json": group_document(group)}
+    for path, node in group.walk():
+        out[f"{path}/zarr.json"] = group_document(node) if isinstance(node, VirtualGroup) \
+            else array_document(node, grid_form)
+    return out
+
+
 def chunk_key(array_path: str, coords: tuple[int, ...]) -> str:
     """Default v3 chunk key: ``tas/c/0/3/1``; a 0-d array's only chunk is ``name/c``."""
     return "/".join((array_path, "c", *map(str, coords)))
