@@ -61,6 +61,32 @@ def refgrid_reader(refs: dict[str, Any]) -> Callable[[str], np.ndarray]:
     return lambda name: read(group[name], path=name)
 
 
+def engine_reader(refs: dict[str, Any]) -> Callable[[str], np.ndarray]:
+    """Read variables raw through the xarray engine, one dataset per group."""
+    import xarray as xr
+
+    datasets: dict[str, Any] = {}
+
+    def read(name: str) -> np.ndarray:
+        group, _, variable = name.rpartition("/")
+        if group not in datasets:
+            datasets[group] = xr.open_dataset(refs, engine="refgrid", group=group or None,
+                                              decode_cf=False, cache=False)
+        return datasets[group][variable].values
+
+    return read
+
+
+def mapper_reader(refs: dict[str, Any]) -> Callable[[str], np.ndarray]:
+    """Read variables with stock zarr through refgrid's regular-grid view (any grid)."""
+    import zarr
+
+    from refgrid import get_mapper
+
+    group = zarr.open_group(get_mapper(refs), mode="r", zarr_format=3)
+    return lambda name: group[name][...]
+
+
 def check_file(path: Path, reader: Reader,
                can_read: Callable[[VirtualArray], bool]) -> FileResult:
     """Read every variable through references; ``can_read`` says whether the reader handles

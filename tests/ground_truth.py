@@ -56,7 +56,7 @@ def ground_truth(path: Path) -> dict[str, Any]:
 
 def restore(values: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
     """Undo refgrid's documented encodings (raw-bytes records, vlen sequences)."""
-    if DTYPE_ATTR in attrs:
+    if DTYPE_ATTR in attrs and values.dtype.fields is None:  # (the engine restores records)
         dtype = original_dtype(attrs, values.dtype)
         return np.frombuffer(np.ascontiguousarray(values).tobytes(), dtype).reshape(values.shape)
     if VLEN_DTYPE_ATTR in attrs:

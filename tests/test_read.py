@@ -10,16 +10,16 @@ import pytest
 import xarray as xr
 
 import refgrid
-from acceptance import check_file, refgrid_reader, table
-from conftest import FIXTURES, hdf5_files
+from acceptance import check_file, engine_reader, mapper_reader, refgrid_reader, table
+from conftest import FIXTURES, hdf5_files, netcdf3_files
 from refgrid.errors import ReadError
 from refgrid.model import same_value
 from refgrid.read.array import read
 from refgrid.read.references import references_to_group
 
 
-def _check(files):
-    results = [check_file(p, refgrid_reader, lambda a: True) for p in files]
+def _check(files, reader=refgrid_reader):
+    results = [check_file(p, reader, lambda a: True) for p in files]
     print("\n" + table(results))
     failures = [f"{r.path.name}: {r.error or r.wrong}" for r in results if r.status == "failed"]
     assert not failures, "\n".join(failures)
@@ -34,6 +34,28 @@ def test_every_fixture_variable_reads_back_equal(tmp_path):
 
 def test_every_corpus_variable_reads_back_equal(corpus):
     assert sum(len(r.ok) for r in _check(hdf5_files(corpus))) > 3000
+
+
+@pytest.mark.parametrize("reader", [engine_reader, mapper_reader], ids=["engine", "mapper"])
+def test_every_fixture_variable_through_engine_and_mapper(reader):
+    _check(hdf5_files(FIXTURES) + netcdf3_files(FIXTURES), reader)
+
+
+@pytest.mark.parametrize("reader", [engine_reader, mapper_reader], ids=["engine", "mapper"])
+def test_every_corpus_variable_through_engine_and_mapper(corpus, reader):
+    assert sum(len(r.ok) for r in _check(hdf5_files(corpus) + netcdf3_files(corpus),
+                                         reader)) > 3000
+
+
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(FIXTURES)) for p in
+                                        FIXTURES.rglob("*.nc")))
+def test_every_fixture_file_decodes_like_xarray_on_the_source(name, tmp_path):
+    ours, source = _open_both(name, tmp_path)
+    for key, variable in ours.variables.items():
+        if "flag_meanings" not in source[key].attrs:  # an enum's names: refgrid keeps them
+            variable.attrs.pop("flag_values", None)
+            variable.attrs.pop("flag_meanings", None)
+    xr.testing.assert_identical(ours.load(), source.load())
 
 
 def test_references_round_trip_to_the_same_model():

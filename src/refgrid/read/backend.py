@@ -18,7 +18,7 @@ from xarray import Dataset, Variable, conventions
 from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.core import indexing
 
-from refgrid.dtypes import restore_attribute_types
+from refgrid.dtypes import DTYPE_ATTR, original_dtype, restore_attribute_types
 from refgrid.errors import FormatError
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import output_dtype, read
@@ -34,14 +34,20 @@ class RefgridBackendArray(BackendArray):
         self.path = path
         self.storage_options = storage_options
         self.shape = array.shape
-        self.dtype = output_dtype(array)
+        self.records = original_dtype(dict(array.attrs), output_dtype(array))
+        """Records refgrid stored as raw bytes come back with their fields ..."""
+        self.dtype = self.records.newbyteorder("=") if self.records.fields else self.records
+        """... in native byte order, as xarray expects of a backend."""
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.OUTER, self._read)
 
     def _read(self, key: tuple[Any, ...]) -> np.ndarray:
-        return read(self.array, key, storage_options=self.storage_options, path=self.path)
+        values = read(self.array, key, storage_options=self.storage_options, path=self.path)
+        if values.dtype == self.dtype:
+            return values
+        return values.view(self.records).astype(self.dtype)
 
 
 def _variable(array: VirtualArray, path: str, storage_options: dict[str, Any] | None) -> Variable:
@@ -52,6 +58,7 @@ def _variable(array: VirtualArray, path: str, storage_options: dict[str, Any] | 
         preferred[dim] = size if size is not None else tuple(axis.logical.tolist())
     encoding = {"preferred_chunks": preferred, "dtype": array.dtype}
     attrs = restore_attribute_types(dict(array.attrs))
+    attrs.pop(DTYPE_ATTR, None)  # the records' fields are in the dtype
     if array.fill_value is not None and "_FillValue" not in attrs and array.dtype.kind in "fc":
         encoding["_FillValue"] = array.fill_value
     return Variable(array.dims, data, attrs, encoding)
