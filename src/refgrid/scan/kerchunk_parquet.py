@@ -94,7 +94,7 @@ def _read_table(data: bytes, url: str, name: str) -> pd.DataFrame:
     try:
         return fastparquet.ParquetFile(io.BytesIO(data)).to_pandas()
     except Exception as e:  # fastparquet raises many types for a damaged file
-        raise FormatError(url, name, f"not a parquet reference file: {e}") from None
+        raise FormatError(url, None, f"{name}: not a parquet reference file: {e}") from None
 
 
 def _fill(table: pd.DataFrame, start: int, path_id: np.ndarray, offset: np.ndarray,

@@ -1,0 +1,117 @@
+"""Parquet references: written atomically, read back column by column to the same model, opened
+by the engine and the mapper, locally and from S3."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import refgrid
+from conftest import FIXTURES, hdf5_files, netcdf3_files
+from refgrid.errors import WriteError
+from refgrid.read.array import read
+from refgrid.read.references import open_references
+
+MONTHS = [FIXTURES / "monthly" / "chunk10" / f"tas_2001{m:02d}.nc" for m in (1, 2, 3)]
+
+
+def test_every_fixture_round_trips_to_the_model_json_gives(tmp_path):
+    files = hdf5_files(FIXTURES) + netcdf3_files(FIXTURES)
+    for path in files:
+        group = refgrid.scan(path, on_error="report")
+        refs = refgrid.write(group, tmp_path / f"{path.stem}.parq")
+        assert open_references(refs) == open_references(refgrid.to_kerchunk(group)), path.name
+    assert len(files) > 50
+
+
+def test_records_split_rows_in_chunk_order(tmp_path):
+    group = refgrid.combine([refgrid.scan(p) for p in MONTHS], "time")
+    refs = refgrid.write(group, tmp_path / "refs", format="parquet", record_size=4)
+    nchunks = group["tas"].grid.nchunks  # 11 chunks along time: 3 record files
+    assert sorted(p.name for p in (refs / "tas").iterdir()) == [
+        f"refs.{n}.parq" for n in range(-(-nchunks // 4))]
+    meta = json.loads((refs / ".zmetadata").read_text())
+    assert meta["record_size"] == 4
+    assert json.loads(meta["metadata"]["tas/zarr.json"])["chunk_grid"]["name"] == "rectilinear"
+    assert open_references(refs) == group
+
+
+def test_engine_and_mapper_read_parquet_references(tmp_path):
+    group = refgrid.combine([refgrid.scan(p) for p in MONTHS], "time")
+    refs = refgrid.write(group, tmp_path / "refs.parq")
+    expected = xr.open_mfdataset(MONTHS, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals")
+    ours = xr.open_dataset(refs, engine="refgrid", chunks={})
+    assert ours.tas.chunks[0] == (10, 10, 10, 1, 10, 10, 8, 10, 10, 10, 1)
+    xr.testing.assert_identical(ours.load(), expected.load())
+    via_zarr = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr")
+    np.testing.assert_array_equal(via_zarr.tas.values, expected.tas.values)
+
+
+def test_inline_missing_and_scalar_chunks_survive(tmp_path):
+    group = refgrid.scan(FIXTURES / "features" / "hdf5_layouts_latest.h5", on_error="report")
+    manifests = [n.manifest for _, n in group.walk() if isinstance(n, refgrid.VirtualArray)]
+    assert any(m.inline for m in manifests) and any(m.missing.any() for m in manifests)
+    refs = refgrid.write(group, tmp_path / "layouts.parq")
+    root = zarr.open_group(refgrid.get_mapper(refs), mode="r")
+    for path, node in group.walk():
+        if isinstance(node, refgrid.VirtualArray):
+            np.testing.assert_array_equal(root[path][...], read(node), err_msg=path)
+
+
+def test_write_is_atomic_and_replaces_an_existing_directory(tmp_path, monkeypatch):
+    import fastparquet
+
+    target = tmp_path / "refs.parq"
+    first = refgrid.scan(MONTHS[0])
+    refgrid.write(first, target)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fastparquet, "write", broken)
+    with pytest.raises(WriteError, match=r"cannot write parquet references to .*refs\.parq: "
+                                         "disk full"):
+        refgrid.write(refgrid.scan(MONTHS[1]), target)
+    monkeypatch.undo()
+    assert open_references(target) == first  # the old references are intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["refs.parq"]  # nothing left over
+    second = refgrid.scan(MONTHS[1])
+    refgrid.write(second, target)
+    assert open_references(target) == second
+
+
+def test_bad_options_and_damaged_records_are_clear_errors(tmp_path):
+    group = refgrid.scan(MONTHS[0])
+    with pytest.raises(WriteError, match="unknown reference format 'csv'"):
+        refgrid.write(group, tmp_path / "x", format="csv")
+    with pytest.raises(WriteError, match="record_size must be >= 1"):
+        refgrid.write(group, tmp_path / "x.parq", record_size=0)
+    refs = refgrid.write(group, tmp_path / "refs.parq")
+    (refs / "tas" / "refs.0.parq").write_bytes(b"PAR1 not really")
+    with pytest.raises(refgrid.RefgridError, match=r"refs\.parq/tas/refs\.0\.parq: not a "
+                                                   "parquet reference file"):
+        open_references(refs)
+
+
+def test_parquet_references_on_s3(s3_server, tmp_path):
+    options = s3_server.storage_options
+    urls = [s3_server.upload(p, f"parquet/{p.name}") for p in MONTHS]
+    group = refgrid.combine([refgrid.scan(u, **options) for u in urls], "time",
+                            storage_options=options)
+    local = refgrid.write(group, tmp_path / "s3.parq")
+    for f in local.rglob("*"):
+        if f.is_file():
+            s3_server.upload(f, f"refs/s3.parq/{f.relative_to(local)}")
+    remote = f"s3://{s3_server.bucket}/refs/s3.parq"
+    s3_server.counter.reset()
+    ours = xr.open_dataset(remote, engine="refgrid", storage_options=options)
+    values = ours.tas.values
+    expected = xr.open_mfdataset(MONTHS, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals")
+    np.testing.assert_array_equal(values, expected.tas.values)
+    assert open_references(remote, options) == group
