@@ -1,4 +1,4 @@
-"""The ``refgrid`` command line: scan and demo."""
+"""The ``refgrid`` command line: scan, combine and demo."""
 
 from __future__ import annotations
 
@@ -43,3 +43,18 @@ def test_demo_writes_verified_references_and_the_year_grid(tmp_path):
     assert grid["configuration"]["encoded_chunk_shapes"] == [10, 6, 8]
     assert (tmp_path / "tas_2001.json").exists()
     assert 'engine="refgrid"' in result.output
+
+
+def test_combine_writes_parquet_references_for_a_parq_name(tmp_path):
+    import xarray as xr
+
+    months = sorted(str(p) for p in (FIXTURES / "monthly" / "chunk10").glob("tas_2001*.nc"))
+    out = tmp_path / "tas.parq"
+    for _ in range(2):  # the second run replaces the first directory
+        result = CliRunner().invoke(main, ["combine", *months, "-o", str(out)])
+        assert result.exit_code == 0, result.output
+    assert (out / ".zmetadata").is_file() and (out / "tas" / "refs.0.parq").is_file()
+    ours = xr.open_dataset(out, engine="refgrid")
+    expected = xr.open_mfdataset(months, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals")
+    xr.testing.assert_identical(ours.load(), expected.load())

@@ -38,8 +38,9 @@ def main() -> None:
 
 @main.command()
 @click.argument("source")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Where to write the kerchunk JSON references.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Where to write the references: kerchunk JSON, or a parquet directory when "
+                   "the name ends in .parq (large archives: opens without parsing every key).")
 @click.option("--report", "show_report", is_flag=True,
               help="Print what could not be expressed as plain references.")
 @click.option("--on-error", type=click.Choice(["raise", "report"]), default="raise",
@@ -76,8 +77,9 @@ def scan(source: str, output: Path, show_report: bool, on_error: str, inline_thr
 @click.argument("sources", nargs=-1, required=True)
 @click.option("--concat-dim", default="time", show_default=True,
               help="Dimension to concatenate along.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Where to write the kerchunk JSON references.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Where to write the references: kerchunk JSON, or a parquet directory when "
+                   "the name ends in .parq (large archives: opens without parsing every key).")
 @click.option("--allow-overlap", is_flag=True,
               help="Keep files whose concat coordinates overlap instead of failing.")
 @click.option("--stack-others", is_flag=True,
@@ -97,6 +99,7 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
     \b
     Examples:
       refgrid combine data/tas_2001*.nc --concat-dim time -o tas_2001.json
+      refgrid combine 'data/tas_*.nc' -o tas.parq
       refgrid combine s3://bucket/tas_*.nc -o tas.json -s anon=true
     """
     import refgrid

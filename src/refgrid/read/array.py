@@ -30,8 +30,8 @@ from refgrid.write.zarr_v3 import chunk_key
 
 BOX_BYTES = 8 * 2**20
 """Decoded bytes of one box: small enough to stay in cache and for its buffers to be reused."""
-PARALLEL_CHUNKS = 32
-"""Fewer chunks than this are read in the calling thread (a thread hop costs more)."""
+PARALLEL_BYTES = 256 * 2**10
+"""Reads decoding less than this stay in the calling thread (a thread hop costs more)."""
 WORKERS = max(2, min(8, os.cpu_count() or 1))
 
 _pool: tuple[int, ThreadPoolExecutor] | None = None
@@ -60,7 +60,7 @@ def read(array: VirtualArray, selection: Any = ..., *,
     chosen = array.grid.select(selection)
     out = np.empty(chosen.kept_shape, dtype=output_dtype(array))
     reader = _Reader(array, path or array.name, storage_options)
-    threads = WORKERS if chosen.nchunks >= PARALLEL_CHUNKS else 1
+    threads = WORKERS if chosen.nchunks * reader.chunk_nbytes >= PARALLEL_BYTES else 1
     boxes = [_Box(reader, tiles) for tiles in chosen.boxes(reader.slot_dtype.itemsize,
                                                              BOX_BYTES, threads)]
     remote = [b for b in boxes if b.remote]
@@ -88,6 +88,8 @@ class _Reader:
         self.name = name
         self.storage_options = storage_options
         first = tuple(int(a.encoded[0]) if a.nchunks else 1 for a in array.grid.axes)
+        self.chunk_nbytes = math.prod(first) * array.dtype.itemsize
+        """About what one chunk decodes to (the first one's size)."""
         self.decoder = chunk_decoder(array.codecs, array.dtype, first)
         self.slot_dtype = self.decoder.stored if self.decoder.plain else output_dtype(array)
         self.fill = array.fill_value if array.fill_value is not None else \
