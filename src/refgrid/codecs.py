@@ -261,6 +261,16 @@ class ByteCodec:
     encode: Callable[[bytes], bytes]
 
 
+ZARR_V3_COMPRESSORS: dict[str, Callable[[Mapping[str, Any]], numcodecs.abc.Codec]] = {
+    "zstd": lambda c: numcodecs.Zstd(level=c.get("level", 0)),
+    "gzip": lambda c: numcodecs.GZip(level=c.get("level", 5)),
+    "blosc": lambda c: numcodecs.Blosc(cname=c.get("cname", "zstd"),
+                                       clevel=c.get("clevel", 5)),  # (decoding reads its header)
+    "crc32c": lambda c: numcodecs.CRC32C(),
+}
+"""Zarr v3 core bytes→bytes codecs → numcodecs equivalents (decoding needs no more config)."""
+
+
 def byte_codec(codec: Mapping[str, Any]) -> ByteCodec:
     """The byte-level decoder/encoder of a bytes→bytes codec JSON entry."""
     name, config = codec["name"], codec.get("configuration", {})
@@ -277,6 +287,10 @@ def byte_codec(codec: Mapping[str, Any]) -> ByteCodec:
     if name == "refgrid.bitshuffle":
         return ByteCodec(lambda d, n: bitshuffle_decode(d, config, n),
                          lambda d: bitshuffle_encode(d, config))
+    if name in ZARR_V3_COMPRESSORS:  # Zarr v3's own codecs, as native stores use them
+        codec_obj = ZARR_V3_COMPRESSORS[name](config)
+        return ByteCodec(lambda d, n: bytes(codec_obj.decode(d)),
+                         lambda d: bytes(codec_obj.encode(d)))
     if name.startswith("numcodecs."):
         codec_obj = numcodecs.get_codec({"id": name.removeprefix("numcodecs."), **config})
         return ByteCodec(lambda d, n: bytes(codec_obj.decode(d)),

@@ -90,7 +90,11 @@ class _Reader:
         first = tuple(int(a.encoded[0]) if a.nchunks else 1 for a in array.grid.axes)
         self.chunk_nbytes = math.prod(first) * array.dtype.itemsize
         """About what one chunk decodes to (the first one's size)."""
-        self.decoder = chunk_decoder(array.codecs, array.dtype, first)
+        try:
+            self.decoder = chunk_decoder(array.codecs, array.dtype, first)
+        except (KeyError, ValueError) as e:
+            names = [c.get("name") for c in array.codecs]
+            raise ReadError(f"array {name!r}: cannot decode codecs {names}: {e}") from None
         self.slot_dtype = self.decoder.stored if self.decoder.plain else output_dtype(array)
         self.fill = array.fill_value if array.fill_value is not None else \
             np.zeros((), output_dtype(array))[()]

@@ -20,6 +20,7 @@ from typing import Any
 import fsspec
 import numpy as np
 import pandas as pd
+from fsspec.core import url_to_fs
 
 from refgrid.codecs import stored_dtype
 from refgrid.errors import FormatError
@@ -49,13 +50,16 @@ def load_references(refs: References | str | os.PathLike[str],
 def open_references(refs: References | str | os.PathLike[str],
                     storage_options: dict[str, Any] | None = None) -> VirtualGroup:
     """The model of a reference set: a dict, a JSON file or a parquet directory (path or URL),
-    refgrid's own (Zarr v3 documents) or any kerchunk reference set (translated from v2)."""
+    refgrid's own (Zarr v3 documents) or any kerchunk reference set (translated from v2); or
+    a Zarr v3 store, a tree of ``zarr.json`` documents and chunk files."""
     from refgrid.scan.kerchunk_parquet import is_parquet_references, load_parquet_references
 
     options = storage_options or {}
     if isinstance(refs, dict):
         return references_to_group(refs)
     url = os.fspath(refs)
+    if not url.endswith((".json", ".parq", ".parquet")) and _is_zarr_store(url, options):
+        return zarr_store_to_group(url, options)
     if url.endswith((".parq", ".parquet")) or os.path.isdir(url) or (
             "://" in url and not url.endswith(".json") and is_parquet_references(url, options)):
         parquet = load_parquet_references(url, options)
@@ -69,6 +73,48 @@ def open_references(refs: References | str | os.PathLike[str],
     if "zarr.json" not in loaded.get("refs", loaded):
         return _kerchunk(url, options)
     return references_to_group(loaded, url)
+
+
+def _is_zarr_store(url: str, options: dict[str, Any]) -> bool:
+    fs, root = url_to_fs(url, **options)
+    return bool(fs.isfile(f"{root.rstrip('/')}/zarr.json"))
+
+
+def zarr_store_to_group(url: str, storage_options: dict[str, Any] | None = None) -> VirtualGroup:
+    """The model of a Zarr v3 store: its ``zarr.json`` documents, and each chunk file a
+    reference to the whole file — so the engine reads stores with rectilinear grids (written
+    by zarr >= 3.2, say) where zarr 3.1 cannot. One listing of the tree, one request for all
+    documents."""
+    fs, root = url_to_fs(url, **(storage_options or {}))
+    root = root.rstrip("/")
+    files = {path[len(root) + 1:]: info for path, info in fs.find(root, detail=True).items()}
+    names = [k for k in files if k == "zarr.json" or k.endswith("/zarr.json")]
+    texts = fs.cat([f"{root}/{k}" for k in names])
+    documents = {k[: -len("zarr.json")].rstrip("/"): _document(texts[f"{root}/{k}"], url, k)
+                 for k in names}
+    chunks: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    with gc_paused():
+        for key, info in files.items():
+            array, tail = _chunk_of_file(key, documents)
+            if array is not None:
+                chunks[array].append((tail, [fs.unstrip_protocol(f"{root}/{key}") if "://" in url
+                                             else f"{root}/{key}", 0, int(info["size"])]))
+    return group_from_documents(documents, lambda path, grid: _manifest(
+        grid, chunks.get(path, []), {}, f"{url}:{path}"), url)
+
+
+def _chunk_of_file(key: str, documents: dict[str, dict[str, Any]]) -> tuple[str | None, str]:
+    """(array, chunk coordinates as ``"0/3/1"``) of a file of a Zarr v3 store (default chunk
+    key encoding, ``/`` or ``.`` separated), or (None, "") for other files."""
+    head, _, name = key.rpartition("/")
+    if name == "c" and documents.get(head, {}).get("node_type") == "array":
+        return head, ""  # the chunk of a 0-d array
+    if name.startswith("c.") and documents.get(head, {}).get("node_type") == "array":
+        return head, name[2:].replace(".", "/")
+    array, sep, tail = key.rpartition("/c/")
+    if sep and documents.get(array, {}).get("node_type") == "array":
+        return array, tail
+    return None, ""
 
 
 def _kerchunk(url: str, options: dict[str, Any], parquet: bool = False) -> VirtualGroup:
