@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import h5py
 
@@ -58,7 +60,8 @@ def kerchunk_scan(path) -> dict:
 
 def main() -> None:
     print(f"{'file':16s} {'chunks':>9s} {'chunk_iter':>10s} {'refgrid':>9s} {'ratio':>6s} "
-          f"{'kerchunk':>9s} {'ratio':>6s} {'peak MB':>8s} {'B/chunk':>8s}")
+          f"{'kerchunk':>9s} {'ratio':>6s} {'peak MB':>8s} {'JSON B/chunk':>12s} "
+          f"{'parquet B/chunk':>15s}")
     for name, shape, chunks in CASES:
         path = netcdf4_file(name, shape, chunks)
         t_floor, n = best_of(lambda p=path: bare_chunk_iter(p))
@@ -71,10 +74,13 @@ def main() -> None:
         refs = refgrid.to_kerchunk(group)
         chunk_bytes = sum(len(json.dumps({k: v})) - 2 for k, v in refs["refs"].items()
                           if "/c/" in k) / n
+        with tempfile.TemporaryDirectory() as tmp:
+            parquet = refgrid.write(group, Path(tmp) / "refs.parq")
+            parquet_bytes = sum(f.stat().st_size for f in parquet.rglob("refs.*.parq")) / n
         peak = float(subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(path)],
                                     capture_output=True, text=True, check=True).stdout)
         print(f"{name:16s} {n:9,d} {t_floor:9.2f}s {t_ours:8.2f}s {t_ours / t_floor:5.2f}x "
-              f"{kc} {peak:8.1f} {chunk_bytes:8.1f}")
+              f"{kc} {peak:8.1f} {chunk_bytes:12.1f} {parquet_bytes:15.1f}")
     try:
         import virtualizarr  # noqa: F401
     except ImportError:

@@ -19,6 +19,7 @@ from typing import Any
 
 import fsspec
 import numpy as np
+import orjson
 import pandas as pd
 from fsspec.core import url_to_fs
 
@@ -39,8 +40,10 @@ def load_references(refs: References | str | os.PathLike[str],
         return refs
     url = os.fspath(refs)
     try:
-        with fsspec.open(url, "rt", **(storage_options or {})) as f, gc_paused():
-            return json.load(f)
+        with fsspec.open(url, "rb", **(storage_options or {})) as f:
+            data = f.read()
+        with gc_paused():
+            return orjson.loads(data)  # (several times faster than json on 10^5 keys)
     except FileNotFoundError:
         raise FormatError(url, None, "reference file not found") from None
     except json.JSONDecodeError as e:
