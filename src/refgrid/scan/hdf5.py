@@ -14,6 +14,7 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any, Literal
 
 import h5py
@@ -52,7 +53,7 @@ HIDDEN_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
                           "_SuperblockVersion", "_IsNetcdf4"})
 SCALE_ATTRS = frozenset({"CLASS", "NAME"})
 DIM_WITHOUT_VARIABLE = b"This is a netCDF dimension but not a netCDF variable"
-CHUNK_BATCH = 65536
+CHUNK_BATCH = 2048
 """Chunk records taken from h5py at a time (h5py makes a Python object per chunk)."""
 FALLBACK_CODECS = ({"name": "numcodecs.zlib", "configuration": {"level": 1}},)
 
@@ -291,17 +292,19 @@ class _FileScan:
         def flush() -> None:
             """Write a batch of h5py StoreInfo records (chunk_offset, filter_mask,
             byte_offset, size) into the columns; batches bound memory at 10^6 chunks."""
-            starts, masks, byte_offsets, sizes = zip(*batch, strict=True)
-            flat = np.fromiter(itertools.chain.from_iterable(starts), np.int64,
-                               len(starts) * len(chunk))
-            coords = flat.reshape(len(starts), len(chunk)) // chunk
+            n = len(batch)
+            field = [np.fromiter(map(itemgetter(k), batch), dtype, n)  # C-level loops
+                     for k, dtype in ((1, np.int64), (2, np.uint64), (3, np.uint64))]
+            flat = np.fromiter(itertools.chain.from_iterable(map(itemgetter(0), batch)),
+                               np.int64, n * len(chunk))
+            coords = flat.reshape(n, len(chunk)) // chunk
             inside = (coords < np.asarray(counts)).all(axis=1)  # a shrunk dataset keeps chunks
             index = tuple(coords[inside].T)
             path_id[index] = 0
-            offset[index] = np.array(byte_offsets, dtype=np.uint64)[inside]
-            sizes_in = np.array(sizes, dtype=np.uint64)[inside]
+            offset[index] = field[1][inside]
+            sizes_in = field[2][inside]
             length[index] = sizes_in
-            masked = np.array(masks, dtype=np.int64)[inside] != 0
+            masked = field[0][inside] != 0
             small = sizes_in < self.options.inline_threshold
             flagged.append(np.column_stack((coords[inside], masked))[masked | small])
             batch.clear()
