@@ -309,9 +309,10 @@ class _FileScan:
             flagged.append(np.column_stack((coords[inside], masked))[masked | small])
             batch.clear()
 
-        def visit(info: Any) -> None:
-            batch.append(info)
-            if len(batch) == CHUNK_BATCH:
+        def visit(info: Any, append: Any = batch.append, size: Any = batch.__len__,
+                  full: int = CHUNK_BATCH) -> None:  # (locals: called once per chunk)
+            append(info)
+            if size() == full:
                 flush()
 
         with gc_paused():  # (no storage-size check first: it walks the chunk index too)
