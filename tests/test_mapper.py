@@ -29,10 +29,13 @@ def test_combined_archives_raw_values_with_stock_xarray(archive, tmp_path):
 @pytest.mark.parametrize("archive", ARCHIVES)
 def test_combined_archives_read_with_stock_xarray(archive, tmp_path):
     _, refs, files = _combined(archive, tmp_path)
-    ours = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr")
     expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
                                  data_vars="minimal", compat="equals")
+    unpacked = xr.open_dataset(refgrid.get_mapper(refs, unpack=True), engine="zarr")
+    ours = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr")
     for key, want in expected.variables.items():
+        assert unpacked[key].dtype == want.dtype, key  # exact, packed variables included
+        np.testing.assert_array_equal(unpacked[key].values, want.values, err_msg=key)
         got = ours[key].values
         if "scale_factor" in want.encoding:  # JSON attributes: float64 unpacking, <= 1 ulp
             np.testing.assert_allclose(got.astype(want.dtype), want.values, rtol=1.2e-7)

@@ -29,6 +29,7 @@ from fsspec import AbstractFileSystem
 from fsspec.mapping import FSMap
 
 from refgrid.codecs import bytes_codec
+from refgrid.dtypes import restore_attribute_types
 from refgrid.errors import ReadError
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
@@ -41,21 +42,48 @@ from refgrid.write.zarr_v3 import array_document, chunk_key, group_document
 
 @dataclass(frozen=True)
 class _View:
-    """How one array is served: natively (passthrough) or re-chunked to a regular grid."""
+    """How one array is served: natively (passthrough), re-chunked to a regular grid, and
+    optionally CF-unpacked."""
 
     array: VirtualArray
     chunk_shape: tuple[int, ...]
     passthrough: bool
+    unpacked: bool = False
+    """Served as xarray unpacks it (masked, scaled) rather than as stored."""
 
     def document(self) -> dict[str, Any]:
         if self.passthrough:
             return array_document(self.array)
-        dtype = output_dtype(self.array)
-        view = VirtualArray(self.array.name, self.array.dims, self.array.dtype,
+        if self.unpacked:
+            template = _unpack(self.array, np.zeros((0,) * self.array.grid.ndim,
+                                                    output_dtype(self.array)))
+            attrs = {k: v for k, v in self.array.attrs.items() if k not in template.encoding}
+            dtype, fill = template.dtype, np.nan
+        else:
+            dtype, fill, attrs = output_dtype(self.array), self.array.fill_value, self.array.attrs
+        view = VirtualArray(self.array.name, self.array.dims, dtype,
                             RectilinearGrid.regular(self.array.shape, self.chunk_shape),
                             _empty_manifest(self.array.shape, self.chunk_shape),
-                            self.array.fill_value, (_plain_codec(dtype),), self.array.attrs)
+                            fill, (_plain_codec(dtype),), attrs)
         return array_document(view)
+
+
+def _packed(array: VirtualArray) -> bool:
+    return "scale_factor" in array.attrs or "add_offset" in array.attrs
+
+
+def _unpack(array: VirtualArray, values: np.ndarray) -> Any:
+    """``values`` masked and scaled by xarray itself, with the attribute types the source
+    file had (so int16 packed with float32 factors unpacks to float32, as from the file)."""
+    from xarray import Variable, conventions
+
+    attrs = restore_attribute_types(dict(array.attrs))
+    if array.fill_value is not None and "_FillValue" not in attrs and \
+            array.dtype.kind in "fc":
+        attrs["_FillValue"] = array.fill_value
+    return conventions.decode_cf_variable(array.name, Variable(array.dims, values, attrs),
+                                          mask_and_scale=True, decode_times=False,
+                                          decode_timedelta=False, concat_characters=False)
 
 
 def _plain_codec(dtype: np.dtype) -> dict[str, Any]:
@@ -104,7 +132,8 @@ class RegularViewFileSystem(AbstractFileSystem):
     cachable = False
 
     def __init__(self, group: VirtualGroup, chunks: Mapping[str, int] | None = None,
-                 storage_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 storage_options: dict[str, Any] | None = None, unpack: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_options = storage_options or {}  # not storage_options: fsspec overwrites that
         self.views: dict[str, _View] = {}
@@ -114,7 +143,8 @@ class RegularViewFileSystem(AbstractFileSystem):
                 self.groups[path] = node
             else:
                 shape, passthrough = _view_chunks(node, chunks or {})
-                self.views[path] = _View(node, shape, passthrough)
+                unpacked = unpack and _packed(node)
+                self.views[path] = _View(node, shape, passthrough and not unpacked, unpacked)
         self.documents = {path: group_document(g) for path, g in self.groups.items()}
         self.documents.update({path: v.document() for path, v in self.views.items()})
         self.documents[""] = {**self.documents[""], "consolidated_metadata": {
@@ -162,8 +192,10 @@ class RegularViewFileSystem(AbstractFileSystem):
         if any(r.start >= r.stop for r in region) and array.shape:
             raise FileNotFoundError(path)
         values = read(array, region, storage_options=self.source_options, path=path)
-        block = np.full(view.chunk_shape, array.fill_value if array.fill_value is not None
-                        else np.zeros((), values.dtype)[()], dtype=values.dtype)
+        fill = array.fill_value if array.fill_value is not None else np.zeros((), values.dtype)[()]
+        if view.unpacked:
+            values, fill = np.asarray(_unpack(array, values).values), np.nan
+        block = np.full(view.chunk_shape, fill, dtype=values.dtype)
         block[tuple(slice(0, r.stop - r.start) for r in region)] = values
         if values.dtype.kind == "O":
             return bytes(numcodecs.VLenUTF8().encode(block.reshape(-1)))
@@ -214,12 +246,16 @@ class RegularViewFileSystem(AbstractFileSystem):
 
 
 def get_mapper(refs: Any, chunks: Mapping[str, int] | None = None,
-               storage_options: dict[str, Any] | None = None) -> FSMap:
+               storage_options: dict[str, Any] | None = None, unpack: bool = False) -> FSMap:
     """An fsspec mapper with a regular-grid Zarr v3 view of a refgrid dataset.
 
-    ``refs``: a reference dict or a path/URL to JSON references. ``chunks``: view chunk
-    length per dimension name for arrays that are re-chunked (default: the most common native
-    length). ``storage_options`` reach the references and the source files.
+    ``refs``: a reference dict, or a path/URL to JSON or parquet references or a Zarr v3
+    store. ``chunks``: view chunk length per dimension name for arrays that are re-chunked
+    (default: the most common native length). ``storage_options`` reach the references and the
+    source files. ``unpack=True`` serves packed variables (``scale_factor``/``add_offset``)
+    already unpacked and masked, exactly as xarray unpacks the source files: stock xarray
+    cannot do that itself, since JSON attributes lose their float32 type and it would unpack
+    in float64. Their raw values are then not available through the view.
     """
     group = open_references(refs, storage_options)
-    return RegularViewFileSystem(group, chunks, storage_options).get_mapper("")
+    return RegularViewFileSystem(group, chunks, storage_options, unpack).get_mapper("")
