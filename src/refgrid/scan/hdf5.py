@@ -309,10 +309,11 @@ class _FileScan:
             flagged.append(np.column_stack((coords[inside], masked))[masked | small])
             batch.clear()
 
-        def visit(info: Any, append: Any = batch.append, size: Any = batch.__len__,
-                  full: int = CHUNK_BATCH) -> None:  # (locals: called once per chunk)
-            append(info)
-            if size() == full:
+        countdown = itertools.cycle(range(CHUNK_BATCH - 1, -1, -1)).__next__  # 0: batch full
+
+        def visit(info: Any, append: Any = batch.append, countdown: Any = countdown) -> None:
+            append(info)  # (helpers as locals: this runs once per chunk)
+            if not countdown():
                 flush()
 
         with gc_paused():  # (no storage-size check first: it walks the chunk index too)
