@@ -64,8 +64,8 @@ def main() -> None:
           f"{'parquet B/chunk':>15s}")
     for name, shape, chunks in CASES:
         path = netcdf4_file(name, shape, chunks)
-        t_floor, n = best_of(lambda p=path: bare_chunk_iter(p))
-        t_ours, group = best_of(lambda p=path: refgrid.scan(p))
+        t_floor, n = best_of(lambda p=path: bare_chunk_iter(p), repeat=5)
+        t_ours, group = best_of(lambda p=path: refgrid.scan(p), repeat=5)
         try:
             t_kc, _ = best_of(lambda p=path: kerchunk_scan(p), repeat=1)
             kc = f"{t_kc:8.2f}s {t_kc / t_ours:5.1f}x"
