@@ -88,3 +88,16 @@ def test_consolidated_metadata_and_listing(tmp_path):
                                                         "model/run1"}
     tree = xr.open_datatree(mapper, engine="zarr")
     np.testing.assert_array_equal(tree["model/run1"].ds["t"].values, [7, 8, 9])
+
+
+def test_missing_source_is_an_error_not_fill_values(tmp_path):
+    import shutil
+
+    source = tmp_path / "tas.nc"
+    shutil.copy(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc", source)
+    refs = refgrid.to_kerchunk(refgrid.scan(source))
+    source.unlink()
+    tas = zarr.open_group(refgrid.get_mapper(refs), mode="r")["tas"]  # passed through
+    with pytest.raises(refgrid.RefgridError, match=r"array 'tas': source file not found: "
+                                                   r".*tas\.nc \(chunk tas/c/0/0/0"):
+        tas[0]

@@ -79,6 +79,40 @@ def read(array: VirtualArray, selection: Any = ..., *,
     return out.reshape(chosen.shape)
 
 
+def chunk_coords(array: VirtualArray, flat: int) -> tuple[int, ...]:
+    """The grid coordinates of chunk ``flat`` (its C-order index)."""
+    return tuple(int(c) for c in np.unravel_index(flat, array.manifest.shape))
+
+
+def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
+                 storage_options: dict[str, Any] | None) -> list[Any]:
+    """The stored bytes of chunks ``flat`` (C-order indices of stored chunks), checked for
+    length; a missing file, a failed request or a short read is a :class:`ReadError` naming
+    the array (``name``), the chunk, the URL and the byte range."""
+    manifest = array.manifest
+    offset, length = manifest.offset.reshape(-1)[flat], manifest.length.reshape(-1)[flat]
+    path_id = manifest.path_id.reshape(-1)[flat]
+    try:
+        blobs = read_ranges(manifest.paths, path_id, offset, length, storage_options)
+    except FetchError as e:
+        key = chunk_key(name, chunk_coords(array, int(flat[e.index])))
+        span = f"bytes {int(offset[e.index])}-{int(offset[e.index] + length[e.index])}"
+        if e.missing:
+            raise ReadError(f"array {name!r}: source file not found: {e.url} (chunk {key}, "
+                            f"{span})") from None
+        raise ReadError(f"array {name!r}, chunk {key} ({e.url} {span}): {e.reason}") from None
+    got = np.fromiter(map(len, blobs), np.int64, len(blobs))
+    short = np.flatnonzero(got != length.astype(np.int64))
+    if len(short):
+        j = int(short[0])
+        start, end = int(offset[j]), int(offset[j] + length[j])
+        key = chunk_key(name, chunk_coords(array, int(flat[j])))
+        raise ReadError(f"array {name!r}, chunk {key}: short read from "
+                        f"{manifest.paths[int(path_id[j])]} bytes {start}-{end} ({got[j]} of "
+                        f"{end - start})")
+    return blobs
+
+
 class _Reader:
     """What every box of one read shares: the array, its decoder, names for messages."""
 
@@ -104,8 +138,7 @@ class _Reader:
         self.length = manifest.length.reshape(-1)
 
     def key(self, flat: int) -> str:
-        coords = np.unravel_index(flat, self.array.manifest.shape)
-        return chunk_key(self.name, tuple(int(c) for c in coords))
+        return chunk_key(self.name, chunk_coords(self.array, flat))
 
     def span(self, flat: int) -> str:
         pid = int(self.path_id[flat])
@@ -120,29 +153,7 @@ class _Reader:
                         f"not decode: {reason}")
 
     def fetch(self, flat: np.ndarray) -> list[Any]:
-        """The stored bytes of chunks ``flat`` (flat manifest indices), checked for length."""
-        offset, length = self.offset[flat], self.length[flat]
-        paths = self.array.manifest.paths
-        try:
-            blobs = read_ranges(paths, self.path_id[flat], offset, length,
-                                self.storage_options)
-        except FetchError as e:
-            chunk = int(flat[e.index])
-            span = f"bytes {int(offset[e.index])}-{int(offset[e.index] + length[e.index])}"
-            if e.missing:
-                raise ReadError(f"array {self.name!r}: source file not found: {e.url} (chunk "
-                                f"{self.key(chunk)}, {span})") from None
-            raise ReadError(f"array {self.name!r}, chunk {self.key(chunk)} ({e.url} {span}): "
-                            f"{e.reason}") from None
-        got = np.fromiter(map(len, blobs), np.int64, len(blobs))
-        short = np.flatnonzero(got != length.astype(np.int64))
-        if len(short):
-            j = int(short[0])
-            start, end = int(offset[j]), int(offset[j] + length[j])
-            url = paths[int(self.path_id[flat[j]])]
-            raise ReadError(f"array {self.name!r}, chunk {self.key(int(flat[j]))}: short read "
-                            f"from {url} bytes {start}-{end} ({got[j]} of {end - start})")
-        return blobs
+        return fetch_chunks(self.array, self.name, flat, self.storage_options)
 
     def prefetch(self, boxes: list[_Box]) -> None:
         """Fetch the stored chunks of all ``boxes`` in one round of requests."""
@@ -223,9 +234,8 @@ class _Box:
             for k, blob in zip(self.stored.tolist(), blobs, strict=True):
                 self._place(slots, k, self._decode_one(k, blob))
         for k in np.flatnonzero(self.path_id == INLINE).tolist():
-            coords = tuple(int(c) for c in np.unravel_index(
-                self.flat[k], reader.array.manifest.shape))
-            self._place(slots, k, self._decode_one(k, reader.array.manifest.inline[coords]))
+            inline = reader.array.manifest.inline[chunk_coords(reader.array, int(self.flat[k]))]
+            self._place(slots, k, self._decode_one(k, inline))
         return slots
 
     def _slots(self) -> np.ndarray:

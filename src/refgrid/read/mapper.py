@@ -30,14 +30,12 @@ from fsspec.mapping import FSMap
 
 from refgrid.codecs import bytes_codec
 from refgrid.dtypes import restore_attribute_types
-from refgrid.errors import ReadError
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.read.array import output_dtype, read
-from refgrid.read.fetch import FetchError, read_ranges
+from refgrid.read.array import fetch_chunks, output_dtype, read
 from refgrid.read.references import open_references
-from refgrid.write.zarr_v3 import array_document, chunk_key, group_document
+from refgrid.write.zarr_v3 import array_document, group_document
 
 
 @dataclass(frozen=True)
@@ -186,7 +184,8 @@ class RegularViewFileSystem(AbstractFileSystem):
                 raise FileNotFoundError(path)  # zarr reads the fill value
             if pid == INLINE:
                 return manifest.inline[coords]
-            return self._stored(path, manifest, coords)
+            flat = np.ravel_multi_index(coords, manifest.shape) if coords else 0
+            return bytes(fetch_chunks(array, path, np.array([flat]), self.source_options)[0])
         region = tuple(slice(c * n, min((c + 1) * n, size))
                        for c, n, size in zip(coords, view.chunk_shape, array.shape, strict=True))
         if any(r.start >= r.stop for r in region) and array.shape:
@@ -202,24 +201,6 @@ class RegularViewFileSystem(AbstractFileSystem):
         return np.ascontiguousarray(block, dtype=block.dtype.newbyteorder("<")
                                     if block.dtype.itemsize > 1 and block.dtype.kind != "V"
                                     else block.dtype).tobytes()
-
-    def _stored(self, path: str, manifest: ChunkManifest, coords: tuple[int, ...]) -> bytes:
-        """A chunk's stored bytes; a missing source file is an error, not a missing chunk
-        (which zarr would read as fill values)."""
-        where = np.ravel_multi_index(coords, manifest.shape) if coords else 0
-        columns = (c.reshape(-1)[where: where + 1] for c in (manifest.path_id, manifest.offset,
-                                                             manifest.length))
-        path_id, offset, length = columns
-        url, span = manifest.paths[int(path_id[0])], f"bytes {int(offset[0])}+{int(length[0])}"
-        try:
-            data = read_ranges(manifest.paths, path_id, offset, length, self.source_options)[0]
-        except FetchError as e:
-            raise ReadError(f"array {path!r}, chunk {chunk_key(path, coords)} ({url} {span}): "
-                            f"{e.reason}") from None
-        if len(data) != int(length[0]):
-            raise ReadError(f"array {path!r}, chunk {chunk_key(path, coords)}: short read from "
-                            f"{url} {span} ({len(data)} bytes)")
-        return bytes(data)
 
     # -- listing ----------------------------------------------------------------------------
 
