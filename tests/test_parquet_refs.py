@@ -38,6 +38,7 @@ def test_records_split_rows_in_chunk_order(tmp_path):
     assert meta["record_size"] == 4
     assert json.loads(meta["metadata"]["tas/zarr.json"])["chunk_grid"]["name"] == "rectilinear"
     assert open_references(refs) == group
+    assert refgrid.scan(refs) == group  # refgrid.scan takes them as input too
 
 
 def test_engine_and_mapper_read_parquet_references(tmp_path):

@@ -400,7 +400,7 @@ class ChunkDecoder:
         compressors = list(pipeline.compressors)
         self.shuffle = None
         """Element size of a byte shuffle decoded last, batch-wise (None: no such step)."""
-        if compressors and compressors[0]["name"] in ("numcodecs.shuffle", "refgrid.shuffle"):
+        if compressors and compressors[0]["name"] in _SIZE_KEEPING:  # (the byte shuffles)
             self.shuffle = int(compressors.pop(0)["configuration"]["elementsize"])
         # libdeflate needs the exact decoded size: known for a plain pipeline when only byte
         # shuffles (which keep the size) are decoded after it

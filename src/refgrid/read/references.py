@@ -15,7 +15,7 @@ import os
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 import numpy as np
@@ -29,6 +29,9 @@ from refgrid.gc_pause import gc_paused
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
+
+if TYPE_CHECKING:
+    from refgrid.scan.kerchunk_parquet import ParquetReferences
 
 References = dict[str, Any]
 
@@ -68,14 +71,19 @@ def open_references(refs: References | str | os.PathLike[str],
         parquet = load_parquet_references(url, options)
         if "zarr.json" not in parquet.documents:
             return _kerchunk(url, options, parquet=True)
-        return group_from_documents(
-            {k[: -len("zarr.json")].rstrip("/"): v for k, v in parquet.documents.items()
-             if k == "zarr.json" or k.endswith("/zarr.json")},
-            lambda path, grid: parquet.manifest(path, grid.chunk_counts), url)
+        return parquet_to_group(parquet)
     loaded = load_references(url, options)
     if "zarr.json" not in loaded.get("refs", loaded):
         return _kerchunk(url, options)
     return references_to_group(loaded, url)
+
+
+def parquet_to_group(parquet: ParquetReferences) -> VirtualGroup:
+    """The model of parquet references holding Zarr v3 documents (refgrid's own)."""
+    return group_from_documents(
+        {k[: -len("zarr.json")].rstrip("/"): v for k, v in parquet.documents.items()
+         if k == "zarr.json" or k.endswith("/zarr.json")},
+        lambda path, grid: parquet.manifest(path, grid.chunk_counts), parquet.url)
 
 
 def _is_zarr_store(url: str, options: dict[str, Any]) -> bool:

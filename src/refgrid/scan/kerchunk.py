@@ -23,7 +23,7 @@ from refgrid.errors import FormatError
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.read.references import open_references, references_to_group
+from refgrid.read.references import parquet_to_group, references_to_group
 from refgrid.scan.kerchunk_parquet import load_parquet_references
 from refgrid.scan.source import file_sizes
 
@@ -55,7 +55,7 @@ def scan_kerchunk(url: str, storage_options: dict[str, Any],
     if parquet:
         parquet = load_parquet_references(url, storage_options)
         if "zarr.json" in parquet.documents:  # refgrid's own parquet references
-            return open_references(url, storage_options)
+            return parquet_to_group(parquet)
         return _from_v2(parquet.documents,
                         lambda path, grid, _: parquet.manifest(path, grid.chunk_counts), url)
     refs = load_kerchunk(url, storage_options)
