@@ -51,19 +51,30 @@ class _View:
 
     def document(self) -> dict[str, Any]:
         if self.passthrough:
-            return array_document(self.array)
+            return {**array_document(self.array), "attributes": _readable_attrs(self.array)}
         if self.unpacked:
             template = _unpack(self.array, np.zeros((0,) * self.array.grid.ndim,
                                                     output_dtype(self.array)))
             attrs = {k: v for k, v in self.array.attrs.items() if k not in template.encoding}
             dtype, fill = template.dtype, np.nan
         else:
-            dtype, fill, attrs = output_dtype(self.array), self.array.fill_value, self.array.attrs
+            dtype, fill = output_dtype(self.array), self.array.fill_value
+            attrs = _readable_attrs(self.array)
         view = VirtualArray(self.array.name, self.array.dims, dtype,
                             RectilinearGrid.regular(self.array.shape, self.chunk_shape),
                             _empty_manifest(self.array.shape, self.chunk_shape),
                             fill, (_plain_codec(dtype),), attrs)
         return array_document(view)
+
+
+def _readable_attrs(array: VirtualArray) -> dict[str, Any]:
+    """The attributes, less a ``_FillValue`` an integer array cannot hold (NaN, say): xarray
+    drops it with a warning reading the source file, but fails on it reading zarr."""
+    attrs = dict(array.attrs)
+    fill = attrs.get("_FillValue")
+    if array.dtype.kind in "iu" and isinstance(fill, float) and not fill.is_integer():
+        del attrs["_FillValue"]
+    return attrs
 
 
 def _packed(array: VirtualArray) -> bool:
