@@ -54,6 +54,13 @@ def output_dtype(array: VirtualArray) -> np.dtype:
     return array.dtype
 
 
+def read_fill(array: VirtualArray) -> Any:
+    """What a missing chunk reads as: the fill value, else zero of the output type."""
+    if array.fill_value is not None:
+        return array.fill_value
+    return np.zeros((), output_dtype(array))[()]
+
+
 def read(array: VirtualArray, selection: Any = ..., *,
          storage_options: dict[str, Any] | None = None, path: str | None = None) -> np.ndarray:
     """``array[selection]`` (orthogonal indexing) read through the references."""
@@ -130,8 +137,7 @@ class _Reader:
             names = [c.get("name") for c in array.codecs]
             raise ReadError(f"array {name!r}: cannot decode codecs {names}: {e}") from None
         self.slot_dtype = self.decoder.stored if self.decoder.plain else output_dtype(array)
-        self.fill = array.fill_value if array.fill_value is not None else \
-            np.zeros((), output_dtype(array))[()]
+        self.fill = read_fill(array)
         manifest = array.manifest
         self.path_id = manifest.path_id.reshape(-1)
         self.offset = manifest.offset.reshape(-1)

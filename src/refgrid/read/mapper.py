@@ -33,7 +33,7 @@ from refgrid.dtypes import restore_attribute_types
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.read.array import fetch_chunks, output_dtype, read
+from refgrid.read.array import fetch_chunks, output_dtype, read, read_fill
 from refgrid.read.references import open_references
 from refgrid.write.zarr_v3 import array_document, group_document
 
@@ -202,7 +202,7 @@ class RegularViewFileSystem(AbstractFileSystem):
         if any(r.start >= r.stop for r in region) and array.shape:
             raise FileNotFoundError(path)
         values = read(array, region, storage_options=self.source_options, path=path)
-        fill = array.fill_value if array.fill_value is not None else np.zeros((), values.dtype)[()]
+        fill = read_fill(array)
         if view.unpacked:
             values, fill = np.asarray(_unpack(array, values).values), np.nan
         block = np.full(view.chunk_shape, fill, dtype=values.dtype)
