@@ -232,7 +232,7 @@ class RectilinearGrid:
     def select(self, selection: Any) -> GridSelection:
         """An orthogonal selection, per axis: the chunks it touches (see selection.py)."""
         indices = normalize_selection(selection, self.shape)
-        return GridSelection(tuple(AxisSelection.of(i, a.logical, a.encoded, a.bounds)
+        return GridSelection(tuple(AxisSelection.of(i, a)
                                    for i, a in zip(indices, self.axes, strict=True)))
 
     # -- transformations --------------------------------------------------------------------

@@ -22,9 +22,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import EllipsisType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from refgrid.grid import AxisChunks
 
 AxisIndex = int | slice | np.ndarray
 """A normalised index on one axis: an in-range int, a slice, or a 1-d int64 array."""
@@ -52,25 +55,21 @@ class AxisSelection:
     elements allocates nothing per element; other indices keep their element ``positions``.
     """
 
-    logical: np.ndarray
-    encoded: np.ndarray
-    bounds: np.ndarray
+    axis: AxisChunks
     dropped: bool
     span: tuple[int, int] | None = None
     positions: np.ndarray | None = None
 
     @classmethod
-    def of(cls, index: AxisIndex, logical: np.ndarray, encoded: np.ndarray,
-           bounds: np.ndarray) -> AxisSelection:
+    def of(cls, index: AxisIndex, axis: AxisChunks) -> AxisSelection:
         if isinstance(index, slice):
-            start, stop, step = index.indices(int(bounds[-1]))
+            start, stop, step = index.indices(axis.length)
             if step == 1:
-                return cls(logical, encoded, bounds, False, span=(start, max(start, stop)))
-            return cls(logical, encoded, bounds, False,
-                       positions=np.arange(start, stop, step, dtype=np.int64))
+                return cls(axis, False, span=(start, max(start, stop)))
+            return cls(axis, False, positions=np.arange(start, stop, step, dtype=np.int64))
         if isinstance(index, int):
-            return cls(logical, encoded, bounds, True, positions=np.array([index], np.int64))
-        return cls(logical, encoded, bounds, False, positions=index)
+            return cls(axis, True, positions=np.array([index], np.int64))
+        return cls(axis, False, positions=index)
 
     @property
     def size(self) -> int:
@@ -80,7 +79,7 @@ class AxisSelection:
         return len(self.positions)  # type: ignore[arg-type]
 
     def _chunk_of(self, elements: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.bounds, elements, side="right") - 1
+        return np.searchsorted(self.axis.bounds, elements, side="right") - 1
 
     @cached_property
     def _position_chunks(self) -> np.ndarray:
@@ -99,14 +98,14 @@ class AxisSelection:
 
     def tile(self, chunks: np.ndarray) -> AxisTile:
         """The tile of ``chunks`` (consecutive touched chunks, ascending)."""
-        length = int(self.encoded[chunks].max())
+        length = int(self.axis.encoded[chunks].max())
         first, last = int(chunks[0]), int(chunks[-1])
         if self.span is not None:
-            lo = max(self.span[0], int(self.bounds[first]))
-            hi = min(self.span[1], int(self.bounds[last + 1]))
+            lo = max(self.span[0], int(self.axis.bounds[first]))
+            hi = min(self.span[1], int(self.axis.bounds[last + 1]))
             out = slice(lo - self.span[0], hi - self.span[0])
-            if (self.logical[first:last] == length).all():  # no gaps between the chunks
-                base = int(self.bounds[first])
+            if (self.axis.logical[first:last] == length).all():  # no gaps between the chunks
+                base = int(self.axis.bounds[first])
                 return AxisTile(chunks, length, out, slice(lo - base, hi - base))
             elements = np.arange(lo, hi)
             within = self._chunk_of(elements)
@@ -118,7 +117,7 @@ class AxisSelection:
             within = within[keep]
         rank = np.searchsorted(chunks, within)
         return AxisTile(chunks, length, out,
-                        as_slice(rank * length + elements - self.bounds[within]))
+                        as_slice(rank * length + elements - self.axis.bounds[within]))
 
 
 def as_slice(index: np.ndarray) -> Indexer:
@@ -176,7 +175,7 @@ class GridSelection:
         if not chunks:  # a scalar
             yield ()
             return
-        tile = [int(a.encoded[c].max()) for a, c in zip(self.axes, chunks, strict=True)]
+        tile = [int(a.axis.encoded[c].max()) for a, c in zip(self.axes, chunks, strict=True)]
         counts = [len(c) for c in chunks]
         slab = [itemsize * tile[a] * math.prod(n * t for n, t in zip(counts[a + 1:], tile[a + 1:],
                                                                      strict=True))
