@@ -186,3 +186,24 @@ def test_every_fixture_file_decodes_through_the_mapper_like_xarray_on_the_source
             np.testing.assert_array_equal(got.values, expected.values, err_msg=key)
         else:  # (zarr returns variable-length strings as numpy's StringDType)
             assert (got.values == expected.values).all(), key
+
+
+def test_a_packed_float_without_fill_value_is_not_masked_at_the_default_fill(tmp_path):
+    """No ``_FillValue`` attribute: xarray leaves values equal to netCDF's default fill alone,
+    so neither the engine nor the unpacking view may mask them."""
+    import netCDF4
+
+    source = tmp_path / "packed.nc"
+    with netCDF4.Dataset(source, "w") as ds:
+        ds.createDimension("x", 4)
+        var = ds.createVariable("p", "f4", ("x",))  # netCDF's default fill, no attribute
+        var.set_auto_maskandscale(False)
+        var.scale_factor = np.float32(0.5)
+        var[:] = np.array([1, 2, netCDF4.default_fillvals["f4"], 4], np.float32)
+    expected = xr.open_dataset(source)["p"]
+    assert np.isfinite(expected.values).all()  # the premise: xarray does not mask it
+    refs = refgrid.to_kerchunk(refgrid.scan(source))
+    for ours in (xr.open_dataset(refs, engine="refgrid")["p"],
+                 xr.open_dataset(refgrid.get_mapper(refs, unpack=True), engine="zarr")["p"]):
+        assert ours.dtype == expected.dtype
+        np.testing.assert_array_equal(ours.values, expected.values)

@@ -87,9 +87,6 @@ def _unpack(array: VirtualArray, values: np.ndarray) -> Any:
     from xarray import Variable, conventions
 
     attrs = restore_attribute_types(dict(array.attrs))
-    if array.fill_value is not None and "_FillValue" not in attrs and \
-            array.dtype.kind in "fc":
-        attrs["_FillValue"] = array.fill_value
     return conventions.decode_cf_variable(array.name, Variable(array.dims, values, attrs),
                                           mask_and_scale=True, decode_times=False,
                                           decode_timedelta=False, concat_characters=False)

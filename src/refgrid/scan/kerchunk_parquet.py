@@ -10,7 +10,6 @@ that kerchunk never wrote (an array without any chunk) simply means missing chun
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from dataclasses import dataclass
@@ -18,7 +17,9 @@ from typing import Any
 
 import fsspec
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from refgrid.errors import FormatError
@@ -53,8 +54,12 @@ class ParquetReferences:
                 continue  # kerchunk writes no record file for an array without chunks
             if isinstance(data, Exception):
                 raise FormatError(self.url, array, f"cannot read {name}: {data}") from None
-            _fill(_read_table(data, self.url, name), n * self.record_size, path_id, offset,
-                  length, inline, counts, urls)
+            table = _read_table(data, self.url, name)
+            try:
+                _fill(table, n * self.record_size, path_id, offset, length, inline, counts, urls)
+            except (pa.ArrowException, KeyError, TypeError, ValueError) as e:
+                raise FormatError(self.url, array, f"{name}: unusable reference columns "
+                                  f"{table.column_names}: {e}") from None
         whole = np.flatnonzero((path_id >= 0) & (length == 0))  # [url]: the whole file
         if whole.size:
             table = list(urls)
@@ -86,41 +91,43 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
     return ParquetReferences(url, documents, record_size, fs, root, storage_options)
 
 
-def _read_table(data: bytes, url: str, name: str) -> pd.DataFrame:
+def _read_table(data: bytes, url: str, name: str) -> pa.Table:
+    """One record file. pyarrow bounds-checks what it parses: a damaged file is an error, never
+    a crash (fastparquet's thrift reader trusts the footer's lengths)."""
     try:
-        import fastparquet
-    except ImportError:
-        raise FormatError(url, None, "reading parquet references needs fastparquet") from None
-    try:
-        return fastparquet.ParquetFile(io.BytesIO(data)).to_pandas()
-    except Exception as e:  # fastparquet raises many types for a damaged file
+        table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+        table.column_names  # noqa: B018 (names are decoded here: a damaged one fails now)
+        return table
+    except (pa.ArrowException, OSError, ValueError) as e:
         raise FormatError(url, None, f"{name}: not a parquet reference file: {e}") from None
 
 
-def _fill(table: pd.DataFrame, start: int, path_id: np.ndarray, offset: np.ndarray,
+def _fill(table: pa.Table, start: int, path_id: np.ndarray, offset: np.ndarray,
           length: np.ndarray, inline: dict[tuple[int, ...], bytes], counts: tuple[int, ...],
           urls: dict[str, int]) -> None:
     """One record file's references into the manifest columns (rows from ``start``)."""
-    table = table.iloc[: path_id.size - start]
-    if "path" in table:
-        paths = table["path"]
-        if isinstance(paths.dtype, pd.CategoricalDtype):  # refgrid's: dictionary encoded
-            codes, names = paths.cat.codes.to_numpy(), paths.cat.categories
-            present = codes >= 0
-            codes = codes[present]
-        else:
-            paths = paths.astype(object)
-            present = (paths.notna() & (paths != "")).to_numpy()
-            codes, names = pd.factorize(paths[present])
-        remap = np.array([urls.setdefault(u, len(urls)) for u in names], np.int32)
-        where = start + np.flatnonzero(present)
-        path_id[where] = remap[codes] if len(codes) else []
-        offset[where] = table["offset"].to_numpy()[present].astype(np.uint64)
-        length[where] = table["size"].to_numpy()[present].astype(np.uint64)
-    if "raw" in table:
-        raw = table["raw"].to_numpy()
-        for i in np.flatnonzero(pd.notna(raw)).tolist():
-            if len(raw[i]):
-                coords = np.unravel_index(start + i, counts)
-                inline[tuple(int(c) for c in coords)] = bytes(raw[i])
-                path_id[start + i] = INLINE
+    table = table.slice(0, max(path_id.size - start, 0))
+    if "path" in table.column_names:
+        paths = table.column("path").combine_chunks()
+        if not pa.types.is_dictionary(paths.type):  # kerchunk's plain strings
+            paths = paths.dictionary_encode()
+        names = paths.dictionary.to_pylist()
+        remap = np.array([urls.setdefault(u, len(urls)) if u else MISSING for u in names]
+                         + [MISSING], np.int32)  # the last entry: a null path
+        codes = pc.fill_null(paths.indices, len(names)).to_numpy()
+        ids = remap[codes]
+        present = np.flatnonzero(ids >= 0)
+        where = start + present
+        path_id[where] = ids[present]
+        offset[where] = _integers(table, "offset")[present]
+        length[where] = _integers(table, "size")[present]
+    if "raw" in table.column_names and not pa.types.is_null(table.schema.field("raw").type):
+        raw = table.column("raw")
+        rows = np.flatnonzero(pc.fill_null(pc.binary_length(raw), 0).to_numpy())
+        for i, data in zip(rows.tolist(), raw.take(rows).to_pylist(), strict=True):
+            inline[tuple(int(c) for c in np.unravel_index(start + i, counts))] = data
+            path_id[start + i] = INLINE
+
+
+def _integers(table: pa.Table, column: str) -> np.ndarray:
+    return pc.fill_null(table.column(column), 0).to_numpy().astype(np.uint64)
