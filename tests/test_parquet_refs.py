@@ -148,3 +148,22 @@ def test_parquet_references_on_s3(s3_server, tmp_path):
                                  data_vars="minimal", compat="equals")
     np.testing.assert_array_equal(values, expected.tas.values)
     assert open_references(remote, options) == group
+
+
+def test_third_party_dictionary_paths_with_narrow_indices_and_nulls():
+    """Other writers may store paths as a dictionary with int8 indices: a null path (a missing
+    chunk) must not overflow them."""
+    import pyarrow as pa
+
+    from refgrid.scan.kerchunk_parquet import _fill
+
+    names = pa.array([f"s3://b/f{i}.nc" for i in range(128)])
+    table = pa.table({"path": pa.DictionaryArray.from_arrays(
+                          pa.array([0, 127, None, 5], pa.int8()), names),
+                      "offset": [10, 20, 30, 40], "size": [1, 2, 3, 4]})
+    path_id, urls = np.full(4, -1, np.int32), {}
+    offset, length = np.zeros(4, np.uint64), np.zeros(4, np.uint64)
+    _fill(table, 0, path_id, offset, length, {}, (4,), urls)
+    assert [list(urls)[i] if i >= 0 else None for i in path_id] == [
+        "s3://b/f0.nc", "s3://b/f127.nc", None, "s3://b/f5.nc"]
+    assert offset.tolist() == [10, 20, 0, 40] and length.tolist() == [1, 2, 0, 4]

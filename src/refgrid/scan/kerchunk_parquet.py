@@ -114,7 +114,7 @@ def _fill(table: pa.Table, start: int, path_id: np.ndarray, offset: np.ndarray,
         names = paths.dictionary.to_pylist()
         remap = np.array([urls.setdefault(u, len(urls)) if u else MISSING for u in names]
                          + [MISSING], np.int32)  # the last entry: a null path
-        codes = pc.fill_null(paths.indices, len(names)).to_numpy()
+        codes = pc.fill_null(paths.indices.cast(pa.int64()), len(names)).to_numpy()
         ids = remap[codes]
         present = np.flatnonzero(ids >= 0)
         where = start + present
