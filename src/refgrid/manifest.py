@@ -22,6 +22,17 @@ INLINE = -2
 """``path_id`` of a chunk whose bytes are in :attr:`ChunkManifest.inline`."""
 
 
+def chunk_coords(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """The grid coordinates of the chunk at C-order index ``flat`` (``()`` for a 0-d grid):
+    the key of :attr:`ChunkManifest.inline` and of chunk names."""
+    return tuple(int(c) for c in np.unravel_index(flat, tuple(shape)))
+
+
+def flat_index(coords: tuple[int, ...], shape: Sequence[int]) -> int:
+    """The C-order index of the chunk at ``coords`` (the inverse of :func:`chunk_coords`)."""
+    return int(np.ravel_multi_index(coords, tuple(shape))) if coords else 0
+
+
 @dataclass(frozen=True, eq=False)
 class ChunkManifest:
     """Byte locations of every chunk of one array."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from refgrid.codecs import ChunkDecodeError, chunk_decoder
 from refgrid.errors import ReadError
-from refgrid.manifest import INLINE, MISSING
+from refgrid.manifest import INLINE, MISSING, chunk_coords
 from refgrid.model import VirtualArray
 from refgrid.read.fetch import FetchError, is_local, read_ranges
 from refgrid.selection import AxisTile, orthogonal_index
@@ -86,11 +86,6 @@ def read(array: VirtualArray, selection: Any = ..., *,
     return out.reshape(chosen.shape)
 
 
-def chunk_coords(array: VirtualArray, flat: int) -> tuple[int, ...]:
-    """The grid coordinates of chunk ``flat`` (its C-order index)."""
-    return tuple(int(c) for c in np.unravel_index(flat, array.manifest.shape))
-
-
 def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
                  storage_options: dict[str, Any] | None) -> list[Any]:
     """The stored bytes of chunks ``flat`` (C-order indices of stored chunks), checked for
@@ -102,7 +97,7 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
     try:
         blobs = read_ranges(manifest.paths, path_id, offset, length, storage_options)
     except FetchError as e:
-        key = chunk_key(name, chunk_coords(array, int(flat[e.index])))
+        key = chunk_key(name, chunk_coords(int(flat[e.index]), manifest.shape))
         span = f"bytes {int(offset[e.index])}-{int(offset[e.index] + length[e.index])}"
         if e.missing:
             raise ReadError(f"array {name!r}: source file not found: {e.url} (chunk {key}, "
@@ -113,7 +108,7 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
     if len(short):
         j = int(short[0])
         start, end = int(offset[j]), int(offset[j] + length[j])
-        key = chunk_key(name, chunk_coords(array, int(flat[j])))
+        key = chunk_key(name, chunk_coords(int(flat[j]), manifest.shape))
         raise ReadError(f"array {name!r}, chunk {key}: short read from "
                         f"{manifest.paths[int(path_id[j])]} bytes {start}-{end} ({got[j]} of "
                         f"{end - start})")
@@ -144,7 +139,7 @@ class _Reader:
         self.length = manifest.length.reshape(-1)
 
     def key(self, flat: int) -> str:
-        return chunk_key(self.name, chunk_coords(self.array, flat))
+        return chunk_key(self.name, chunk_coords(flat, self.array.manifest.shape))
 
     def span(self, flat: int) -> str:
         pid = int(self.path_id[flat])
@@ -239,8 +234,9 @@ class _Box:
             slots = self._slots()
             for k, blob in zip(self.stored.tolist(), blobs, strict=True):
                 self._place(slots, k, self._decode_one(k, blob))
+        manifest = reader.array.manifest
         for k in np.flatnonzero(self.path_id == INLINE).tolist():
-            inline = reader.array.manifest.inline[chunk_coords(reader.array, int(self.flat[k]))]
+            inline = manifest.inline[chunk_coords(int(self.flat[k]), manifest.shape)]
             self._place(slots, k, self._decode_one(k, inline))
         return slots
 

@@ -31,7 +31,7 @@ from fsspec.mapping import FSMap
 from refgrid.codecs import bytes_codec
 from refgrid.dtypes import restore_attribute_types
 from refgrid.grid import RectilinearGrid
-from refgrid.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.manifest import INLINE, MISSING, ChunkManifest, flat_index
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import fetch_chunks, output_dtype, read, read_fill
 from refgrid.read.references import open_references
@@ -192,8 +192,8 @@ class RegularViewFileSystem(AbstractFileSystem):
                 raise FileNotFoundError(path)  # zarr reads the fill value
             if pid == INLINE:
                 return manifest.inline[coords]
-            flat = np.ravel_multi_index(coords, manifest.shape) if coords else 0
-            return bytes(fetch_chunks(array, path, np.array([flat]), self.source_options)[0])
+            flat = np.array([flat_index(coords, manifest.shape)])
+            return bytes(fetch_chunks(array, path, flat, self.source_options)[0])
         region = tuple(slice(c * n, min((c + 1) * n, size))
                        for c, n, size in zip(coords, view.chunk_shape, array.shape, strict=True))
         if any(r.start >= r.stop for r in region) and array.shape:

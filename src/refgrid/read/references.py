@@ -27,7 +27,7 @@ from refgrid.codecs import stored_dtype
 from refgrid.errors import FormatError
 from refgrid.gc_pause import gc_paused
 from refgrid.grid import RectilinearGrid
-from refgrid.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
 from refgrid.model import VirtualArray, VirtualGroup
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ def _manifest(grid: RectilinearGrid, chunks: list[tuple[str, Any]],
         length[flat[refs]] = table[:, 2].astype(np.uint64)
     for k in np.flatnonzero(~ranged & keep).tolist():
         value = values[k]
-        inline[tuple(int(c) for c in np.unravel_index(flat[k], counts))] = \
+        inline[chunk_coords(int(flat[k]), counts)] = \
             base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode("utf-8")
         path_id[flat[k]] = INLINE
     return ChunkManifest(tuple(urls), path_id.reshape(counts), offset.reshape(counts),

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from refgrid.errors import FormatError
-from refgrid.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
 from refgrid.scan.source import file_sizes
 
 
@@ -125,7 +125,7 @@ def _fill(table: pa.Table, start: int, path_id: np.ndarray, offset: np.ndarray,
         raw = table.column("raw")
         rows = np.flatnonzero(pc.fill_null(pc.binary_length(raw), 0).to_numpy())
         for i, data in zip(rows.tolist(), raw.take(rows).to_pylist(), strict=True):
-            inline[tuple(int(c) for c in np.unravel_index(start + i, counts))] = data
+            inline[chunk_coords(start + i, counts)] = data
             path_id[start + i] = INLINE
 
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refgrid.grid import GridForm
+from refgrid.manifest import flat_index
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.write.zarr_v3 import documents
 
@@ -79,7 +80,7 @@ def _inline_column(inline: dict[tuple[int, ...], bytes], shape: tuple[int, ...],
         return pa.nulls(size, pa.binary())
     raw = np.full(size, None, dtype=object)
     for coords, data in inline.items():
-        raw[np.ravel_multi_index(coords, shape) if coords else 0] = data
+        raw[flat_index(coords, shape)] = data
     return pa.array(raw, pa.binary())
 
 
