@@ -289,13 +289,11 @@ def byte_codec(codec: Mapping[str, Any]) -> ByteCodec:
                          lambda d: bitshuffle_encode(d, config))
     if name in ZARR_V3_COMPRESSORS:  # Zarr v3's own codecs, as native stores use them
         codec_obj = ZARR_V3_COMPRESSORS[name](config)
-        return ByteCodec(lambda d, n: bytes(codec_obj.decode(d)),
-                         lambda d: bytes(codec_obj.encode(d)))
-    if name.startswith("numcodecs."):
+    elif name.startswith("numcodecs."):
         codec_obj = numcodecs.get_codec({"id": name.removeprefix("numcodecs."), **config})
-        return ByteCodec(lambda d, n: bytes(codec_obj.decode(d)),
-                         lambda d: bytes(codec_obj.encode(d)))
-    raise KeyError(f"no byte-level codec for {name!r}")
+    else:
+        raise KeyError(f"no byte-level codec for {name!r}")
+    return ByteCodec(lambda d, n: bytes(codec_obj.decode(d)), lambda d: bytes(codec_obj.encode(d)))
 
 
 ARRAY_TO_ARRAY = frozenset({"numcodecs.delta", "numcodecs.bitround", "numcodecs.fixedscaleoffset",
