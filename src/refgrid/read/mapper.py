@@ -35,7 +35,7 @@ from refgrid.manifest import INLINE, MISSING, ChunkManifest, flat_index
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import fetch_chunks, output_dtype, read, read_fill
 from refgrid.read.references import open_references
-from refgrid.write.zarr_v3 import array_document, group_document
+from refgrid.write.zarr_v3 import array_document, document_node, group_document
 
 
 @dataclass(frozen=True)
@@ -165,8 +165,8 @@ class RegularViewFileSystem(AbstractFileSystem):
         return data[start:end]
 
     def _content(self, key: str) -> bytes:
-        if key == "zarr.json" or key.endswith("/zarr.json"):
-            node = key[: -len("zarr.json")].rstrip("/")
+        node = document_node(key)
+        if node is not None:
             if node in self.documents:
                 return json.dumps(self.documents[node]).encode()
             raise FileNotFoundError(key)

@@ -29,6 +29,7 @@ from refgrid.gc_pause import gc_paused
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
 from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.write.zarr_v3 import document_keys
 
 if TYPE_CHECKING:
     from refgrid.scan.kerchunk_parquet import ParquetReferences
@@ -81,8 +82,7 @@ def open_references(refs: References | str | os.PathLike[str],
 def parquet_to_group(parquet: ParquetReferences) -> VirtualGroup:
     """The model of parquet references holding Zarr v3 documents (refgrid's own)."""
     return group_from_documents(
-        {k[: -len("zarr.json")].rstrip("/"): v for k, v in parquet.documents.items()
-         if k == "zarr.json" or k.endswith("/zarr.json")},
+        {node: parquet.documents[k] for node, k in document_keys(parquet.documents).items()},
         lambda path, grid: parquet.manifest(path, grid.chunk_counts), parquet.url)
 
 
@@ -99,10 +99,9 @@ def zarr_store_to_group(url: str, storage_options: dict[str, Any] | None = None)
     fs, root = url_to_fs(url, **(storage_options or {}))
     root = root.rstrip("/")
     files = {path[len(root) + 1:]: info for path, info in fs.find(root, detail=True).items()}
-    names = [k for k in files if k == "zarr.json" or k.endswith("/zarr.json")]
-    texts = fs.cat([f"{root}/{k}" for k in names])
-    documents = {k[: -len("zarr.json")].rstrip("/"): _document(texts[f"{root}/{k}"], url, k)
-                 for k in names}
+    names = document_keys(files)
+    texts = fs.cat([f"{root}/{k}" for k in names.values()])
+    documents = {node: _document(texts[f"{root}/{k}"], url, k) for node, k in names.items()}
     chunks: dict[str, list[tuple[str, Any]]] = defaultdict(list)
     with gc_paused():
         for key, info in files.items():
@@ -138,8 +137,8 @@ def references_to_group(refs: References, source: str = "<references>") -> Virtu
     """Build the model of a reference set written with Zarr v3 keys."""
     entries = refs.get("refs", refs)
     templates = refs.get("templates", {})
-    documents = {k[: -len("zarr.json")].rstrip("/"): _document(entries[k], source, k)
-                 for k in entries if k == "zarr.json" or k.endswith("/zarr.json")}
+    documents = {node: _document(entries[k], source, k)
+                 for node, k in document_keys(entries).items()}
     chunks: dict[str, list[tuple[str, Any]]] = defaultdict(list)
     with gc_paused():
         for key, value in entries.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from refgrid.dtypes import zarr_data_type, zarr_fill_value
@@ -39,6 +40,20 @@ def documents(group: VirtualGroup, grid_form: GridForm = "auto") -> dict[str, di
         out[f"{path}/zarr.json"] = group_document(node) if isinstance(node, VirtualGroup) \
             else array_document(node, grid_form)
     return out
+
+
+def document_node(key: str) -> str | None:
+    """The node path of a ``zarr.json`` key as :func:`documents` names them (``""`` for the
+    root), or None for any other key."""
+    if key == "zarr.json" or key.endswith("/zarr.json"):
+        return key[: -len("zarr.json")].rstrip("/")
+    return None
+
+
+def document_keys(keys: Iterable[str]) -> dict[str, str]:
+    """Node path → key, for the ``zarr.json`` keys among ``keys``."""
+    return {node: k for k in keys
+            if k.endswith("zarr.json") and (node := document_node(k)) is not None}
 
 
 def chunk_key(array_path: str, coords: tuple[int, ...]) -> str:
