@@ -14,7 +14,6 @@ import refgrid
 from conftest import FIXTURES, hdf5_files, netcdf3_files
 from refgrid.errors import WriteError
 from refgrid.read.array import read
-from refgrid.read.references import open_references
 
 MONTHS = [FIXTURES / "monthly" / "chunk10" / f"tas_2001{m:02d}.nc" for m in (1, 2, 3)]
 
@@ -24,7 +23,7 @@ def test_every_fixture_round_trips_to_the_model_json_gives(tmp_path):
     for path in files:
         group = refgrid.scan(path, on_error="report")
         refs = refgrid.write(group, tmp_path / f"{path.stem}.parq")
-        assert open_references(refs) == open_references(refgrid.to_kerchunk(group)), path.name
+        assert refgrid.scan(refs) == refgrid.scan(refgrid.to_kerchunk(group)), path.name
     assert len(files) > 50
 
 
@@ -37,8 +36,7 @@ def test_records_split_rows_in_chunk_order(tmp_path):
     meta = json.loads((refs / ".zmetadata").read_text())
     assert meta["record_size"] == 4
     assert meta["metadata"]["tas/zarr.json"]["chunk_grid"]["name"] == "rectilinear"
-    assert open_references(refs) == group
-    assert refgrid.scan(refs) == group  # refgrid.scan takes them as input too
+    assert refgrid.scan(refs) == group
 
 
 def test_engine_and_mapper_read_parquet_references(tmp_path):
@@ -79,11 +77,11 @@ def test_write_is_atomic_and_replaces_an_existing_directory(tmp_path, monkeypatc
                                          "disk full"):
         refgrid.write(refgrid.scan(MONTHS[1]), target)
     monkeypatch.undo()
-    assert open_references(target) == first  # the old references are intact
+    assert refgrid.scan(target) == first  # the old references are intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["refs.parq"]  # nothing left over
     second = refgrid.scan(MONTHS[1])
     refgrid.write(second, target)
-    assert open_references(target) == second
+    assert refgrid.scan(target) == second
 
 
 def test_bad_options_and_damaged_records_are_clear_errors(tmp_path):
@@ -108,7 +106,7 @@ def test_bad_options_and_damaged_records_are_clear_errors(tmp_path):
         record.write_bytes(data)
         with pytest.raises(refgrid.RefgridError, match=r"refs\.parq/tas/refs\.0\.parq: not a "
                                                        "parquet reference file"):
-            open_references(refs)
+            refgrid.scan(refs)
 
 
 def test_damaged_record_bytes_never_crash_the_reader(tmp_path):
@@ -126,7 +124,7 @@ def test_damaged_record_bytes_never_crash_the_reader(tmp_path):
             data[i] = int(rng.integers(0, 256))
         record.write_bytes(bytes(data))
         try:
-            assert open_references(refs) == group
+            assert refgrid.scan(refs) == group
         except refgrid.RefgridError as e:
             assert "refs.0.parq" in str(e)
 
@@ -147,7 +145,7 @@ def test_parquet_references_on_s3(s3_server, tmp_path):
     expected = xr.open_mfdataset(MONTHS, combine="nested", concat_dim="time",
                                  data_vars="minimal", compat="equals")
     np.testing.assert_array_equal(values, expected.tas.values)
-    assert open_references(remote, options) == group
+    assert refgrid.scan(remote, **options) == group
 
 
 def test_third_party_dictionary_paths_with_narrow_indices_and_nulls():
@@ -155,7 +153,7 @@ def test_third_party_dictionary_paths_with_narrow_indices_and_nulls():
     chunk) must not overflow them."""
     import pyarrow as pa
 
-    from refgrid.scan.kerchunk_parquet import _fill
+    from refgrid.scan.parquet import _fill
 
     names = pa.array([f"s3://b/f{i}.nc" for i in range(128)])
     table = pa.table({"path": pa.DictionaryArray.from_arrays(

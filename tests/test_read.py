@@ -16,7 +16,7 @@ from ground_truth import restore
 from refgrid.errors import ReadError
 from refgrid.model import same_value
 from refgrid.read.array import read
-from refgrid.read.references import references_to_group
+from refgrid.scan.v3_refs import references_to_group
 
 
 def _check(files, reader=refgrid_reader):

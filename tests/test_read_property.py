@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import refgrid.read.array as reader
 from grid_strategies import axis_index, grids
-from refgrid.codecs import bytes_codec, encode_chunk
+from refgrid.chunk_codecs import encode_chunk
+from refgrid.codecs import bytes_codec
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray
 

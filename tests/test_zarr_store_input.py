@@ -13,7 +13,8 @@ import zarr
 
 import refgrid
 from conftest import FIXTURES
-from refgrid.write.zarr_v3 import chunk_key, documents
+from refgrid.keys import chunk_key
+from refgrid.zarr_json import documents
 
 MONTHS = [FIXTURES / "monthly" / "chunk10" / f"tas_2001{m:02d}.nc" for m in (1, 2, 3)]
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from refgrid.codecs import bytes_codec
 from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, restore_attribute_types
-from refgrid.errors import RefgridError
+from refgrid.errors import CombineError, RefgridError
 from refgrid.grid import AxisChunks, RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup, same_value
@@ -38,10 +38,6 @@ DECODING_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "
 """Attributes that change decoded values: they must agree across files."""
 LEVEL_KEYS = frozenset({"level", "clevel", "complevel"})
 """Codec settings that change how data was compressed, not how it decodes."""
-
-
-class CombineError(RefgridError, ValueError):
-    """Files that cannot be combined; the message names the variable and every file."""
 
 
 def combine(
@@ -206,7 +202,8 @@ class _Combine:
         """``part`` with its chunks re-encoded to ``first``'s codecs (inlined), if needed."""
         if _decoding(part.codecs) == _decoding(first.codecs):
             return part
-        from refgrid.codecs import encode_chunk, stored_dtype
+        from refgrid.chunk_codecs import encode_chunk
+        from refgrid.codecs import stored_dtype
         from refgrid.read.array import read
 
         stored = stored_dtype(part.dtype, first.codecs)

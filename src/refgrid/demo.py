@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from refgrid.combine import combine
+from refgrid.grid_json import emit_chunk_grid
 from refgrid.model import VirtualArray
 from refgrid.scan import scan
 from refgrid.write import write
@@ -38,7 +39,7 @@ def run(fixtures: Path, out: Path, echo=print) -> list[Path]:
     year = combine([scan(source) for source in sources], "time")
     combined = write(year, out / "tas_2001.json")
     grid = year["tas"].grid
-    doc = grid.to_json()
+    doc = emit_chunk_grid(grid)
     (out / "monthly" / "year_chunk_grid.json").write_text(json.dumps(doc, indent=1) + "\n")
     _verify_combined(sources, combined)
     echo(f"\nCombined the year into {combined}: tas {grid.shape}, time chunks "

@@ -38,5 +38,18 @@ class WriteError(RefgridError):
     """The model cannot be written in the requested form."""
 
 
+class CombineError(RefgridError, ValueError):
+    """Files that cannot be combined; the message names the variable and every file."""
+
+
 class ReadError(RefgridError):
     """A chunk could not be read or decoded; names the array, chunk, URL and byte range."""
+
+
+class MissingExtraError(RefgridError, ImportError):
+    """An optional capability whose dependencies are not installed; names the extra."""
+
+    def __init__(self, extra: str, what: str, missing: str) -> None:
+        super().__init__(f"{what} needs the {extra!r} extra ({missing} is not installed): "
+                         f"pip install 'refgrid[{extra}]'")
+        self.extra = extra

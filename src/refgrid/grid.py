@@ -13,8 +13,7 @@ concatenated the padded chunk sits inside the array. JSON forms read and written
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -75,35 +74,37 @@ class AxisChunks:
         return np.array_equal(self.logical, other.logical) and np.array_equal(
             self.encoded, other.encoded)
 
+    @classmethod
+    def of(cls, dim: int, logical: Any, encoded: Any | None = None,
+           empty_chunk: int = 1) -> AxisChunks:
+        """Validated chunk lengths of dimension ``dim`` (logical >= 1, encoded >= logical)."""
+        lengths = _as_lengths(logical, f"chunk lengths of dimension {dim}")
+        if (lengths <= 0).any():
+            bad = int(np.flatnonzero(lengths <= 0)[0])
+            raise GridError(f"dimension {dim}: chunk {bad} has length {int(lengths[bad])}; "
+                            "lengths must be >= 1")
+        if encoded is None:
+            enc = lengths
+        else:
+            enc = _as_lengths(encoded, f"encoded chunk lengths of dimension {dim}")
+            if len(enc) != len(lengths):
+                raise GridError(
+                    f"dimension {dim}: {len(enc)} encoded chunk lengths for {len(lengths)} chunks; "
+                    "encoded and logical edge counts must be equal")
+            short = np.flatnonzero(enc < lengths)
+            if short.size:
+                c = int(short[0])
+                raise GridError(
+                    f"dimension {dim}: chunk {c} is encoded with {int(enc[c])} elements, shorter "
+                    f"than its logical length {int(lengths[c])}")
+        return cls(lengths, enc, empty_chunk)
+
 
 def _as_lengths(values: Any, what: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise GridError(f"{what} must be a 1-d sequence of integers, got {values!r:.80}")
     return arr.astype(np.int64)
-
-
-def _axis(dim: int, logical: Any, encoded: Any | None, empty_chunk: int = 1) -> AxisChunks:
-    lengths = _as_lengths(logical, f"chunk lengths of dimension {dim}")
-    if (lengths <= 0).any():
-        bad = int(np.flatnonzero(lengths <= 0)[0])
-        raise GridError(
-            f"dimension {dim}: chunk {bad} has length {int(lengths[bad])}; lengths must be >= 1")
-    if encoded is None:
-        enc = lengths
-    else:
-        enc = _as_lengths(encoded, f"encoded chunk lengths of dimension {dim}")
-        if len(enc) != len(lengths):
-            raise GridError(
-                f"dimension {dim}: {len(enc)} encoded chunk lengths for {len(lengths)} chunks; "
-                "encoded and logical edge counts must be equal")
-        short = np.flatnonzero(enc < lengths)
-        if short.size:
-            c = int(short[0])
-            raise GridError(
-                f"dimension {dim}: chunk {c} is encoded with {int(enc[c])} elements, shorter "
-                f"than its logical length {int(lengths[c])}")
-    return AxisChunks(lengths, enc, empty_chunk)
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,21 +146,8 @@ class RectilinearGrid:
             raise GridError(
                 f"encoded lengths given for {len(encoded)} dimensions, logical for {len(lengths)}")
         enc = encoded if encoded is not None else [None] * len(lengths)
-        return cls(tuple(_axis(d, lo, e) for d, (lo, e) in enumerate(zip(lengths, enc,
+        return cls(tuple(AxisChunks.of(d, lo, e) for d, (lo, e) in enumerate(zip(lengths, enc,
                                                                             strict=True))))
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any] | str, shape: Sequence[int]) -> RectilinearGrid:
-        """Parse a ``chunk_grid`` document (regular, rectilinear or rectangular) for ``shape``."""
-        from refgrid.grid_json import parse_chunk_grid
-
-        return parse_chunk_grid(json.loads(doc) if isinstance(doc, str) else doc, shape)
-
-    def to_json(self, form: GridForm = "auto") -> dict[str, Any]:
-        """The ``chunk_grid`` document in the shortest form that ``form`` allows."""
-        from refgrid.grid_json import emit_chunk_grid
-
-        return emit_chunk_grid(self, form)
 
     # -- queries ----------------------------------------------------------------------------
 

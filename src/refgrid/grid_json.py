@@ -6,19 +6,42 @@ in-memory model (the encoded-extent field is still a proposal: zarr-extensions #
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
 from refgrid.errors import GridError
-from refgrid.grid import AxisChunks, GridForm, RectilinearGrid, _axis
+from refgrid.grid import AxisChunks, GridForm, RectilinearGrid
 
 EdgeSpec = int | list[int | list[int]]
+"""One dimension's edges: a regular length, or lengths and ``[length, repeat]`` runs."""
 
 
-def parse_chunk_grid(doc: Mapping[str, Any], shape: Sequence[int]) -> RectilinearGrid:
-    """Build a grid from a ``chunk_grid`` document for an array of ``shape``."""
+class ChunkGridConfiguration(TypedDict, total=False):
+    chunk_shape: list[Any]
+    """``regular``: one integer per dimension; ``rectangular``: an integer or a list each."""
+    kind: str
+    chunk_shapes: list[EdgeSpec]
+    encoded_chunk_shapes: list[EdgeSpec]
+
+
+class ChunkGridJSON(TypedDict):
+    """A ``chunk_grid`` document (``zarr.json``)."""
+
+    name: str
+    configuration: ChunkGridConfiguration
+    must_understand: NotRequired[bool]
+
+
+def parse_chunk_grid(doc: Mapping[str, Any] | str, shape: Sequence[int]) -> RectilinearGrid:
+    """Build a grid from a ``chunk_grid`` document (or its JSON text) for ``shape``."""
+    if isinstance(doc, str):
+        try:
+            doc = json.loads(doc)
+        except json.JSONDecodeError as e:
+            raise GridError(f"a chunk grid document is not JSON: {e}") from None
     if not isinstance(doc, Mapping) or not isinstance(doc.get("configuration"), Mapping):
         raise GridError(f"a chunk grid needs 'name' and a 'configuration' object, got {doc!r:.120}")
     name, config = doc.get("name"), doc["configuration"]
@@ -47,7 +70,7 @@ def parse_chunk_grid(doc: Mapping[str, Any], shape: Sequence[int]) -> Rectilinea
     raise GridError(f"unknown chunk grid {name!r} (expected regular, rectilinear or rectangular)")
 
 
-def emit_chunk_grid(grid: RectilinearGrid, form: GridForm = "auto") -> dict[str, Any]:
+def emit_chunk_grid(grid: RectilinearGrid, form: GridForm = "auto") -> ChunkGridJSON:
     """The shortest document for ``grid``: ``regular`` when possible under ``form="auto"``."""
     if form == "auto" and grid.is_regular:
         return {"name": "regular", "configuration": {"chunk_shape": list(grid.chunk_shape or ())}}
@@ -58,8 +81,9 @@ def emit_chunk_grid(grid: RectilinearGrid, form: GridForm = "auto") -> dict[str,
     if form not in ("auto", "rectilinear"):
         raise GridError(f"unknown grid form {form!r} (auto, rectilinear or rectangular)")
     with_encoded = any(a.padded_inside for a in grid.axes)
-    config: dict[str, Any] = {"kind": "inline",
-                              "chunk_shapes": [_edges_spec(a, with_encoded) for a in grid.axes]}
+    config: ChunkGridConfiguration = {"kind": "inline",
+                                      "chunk_shapes": [_edges_spec(a, with_encoded)
+                                                       for a in grid.axes]}
     if with_encoded:
         config["encoded_chunk_shapes"] = [_encoded_spec(a) for a in grid.axes]
     return {"name": "rectilinear", "configuration": config}
@@ -179,4 +203,4 @@ def _parse_axis(dim: int, length: int, spec: Any, encoded_spec: Any, rle: bool) 
             raise GridError(f"dimension {dim}: encoded_chunk_shapes has {len(encoded_all)} edges "
                             f"but chunk_shapes has {len(edges)}; they must be equal")
         encoded = encoded_all[:kept]
-    return _axis(dim, logical, encoded, int(spec) if _is_int(spec) else 1)
+    return AxisChunks.of(dim, logical, encoded, int(spec) if _is_int(spec) else 1)

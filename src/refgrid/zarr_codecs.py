@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from zarr.abc.codec import BytesBytesCodec
 from zarr.core.common import JSON, parse_named_configuration
 
-from refgrid.codecs import ByteCodec, byte_codec
+from refgrid.chunk_codecs import ByteCodec, byte_codec
 
 if TYPE_CHECKING:
     from typing import Self
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class _RefgridCodec(BytesBytesCodec):
-    """A bytes→bytes codec backed by :func:`refgrid.codecs.byte_codec`."""
+    """A bytes→bytes codec backed by :func:`refgrid.chunk_codecs.byte_codec`, built once per
+    codec object (zarr calls it for every chunk)."""
 
     codec_name: ClassVar[str]
     is_fixed_size = False
@@ -41,19 +43,20 @@ class _RefgridCodec(BytesBytesCodec):
     def to_dict(self) -> dict[str, JSON]:
         return {"name": self.codec_name, "configuration": dict(self.configuration)}
 
+    @cached_property
     def _codec(self) -> ByteCodec:
-        return byte_codec(self.to_dict())
+        return byte_codec({"name": self.codec_name, "configuration": dict(self.configuration)})
 
     def _decode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
         nbytes = math.prod(chunk_spec.shape) * chunk_spec.dtype.to_native_dtype().itemsize
-        decoded = self._codec().decode(chunk_bytes.to_bytes(), nbytes)
+        decoded = self._codec.decode(chunk_bytes.to_bytes(), nbytes)
         return chunk_spec.prototype.buffer.from_bytes(decoded)
 
     async def _decode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
         return await asyncio.to_thread(self._decode_sync, chunk_bytes, chunk_spec)
 
     def _encode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer | None:
-        encoded = self._codec().encode(chunk_bytes.to_bytes())
+        encoded = self._codec.encode(chunk_bytes.to_bytes())
         return chunk_spec.prototype.buffer.from_bytes(encoded)
 
     async def _encode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer | None:

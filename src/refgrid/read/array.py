@@ -20,13 +20,13 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from refgrid.codecs import ChunkDecodeError, chunk_decoder
 from refgrid.errors import ReadError
+from refgrid.keys import chunk_key
 from refgrid.manifest import INLINE, MISSING, chunk_coords
 from refgrid.model import VirtualArray
+from refgrid.read.decode import ChunkDecodeError, chunk_decoder
 from refgrid.read.fetch import FetchError, is_local, read_ranges
 from refgrid.selection import AxisTile, orthogonal_index
-from refgrid.write.zarr_v3 import chunk_key
 
 BOX_BYTES = 8 * 2**20
 """Decoded bytes of one box: small enough to stay in cache and for its buffers to be reused."""

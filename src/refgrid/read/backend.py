@@ -22,7 +22,7 @@ from refgrid.dtypes import DTYPE_ATTR, original_dtype, restore_attribute_types
 from refgrid.errors import FormatError
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import output_dtype, read
-from refgrid.read.references import open_references
+from refgrid.scan import scan
 
 
 class RefgridBackendArray(BackendArray):
@@ -118,7 +118,7 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
 def open_group(refs: Any, storage_options: dict[str, Any] | None,
                group: str | None) -> VirtualGroup:
     source = refs if isinstance(refs, str | os.PathLike) else "<references>"
-    root = open_references(refs, storage_options)
+    root = scan(refs, **(storage_options or {}))
     node = root[group] if group and group.strip("/") else root
     if not isinstance(node, VirtualGroup):
         raise FormatError(str(source), group, "is an array, not a group")

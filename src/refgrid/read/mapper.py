@@ -31,11 +31,12 @@ from fsspec.mapping import FSMap
 from refgrid.codecs import bytes_codec
 from refgrid.dtypes import restore_attribute_types
 from refgrid.grid import RectilinearGrid
+from refgrid.keys import chunk_of_key, document_node
 from refgrid.manifest import INLINE, MISSING, ChunkManifest, flat_index
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import fetch_chunks, output_dtype, read, read_fill
-from refgrid.read.references import open_references
-from refgrid.write.zarr_v3 import array_document, document_node, group_document
+from refgrid.scan import Input, scan
+from refgrid.zarr_json import array_document, group_document
 
 
 @dataclass(frozen=True)
@@ -170,12 +171,15 @@ class RegularViewFileSystem(AbstractFileSystem):
             if node in self.documents:
                 return json.dumps(self.documents[node]).encode()
             raise FileNotFoundError(key)
-        head, sep, tail = key.rpartition("/c/")
-        if sep and head in self.views:
-            return self._chunk(head, tuple(int(c) for c in tail.split("/")))
-        if key.endswith("/c") and key[:-2] in self.views:
-            return self._chunk(key[:-2], ())
-        raise FileNotFoundError(key)
+        found = chunk_of_key(key, self.views)
+        if found is None:
+            raise FileNotFoundError(key)
+        array, tail = found
+        try:
+            coords = tuple(int(c) for c in tail.split("/")) if tail else ()
+        except ValueError:
+            raise FileNotFoundError(key) from None
+        return self._chunk(array, coords)
 
     def _chunk(self, path: str, coords: tuple[int, ...]) -> bytes:
         view = self.views[path]
@@ -234,7 +238,7 @@ class RegularViewFileSystem(AbstractFileSystem):
         return entries if detail else [e["name"] for e in entries]
 
 
-def get_mapper(refs: Any, chunks: Mapping[str, int] | None = None,
+def get_mapper(refs: Input, chunks: Mapping[str, int] | None = None,
                storage_options: dict[str, Any] | None = None, unpack: bool = False) -> FSMap:
     """An fsspec mapper with a regular-grid Zarr v3 view of a refgrid dataset.
 
@@ -246,5 +250,5 @@ def get_mapper(refs: Any, chunks: Mapping[str, int] | None = None,
     cannot do that itself, since JSON attributes lose their float32 type and it would unpack
     in float64. Their raw values are then not available through the view.
     """
-    group = open_references(refs, storage_options)
+    group = scan(refs, **(storage_options or {}))
     return RegularViewFileSystem(group, chunks, storage_options, unpack).get_mapper("")

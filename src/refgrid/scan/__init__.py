@@ -1,61 +1,115 @@
-"""``scan(url)``: one file → :class:`~refgrid.model.VirtualGroup`, format sniffed from its bytes."""
+"""``scan(x)``: any input → :class:`~refgrid.model.VirtualGroup`, the one place that decides
+what an input is.
+
+Every reader goes through here — :func:`refgrid.get_mapper`, the xarray engine, the CLI — so
+``refgrid.scan(x)`` and ``xr.open_dataset(x, engine="refgrid")`` accept exactly the same
+inputs. Each format has one scanner with one signature, ``(Source, ScanOptions) ->
+VirtualGroup``:
+
+=================  ==========================================================================
+format             recognised by
+=================  ==========================================================================
+``hdf5``           HDF5 signature at offset 0, 512, 1024 or 2048 (NetCDF4 included)
+``netcdf3``        ``CDF\\x01``, ``CDF\\x02`` or ``CDF\\x05``
+``json``           a file starting with ``{`` (or named ``*.json``): kerchunk/refgrid refs
+``parquet``        a directory with ``.zmetadata`` (or named ``*.parq``/``*.parquet``)
+``zarr``           a directory with a root ``zarr.json``: a Zarr v3 store
+=================  ==========================================================================
+
+A dict is a loaded reference set.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 from refgrid.errors import FormatError, ScanError
 from refgrid.model import VirtualGroup
-from refgrid.scan.hdf5 import OnError, ScanOptions, scan_hdf5
-from refgrid.scan.kerchunk import scan_kerchunk
-from refgrid.scan.kerchunk_parquet import is_parquet_references
+from refgrid.scan.hdf5 import scan_hdf5
+from refgrid.scan.json_refs import reference_dict_to_group, scan_json
 from refgrid.scan.netcdf3 import scan_netcdf3
+from refgrid.scan.options import OnError, ScanOptions
+from refgrid.scan.parquet import ZMETADATA, is_parquet_references, scan_parquet
 from refgrid.scan.source import Source
+from refgrid.scan.zarr_store import is_zarr_store, scan_zarr_store
 
+Format = Literal["hdf5", "netcdf3", "json", "parquet", "zarr"]
+Scanner = Callable[[Source, ScanOptions], VirtualGroup]
+Input = str | os.PathLike[str] | Mapping[str, Any]
+"""What :func:`scan` accepts: a path or URL, or a loaded reference dict."""
+
+SCANNERS: Mapping[Format, Scanner] = {
+    "hdf5": scan_hdf5,
+    "netcdf3": scan_netcdf3,
+    "json": scan_json,
+    "parquet": scan_parquet,
+    "zarr": scan_zarr_store,
+}
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
 
 
 def scan(
-    url: str | os.PathLike[str],
+    source: Input,
     *,
     on_error: OnError = "raise",
-    inline_threshold: int = 0,
+    inline_threshold: int = ScanOptions.inline_threshold,
     fallback_inline_limit: int = ScanOptions.fallback_inline_limit,
     contiguous_chunk_bytes: int = ScanOptions.contiguous_chunk_bytes,
     **storage_options: Any,
 ) -> VirtualGroup:
-    """Scan one HDF5 / NetCDF4 / NetCDF3 file, or a kerchunk reference set (JSON or parquet),
-    local or remote (any fsspec URL).
+    """Scan one HDF5 / NetCDF4 / NetCDF3 file, a reference set (kerchunk or refgrid JSON,
+    parquet directory, or a loaded dict) or a Zarr v3 store, local or remote (any fsspec URL).
 
     ``on_error="raise"`` (default) stops at the first variable that cannot be scanned, naming
     the file, the variable and the reason; ``"report"`` records it in ``VirtualGroup.report``
     and goes on. Variables served another way than byte-range references (inlined, decoded,
-    specially encoded) are always listed in the report. ``storage_options`` go to fsspec.
+    specially encoded) are always listed in the report. ``storage_options`` go to fsspec, for
+    the input and for the files its references name.
     """
-    source = Source.of(url, storage_options)
     options = ScanOptions(on_error, inline_threshold, fallback_inline_limit,
                           contiguous_chunk_bytes)
-    if source.url.endswith(".json"):
-        return scan_kerchunk(source.url, storage_options)
-    if (source.is_local and os.path.isdir(source.url)) or source.url.endswith(
-            (".parq", ".parquet")):
-        return scan_kerchunk(source.url, storage_options, parquet=True)
+    if isinstance(source, Mapping):
+        return reference_dict_to_group(source, "<references>", storage_options)
+    resolved = Source.of(source, storage_options)
+    return SCANNERS[detect_format(resolved)](resolved, options)
+
+
+def detect_format(source: Source) -> Format:
+    """What ``source`` is, from its name where that is decisive, else from its bytes."""
+    if source.url.endswith((".parq", ".parquet")):
+        return "parquet"
+    if source.is_local and os.path.isdir(source.url):
+        return _directory_format(source)
     try:
         head = source.head(4096)
-    except ScanError:  # a remote "directory": kerchunk parquet references, or nothing
-        if is_parquet_references(source.url, storage_options):
-            return scan_kerchunk(source.url, storage_options, parquet=True)
-        raise
+    except ScanError:
+        if source.is_local:
+            raise
+        return _directory_format(source)  # a remote "directory" is a prefix: look inside
     if any(head[k:k + 8] == HDF5_MAGIC for k in (0, 512, 1024, 2048)):
-        return scan_hdf5(source, options)
+        return "hdf5"
     if head[:4] in NETCDF3_MAGIC:
-        return scan_netcdf3(source, contiguous_chunk_bytes)
-    if head[:1] == b"{":
-        return scan_kerchunk(source.url, storage_options)
+        return "netcdf3"
+    if head.lstrip()[:1] in (b"{", b"[") or source.url.endswith(".json"):
+        return "json"
+    if not source.is_local and (is_zarr_store(source) or is_parquet_references(source)):
+        return _directory_format(source)  # a server that lists directories, say
     raise FormatError(source.url, None,
                       f"not an HDF5/NetCDF4/NetCDF3 file (starts with {head[:8]!r})")
 
 
-__all__ = ["ScanOptions", "scan"]
+def _directory_format(source: Source) -> Format:
+    if is_zarr_store(source):
+        return "zarr"
+    if is_parquet_references(source):
+        return "parquet"
+    if not source.is_local and not source.is_directory():
+        raise ScanError(source.url, None, "file not found")
+    raise FormatError(source.url, None, f"a directory with no zarr.json (not a Zarr v3 store) "
+                      f"and no {ZMETADATA}: not kerchunk parquet references")
+
+
+__all__ = ["Format", "Input", "OnError", "ScanOptions", "detect_format", "scan"]

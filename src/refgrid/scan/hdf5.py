@@ -15,20 +15,15 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any
 
 import h5py
 import hdf5plugin  # noqa: F401  (registers plugin filters with h5py for decoded fallbacks)
 import numcodecs
 import numpy as np
 
-from refgrid.codecs import (
-    UnsupportedFilter,
-    bytes_codec,
-    decode_chunk,
-    encode_chunk,
-    hdf5_pipeline,
-)
+from refgrid.chunk_codecs import decode_chunk, encode_chunk
+from refgrid.codecs import UnsupportedFilter, bytes_codec, hdf5_pipeline
 from refgrid.dtypes import (
     ATTRIBUTE_TYPES_ATTR,
     STRING,
@@ -44,9 +39,8 @@ from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.report import ReportEntry
 from refgrid.scan.attributes import UnrepresentableAttribute, attribute_value
 from refgrid.scan.contiguous import rows_per_chunk
+from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
-
-OnError = Literal["raise", "report"]
 
 HIDDEN_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
                           "_Netcdf4Coordinates", "_NCProperties", "_nc3_strict",
@@ -56,19 +50,6 @@ DIM_WITHOUT_VARIABLE = b"This is a netCDF dimension but not a netCDF variable"
 CHUNK_BATCH = 2048
 """Chunk records taken from h5py at a time (h5py makes a Python object per chunk)."""
 FALLBACK_CODECS = ({"name": "numcodecs.zlib", "configuration": {"level": 1}},)
-
-
-@dataclass(frozen=True)
-class ScanOptions:
-    """How a scan treats what plain references cannot express."""
-
-    on_error: OnError = "raise"
-    inline_threshold: int = 0
-    """Chunks stored in fewer bytes than this are inlined (verbatim) instead of referenced."""
-    fallback_inline_limit: int = 64 * 2**20
-    """Largest decoded size of a variable whose filters have no codec that is inlined."""
-    contiguous_chunk_bytes: int = 4 * 2**20
-    """Contiguous data is cut into virtual chunks of about this size along its first axis."""
 
 
 class _Skip(Exception):

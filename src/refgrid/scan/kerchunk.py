@@ -1,9 +1,9 @@
 """Existing kerchunk reference sets → the model (e.g. kerchunk's output for GRIB, TIFF, FITS).
 
-fsspec's reference filesystem normalises every input form — JSON v0 and v1 (templates,
-generators) and parquet directories — into one key → value mapping. Zarr v3 keys go through
-:mod:`refgrid.read.references`; Zarr v2 metadata (``.zarray``, ``.zattrs`` with
-``_ARRAY_DIMENSIONS``, compressor and filters) is translated to the v3 form here.
+fsspec's reference filesystem normalises the JSON forms — v0 and v1 (templates, generators) —
+into one key → value mapping. Zarr v3 keys go through :mod:`refgrid.scan.v3_refs`; Zarr v2
+metadata (``.zarray``, ``.zattrs`` with ``_ARRAY_DIMENSIONS``, compressor and filters) is
+translated to the v3 form here, for JSON and parquet reference sets alike.
 """
 
 from __future__ import annotations
@@ -17,50 +17,46 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from refgrid.codecs import ARRAY_TO_ARRAY, bytes_codec, numcodec
+from refgrid.chunk_codecs import numcodec
+from refgrid.codecs import ARRAY_TO_ARRAY, bytes_codec
 from refgrid.dtypes import STRING
 from refgrid.errors import FormatError
 from refgrid.grid import RectilinearGrid
+from refgrid.keys import METADATA
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.read.references import parquet_to_group, references_to_group
-from refgrid.scan.kerchunk_parquet import load_parquet_references
 from refgrid.scan.source import file_sizes
+from refgrid.scan.v3_refs import references_to_group
 
 BYTES_TO_BYTES = frozenset({"zlib", "gzip", "bz2", "lzma", "zstd", "lz4", "blosc", "shuffle",
                             "fletcher32", "crc32", "crc32c", "adler32", "jenkins_lookup3"})
 """numcodecs ids that work on bytes; others (delta, fixedscaleoffset, ...) act on arrays."""
-ManifestFor = Callable[[str, RectilinearGrid, str], ChunkManifest]
+V2ManifestFor = Callable[[str, RectilinearGrid, str], ChunkManifest]
 """(array path, its grid, chunk-key separator) → its manifest"""
 VLEN = {"vlen-utf8": (STRING, "vlen-utf8"), "vlen-bytes": (np.dtype("O"), "vlen-bytes")}
 """Zarr v2 object-codec filters → (dtype, Zarr v3 codec)."""
 
 
-def load_kerchunk(url: str, storage_options: dict[str, Any]) -> Mapping[str, Any]:
-    """The key → value mapping of a kerchunk reference set (any supported form)."""
+def load_kerchunk(refs: str | Mapping[str, Any], url: str,
+                  storage_options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The key → value mapping of a kerchunk reference set (a URL, or a loaded dict)."""
     try:
-        fs = fsspec.filesystem("reference", fo=url, target_options=storage_options,
-                               remote_options=storage_options, simple_templates=False,
+        fs = fsspec.filesystem("reference", fo=refs, target_options=dict(storage_options),
+                               remote_options=dict(storage_options), simple_templates=False,
                                skip_instance_cache=True)
     except FileNotFoundError:
         raise FormatError(url, None, "reference set not found") from None
-    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
         raise FormatError(url, None, f"not a kerchunk reference set: {e}") from None
     return fs.references
 
 
-def scan_kerchunk(url: str, storage_options: dict[str, Any],
-                  parquet: bool = False) -> VirtualGroup:
-    """The model of a kerchunk reference set: JSON (any version), or a parquet directory."""
-    if parquet:
-        parquet = load_parquet_references(url, storage_options)
-        if "zarr.json" in parquet.documents:  # refgrid's own parquet references
-            return parquet_to_group(parquet)
-        return _from_v2(parquet.documents,
-                        lambda path, grid, _: parquet.manifest(path, grid.chunk_counts), url)
-    refs = load_kerchunk(url, storage_options)
+def kerchunk_to_group(refs: Mapping[str, Any], url: str,
+                      storage_options: Mapping[str, Any]) -> VirtualGroup:
+    """The model of a kerchunk key → value mapping: Zarr v3 keys as they are, Zarr v2
+    metadata translated."""
     keys = list(refs)
-    if "zarr.json" in refs:
+    if METADATA in refs:
         return references_to_group({"refs": {k: _value(refs[k]) for k in keys}}, url)
     documents = {k: _document(refs, k, url) for k in keys
                  if k.rpartition("/")[2] in (".zarray", ".zattrs", ".zgroup")}
@@ -75,7 +71,7 @@ def scan_kerchunk(url: str, storage_options: dict[str, Any],
             tail = f"{first}/{tail}"
         if head in arrays:
             chunks[head].append(tail)
-    return _from_v2(documents, lambda path, grid, separator: _manifest_from_keys(
+    return v2_group(documents, lambda path, grid, separator: _manifest_from_keys(
         path, refs, chunks.get(path, []), grid, separator, url, storage_options), url)
 
 
@@ -98,7 +94,8 @@ def _document(refs: Mapping[str, Any], key: str, url: str) -> dict[str, Any]:
         raise FormatError(url, key, f"metadata is not JSON: {e}") from None
 
 
-def _from_v2(documents: dict[str, Any], manifest_for: ManifestFor, url: str) -> VirtualGroup:
+def v2_group(documents: Mapping[str, Any], manifest_for: V2ManifestFor, url: str) -> VirtualGroup:
+    """The model of Zarr v2 metadata documents (``.zgroup``/``.zarray``/``.zattrs`` keys)."""
     nodes = sorted({k.rpartition(".z")[0].rstrip("/") for k in documents
                     if k.endswith((".zarray", ".zgroup"))})
     if not nodes:
@@ -125,7 +122,7 @@ def _group_v2(path: str, nodes: list[str], arrays: dict[str, VirtualArray],
     )
 
 
-def _array_v2(path: str, documents: dict[str, Any], manifest_for: ManifestFor,
+def _array_v2(path: str, documents: dict[str, Any], manifest_for: V2ManifestFor,
               url: str) -> VirtualArray:
     meta = documents[f"{path}/.zarray".lstrip("/")]
     attrs = _attrs(documents, path)

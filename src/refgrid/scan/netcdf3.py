@@ -29,6 +29,7 @@ from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.report import ReportEntry
 from refgrid.scan.attributes import attribute_value, decode_text
 from refgrid.scan.contiguous import rows_per_chunk
+from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
 
 TYPES = {1: ">i1", 2: "S1", 3: ">i2", 4: ">i4", 5: ">f4", 6: ">f8", 7: ">u1", 8: ">u2",
@@ -207,7 +208,9 @@ def _file_size(source: Source) -> int:
     return int(fs.size(path))
 
 
-def scan_netcdf3(source: Source, contiguous_chunk_bytes: int) -> VirtualGroup:
+def scan_netcdf3(source: Source, options: ScanOptions) -> VirtualGroup:
+    """Scan one NetCDF3 file (classic, 64-bit offset or 64-bit data)."""
+    contiguous_chunk_bytes = options.contiguous_chunk_bytes
     header, size = read_header(source)
     record_vars = [v for v in header.variables if header.record_dim is not None
                    and v.dimids[:1] == [header.record_dim]]

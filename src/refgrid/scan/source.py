@@ -47,6 +47,25 @@ class Source:
     def filesystem(self) -> tuple[fsspec.AbstractFileSystem, str]:
         return url_to_fs(self.url, **self.storage_options)
 
+    def has_member(self, name: str) -> bool:
+        """Whether this URL is a directory (or prefix) holding a file ``name``."""
+        if self.is_local:
+            return os.path.isfile(os.path.join(self.url, name))
+        fs, root = self.filesystem()
+        try:
+            return bool(fs.isfile(f"{root.rstrip('/')}/{name}"))
+        except OSError:
+            return False
+
+    def is_directory(self) -> bool:
+        if self.is_local:
+            return os.path.isdir(self.url)
+        fs, root = self.filesystem()
+        try:
+            return bool(fs.isdir(root))
+        except OSError:
+            return False
+
     def head(self, nbytes: int) -> bytes:
         """The first ``nbytes`` of the file (fewer if it is shorter)."""
         try:

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from refgrid.grid import GridForm
 from refgrid.manifest import flat_index
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.write.zarr_v3 import documents
+from refgrid.zarr_json import documents
 
 RECORD_SIZE = 100_000
 """Chunks per record file: large enough for few files, small enough to read one quickly."""

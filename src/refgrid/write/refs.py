@@ -14,8 +14,9 @@ import numpy as np
 
 from refgrid.gc_pause import gc_paused
 from refgrid.grid import GridForm
+from refgrid.keys import chunk_key
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.write.zarr_v3 import chunk_key, documents
+from refgrid.zarr_json import documents
 
 
 def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""kerchunk's parquet reference sets, read as columns.
+"""Parquet reference sets (kerchunk's layout; refgrid's own or kerchunk's), read as columns.
 
 The layout (fsspec's ``LazyReferenceMapper``): ``.zmetadata`` holds every Zarr v2 metadata
 document and the ``record_size``; each array's references are in ``<array>/refs.<n>.parq``,
@@ -6,6 +6,8 @@ row ``i`` of file ``n`` being chunk ``n * record_size + i`` of the chunk grid in
 columns ``path``/``offset``/``size`` and ``raw`` (inline bytes). Reading the columns whole
 keeps an archive of millions of chunks free of per-chunk Python objects, and a record file
 that kerchunk never wrote (an array without any chunk) simply means missing chunks.
+refgrid writes the same layout with Zarr v3 documents (``zarr.json`` keys) in ``.zmetadata``;
+kerchunk's Zarr v2 documents are translated by :mod:`refgrid.scan.kerchunk`.
 """
 
 from __future__ import annotations
@@ -23,8 +25,15 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from refgrid.errors import FormatError
+from refgrid.keys import METADATA, document_keys
 from refgrid.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
-from refgrid.scan.source import file_sizes
+from refgrid.model import VirtualGroup
+from refgrid.scan.kerchunk import v2_group
+from refgrid.scan.options import ScanOptions
+from refgrid.scan.source import Source, file_sizes
+from refgrid.zarr_json import group_from_documents
+
+ZMETADATA = ".zmetadata"
 
 
 @dataclass(frozen=True)
@@ -70,9 +79,21 @@ class ParquetReferences:
                              length.reshape(counts), inline)
 
 
-def is_parquet_references(url: str, storage_options: dict[str, Any]) -> bool:
-    fs, root = url_to_fs(url, **storage_options)
-    return bool(fs.isfile(f"{root.rstrip('/')}/.zmetadata"))
+def is_parquet_references(source: Source) -> bool:
+    """Whether ``source`` is a directory holding parquet references' ``.zmetadata``."""
+    return source.has_member(ZMETADATA)
+
+
+def scan_parquet(source: Source, options: ScanOptions) -> VirtualGroup:
+    """The model of a parquet reference set: refgrid's own (Zarr v3 documents) or kerchunk's
+    (Zarr v2 documents, translated)."""
+    parquet = load_parquet_references(source.url, source.storage_options)
+    if METADATA in parquet.documents:
+        return group_from_documents(
+            {node: parquet.documents[k] for node, k in document_keys(parquet.documents).items()},
+            lambda path, grid: parquet.manifest(path, grid.chunk_counts), parquet.url)
+    return v2_group(parquet.documents,
+                    lambda path, grid, _: parquet.manifest(path, grid.chunk_counts), parquet.url)
 
 
 def load_parquet_references(url: str, storage_options: dict[str, Any]) -> ParquetReferences:

@@ -1,0 +1,24 @@
+"""How a scan treats what plain references cannot express: one options object for every
+format's scanner (``(source, options) -> VirtualGroup``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+OnError = Literal["raise", "report"]
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """Options every scanner receives (each format uses those that apply to it)."""
+
+    on_error: OnError = "raise"
+    """``"raise"``: stop at the first variable that cannot be scanned; ``"report"``: record
+    it in ``VirtualGroup.report`` and go on."""
+    inline_threshold: int = 0
+    """Chunks stored in fewer bytes than this are inlined (verbatim) instead of referenced."""
+    fallback_inline_limit: int = 64 * 2**20
+    """Largest decoded size of a variable whose filters have no codec that is inlined."""
+    contiguous_chunk_bytes: int = 4 * 2**20
+    """Contiguous data is cut into virtual chunks of about this size along its first axis."""

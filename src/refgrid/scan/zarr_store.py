@@ -1,0 +1,54 @@
+"""Zarr v3 stores → the model: ``zarr.json`` documents, and each chunk file a reference to
+the whole file — so the engine reads stores with rectilinear grids (written by zarr >= 3.2,
+say) where zarr 3.1 cannot. One listing of the tree, one request for all documents."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from refgrid.gc_pause import gc_paused
+from refgrid.keys import METADATA, document_keys
+from refgrid.model import VirtualGroup
+from refgrid.scan.options import ScanOptions
+from refgrid.scan.source import Source
+from refgrid.scan.v3_refs import ChunkRefs, chunk_manifest, document
+from refgrid.zarr_json import group_from_documents
+
+
+def is_zarr_store(source: Source) -> bool:
+    """Whether ``source`` is a directory holding a root ``zarr.json``."""
+    return source.has_member(METADATA)
+
+
+def scan_zarr_store(source: Source, options: ScanOptions) -> VirtualGroup:
+    """The model of the Zarr v3 store at ``source``."""
+    fs, root = source.filesystem()
+    root = root.rstrip("/")
+    files = {path[len(root) + 1:]: info for path, info in fs.find(root, detail=True).items()}
+    names = document_keys(files)
+    texts = fs.cat([f"{root}/{k}" for k in names.values()])
+    documents = {node: document(texts[f"{root}/{k}"], source.url, k) for node, k in names.items()}
+    chunks: dict[str, ChunkRefs] = defaultdict(list)
+    with gc_paused():
+        for key, info in files.items():
+            array, tail = _chunk_of_file(key, documents)
+            if array is not None:
+                url = f"{root}/{key}" if source.is_local else fs.unstrip_protocol(f"{root}/{key}")
+                chunks[array].append((tail, [url, 0, int(info["size"])]))
+    return group_from_documents(documents, lambda path, grid: chunk_manifest(
+        grid, chunks.get(path, []), {}, f"{source.url}:{path}"), source.url)
+
+
+def _chunk_of_file(key: str, documents: dict[str, dict[str, Any]]) -> tuple[str | None, str]:
+    """(array, chunk coordinates as ``"0/3/1"``) of a file of a Zarr v3 store (default chunk
+    key encoding, ``/`` or ``.`` separated), or (None, "") for other files."""
+    head, _, name = key.rpartition("/")
+    if name == "c" and documents.get(head, {}).get("node_type") == "array":
+        return head, ""  # the chunk of a 0-d array
+    if name.startswith("c.") and documents.get(head, {}).get("node_type") == "array":
+        return head, name[2:].replace(".", "/")
+    array, sep, tail = key.rpartition("/c/")
+    if sep and documents.get(array, {}).get("node_type") == "array":
+        return array, tail
+    return None, ""
