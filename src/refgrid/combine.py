@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from refgrid.codecs import bytes_codec
-from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, restore_attribute_types
+from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, reader_attrs
 from refgrid.errors import CombineError, RefgridError
 from refgrid.grid import AxisChunks, RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
@@ -272,7 +272,7 @@ def _signature(array: VirtualArray, axis: int) -> dict[str, Any]:
     """What must agree across files for ``array``: compared key by key (NaN-aware for
     fill values and packing attributes)."""
     grid = array.grid
-    attrs = restore_attribute_types(dict(array.attrs))
+    attrs = reader_attrs(array.attrs)
     return {
         "dimensions": array.dims,
         "dtype": str(array.dtype),

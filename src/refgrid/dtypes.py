@@ -4,6 +4,13 @@ Zarr v3 has no data type for nested compounds, compound array members, compounds
 byte orders or leave gaps between fields. Such data stays referenced byte for byte as
 ``raw_bytes`` of the record size, and the attribute ``_refgrid_dtype`` records the numpy type
 so refgrid (or a user, with ``np.frombuffer``) views the bytes as records again.
+
+Attributes named ``_refgrid_*`` are refgrid's bookkeeping beside the source's attributes:
+``_refgrid_attribute_types`` (numeric attribute types JSON would widen), ``_refgrid_dtype``
+(the record type of raw bytes) and ``_refgrid_vlen_dtype`` (the element type of
+variable-length sequences stored as bytes). They are written into references so that any
+reader can undo the encodings; :func:`reader_attrs` is the one place refgrid's own readers
+turn stored attributes into the attributes they show.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -43,7 +51,7 @@ def storable(dtype: np.dtype) -> tuple[np.dtype, dict[str, Any]]:
     return np.dtype(f"V{dtype.itemsize}"), {DTYPE_ATTR: descr}
 
 
-def original_dtype(attrs: dict[str, Any], stored: np.dtype) -> np.dtype:
+def original_dtype(attrs: Mapping[str, Any], stored: np.dtype) -> np.dtype:
     """Undo :func:`storable`: the record dtype recorded in ``attrs``, else ``stored``."""
     descr = attrs.get(DTYPE_ATTR)
     if descr is None:
@@ -98,7 +106,7 @@ ATTRIBUTE_TYPES_ATTR = "_refgrid_attribute_types"
 that xarray unpacks to float32, as it does for the source file)."""
 
 
-def attribute_types(values: dict[str, Any]) -> dict[str, str]:
+def attribute_types(values: Mapping[str, Any]) -> dict[str, str]:
     """``{name: dtype}`` of the numeric attributes that are not int64/float64/bool."""
     types = {}
     for name, value in values.items():
@@ -108,11 +116,24 @@ def attribute_types(values: dict[str, Any]) -> dict[str, str]:
     return types
 
 
-def restore_attribute_types(attrs: dict[str, Any]) -> dict[str, Any]:
-    """Attributes with the numpy types recorded by :func:`attribute_types` restored."""
-    types = attrs.pop(ATTRIBUTE_TYPES_ATTR, None) or {}
+def restore_attribute_types(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``attrs`` with the numpy types recorded by :func:`attribute_types` restored
+    (and their record removed)."""
+    out = dict(attrs)
+    types = out.pop(ATTRIBUTE_TYPES_ATTR, None) or {}
     for name, kind in types.items():
-        if name in attrs:
-            value = np.asarray(attrs[name], dtype=kind)
-            attrs[name] = value[()] if value.ndim == 0 else value
-    return attrs
+        if name in out:
+            value = np.asarray(out[name], dtype=kind)
+            out[name] = value[()] if value.ndim == 0 else value
+    return out
+
+
+def reader_attrs(attrs: Mapping[str, Any], *, records_typed: bool = False) -> dict[str, Any]:
+    """The attributes a refgrid reader shows for stored ``attrs``: numeric types restored;
+    ``_refgrid_dtype`` dropped where the reader gives the values their record type
+    (``records_typed``). ``_refgrid_vlen_dtype`` stays: vlen sequences are read as bytes, and
+    it tells their element type."""
+    out = restore_attribute_types(attrs)
+    if records_typed:
+        out.pop(DTYPE_ATTR, None)
+    return out

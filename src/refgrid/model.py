@@ -45,6 +45,8 @@ class VirtualArray:
     name: str
     dims: tuple[str, ...]
     dtype: np.dtype
+    """The type as stored: its byte order is the chunks' (the ``bytes`` codec's ``endian``).
+    Values are read as :attr:`value_dtype`."""
     grid: RectilinearGrid
     manifest: ChunkManifest
     fill_value: Any = None
@@ -67,6 +69,15 @@ class VirtualArray:
     @property
     def shape(self) -> tuple[int, ...]:
         return self.grid.shape
+
+    @property
+    def value_dtype(self) -> np.dtype:
+        """The type values are read as: native byte order; strings and bytes as objects."""
+        if self.dtype.kind in "OT":
+            return np.dtype(object)
+        if self.dtype.fields is None and self.dtype.itemsize > 1 and self.dtype.kind != "V":
+            return self.dtype.newbyteorder("=")
+        return self.dtype
 
     def axis(self, dim: str) -> int:
         try:

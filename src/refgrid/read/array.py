@@ -45,27 +45,18 @@ def _executor() -> ThreadPoolExecutor:
     return _pool[1]
 
 
-def output_dtype(array: VirtualArray) -> np.dtype:
-    """Values come back in native byte order (strings and bytes as objects)."""
-    if array.dtype.kind in "OT":
-        return np.dtype(object)
-    if array.dtype.fields is None and array.dtype.itemsize > 1 and array.dtype.kind != "V":
-        return array.dtype.newbyteorder("=")
-    return array.dtype
-
-
 def read_fill(array: VirtualArray) -> Any:
     """What a missing chunk reads as: the fill value, else zero of the output type."""
     if array.fill_value is not None:
         return array.fill_value
-    return np.zeros((), output_dtype(array))[()]
+    return np.zeros((), array.value_dtype)[()]
 
 
 def read(array: VirtualArray, selection: Any = ..., *,
          storage_options: dict[str, Any] | None = None, path: str | None = None) -> np.ndarray:
     """``array[selection]`` (orthogonal indexing) read through the references."""
     chosen = array.grid.select(selection)
-    out = np.empty(chosen.kept_shape, dtype=output_dtype(array))
+    out = np.empty(chosen.kept_shape, dtype=array.value_dtype)
     reader = _Reader(array, path or array.name, storage_options)
     threads = WORKERS if chosen.nchunks * reader.chunk_nbytes >= PARALLEL_BYTES else 1
     boxes = [_Box(reader, tiles) for tiles in chosen.boxes(reader.slot_dtype.itemsize,
@@ -131,7 +122,7 @@ class _Reader:
         except (KeyError, ValueError) as e:
             names = [c.get("name") for c in array.codecs]
             raise ReadError(f"array {name!r}: cannot decode codecs {names}: {e}") from None
-        self.slot_dtype = self.decoder.stored if self.decoder.plain else output_dtype(array)
+        self.slot_dtype = self.decoder.stored if self.decoder.plain else array.value_dtype
         self.fill = read_fill(array)
         manifest = array.manifest
         self.path_id = manifest.path_id.reshape(-1)

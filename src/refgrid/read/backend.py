@@ -1,28 +1,33 @@
-"""xarray backend engine ``"refgrid"``: references → Dataset, lazily, native chunks.
+"""xarray backend engine ``"refgrid"``: any refgrid input → Dataset, lazily, native chunks.
 
     xr.open_dataset("refs.json", engine="refgrid", chunks={})
 
-Reads any grid refgrid writes (rectilinear with encoded extents included). Indexing reads
-only the chunks touched; ``chunks={}`` gives dask chunks equal to the native chunks (e.g. 31,
-28, 31, ... along time) through ``preferred_chunks``. CF decoding is xarray's own.
+Opens whatever :func:`refgrid.scan` accepts (reference sets, Zarr v3 stores, HDF5/NetCDF
+files) and reads any grid refgrid writes (rectilinear with encoded extents included).
+Indexing reads only the chunks touched; ``chunks={}`` gives dask chunks equal to the native
+chunks (e.g. 31, 28, 31, ... along time) through ``preferred_chunks``. CF decoding is
+xarray's own.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from xarray import Dataset, Variable, conventions
 from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.core import indexing
 
-from refgrid.dtypes import DTYPE_ATTR, original_dtype, restore_attribute_types
+from refgrid.dtypes import original_dtype, reader_attrs
 from refgrid.errors import FormatError
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.read.array import output_dtype, read
-from refgrid.scan import scan
+from refgrid.read.array import read
+from refgrid.scan import Input, scan
+
+if TYPE_CHECKING:
+    from xarray import DataTree
 
 
 class RefgridBackendArray(BackendArray):
@@ -34,7 +39,7 @@ class RefgridBackendArray(BackendArray):
         self.path = path
         self.storage_options = storage_options
         self.shape = array.shape
-        self.records = original_dtype(dict(array.attrs), output_dtype(array))
+        self.records = original_dtype(array.attrs, array.value_dtype)
         """Records refgrid stored as raw bytes come back with their fields ..."""
         self.dtype = self.records.newbyteorder("=") if self.records.fields else self.records
         """... in native byte order, as xarray expects of a backend."""
@@ -52,13 +57,12 @@ class RefgridBackendArray(BackendArray):
 
 def _variable(array: VirtualArray, path: str, storage_options: dict[str, Any] | None) -> Variable:
     data = indexing.LazilyIndexedArray(RefgridBackendArray(array, path, storage_options))
-    preferred = {}
+    preferred: dict[str, int | tuple[int, ...]] = {}
     for dim, axis in zip(array.dims, array.grid.axes, strict=True):
         size = axis.regular_size
         preferred[dim] = size if size is not None else tuple(axis.logical.tolist())
-    encoding = {"preferred_chunks": preferred, "dtype": array.dtype}
-    attrs = restore_attribute_types(dict(array.attrs))
-    attrs.pop(DTYPE_ATTR, None)  # the records' fields are in the dtype
+    encoding: dict[str, Any] = {"preferred_chunks": preferred, "dtype": array.dtype}
+    attrs = reader_attrs(array.attrs, records_typed=True)
     if array.fill_value is not None and "_FillValue" not in attrs and array.dtype.kind in "fc":
         encoding["_FillValue"] = array.fill_value
     return Variable(array.dims, data, attrs, encoding)
@@ -67,6 +71,7 @@ def _variable(array: VirtualArray, path: str, storage_options: dict[str, Any] | 
 class RefgridBackendEntrypoint(BackendEntrypoint):
     description = "Open refgrid/kerchunk references (Zarr v3, rectilinear grids included)"
     url = "https://github.com/refgrid/refgrid"
+    supports_groups = True
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "storage_options",
                                "mask_and_scale", "decode_times", "decode_timedelta",
                                "use_cftime", "concat_characters", "decode_coords")
@@ -76,7 +81,7 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
 
     def open_dataset(  # type: ignore[override]
         self,
-        filename_or_obj: str | os.PathLike[str] | dict[str, Any],
+        filename_or_obj: Input,
         *,
         drop_variables: str | Iterable[str] | None = None,
         group: str | None = None,
@@ -88,38 +93,73 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         concat_characters: bool = True,
         decode_coords: bool = True,
     ) -> Dataset:
-        node = open_group(filename_or_obj, storage_options, group)
-        drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
+        decode = _Decode(mask_and_scale, decode_times, decode_timedelta, use_cftime,
+                         concat_characters, decode_coords)
+        root = scan(filename_or_obj, **(storage_options or {}))
+        node = _group(root, group, filename_or_obj)
         prefix = f"{group.strip('/')}/" if group and group.strip("/") else ""
-        variables = {name: _variable(array, prefix + name, storage_options)
-                     for name, array in node.arrays.items() if name not in drop}
-        decoded, attrs, coord_names = conventions.decode_cf_variables(
-            variables, restore_attribute_types(dict(node.attrs)), mask_and_scale=mask_and_scale,
-            decode_times=decode_times, decode_timedelta=decode_timedelta,
-            use_cftime=use_cftime, concat_characters=concat_characters,
-            decode_coords=decode_coords)
-        return Dataset(decoded, attrs=attrs).set_coords(coord_names & set(decoded))
+        return _dataset(node, prefix, storage_options, drop_variables, decode)
 
-    def open_groups_as_dict(self, filename_or_obj: Any, **kwargs: Any) -> dict[str, Dataset]:
-        storage_options = kwargs.get("storage_options")
-        root = open_group(filename_or_obj, storage_options, None)
-        out = {"/": self.open_dataset(filename_or_obj, **kwargs)}
+    def open_groups_as_dict(  # type: ignore[override]
+        self,
+        filename_or_obj: Input,
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        group: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        mask_and_scale: bool = True,
+        decode_times: bool = True,
+        decode_timedelta: bool | None = None,
+        use_cftime: bool | None = None,
+        concat_characters: bool = True,
+        decode_coords: bool = True,
+    ) -> dict[str, Dataset]:
+        """Every group below ``group`` as a Dataset, keyed ``/``, ``/sub``, ... — from one
+        parse of the input."""
+        decode = _Decode(mask_and_scale, decode_times, decode_timedelta, use_cftime,
+                         concat_characters, decode_coords)
+        root = _group(scan(filename_or_obj, **(storage_options or {})), group, filename_or_obj)
+        base = group.strip("/") if group else ""
+        out = {"/": _dataset(root, f"{base}/" if base else "", storage_options, drop_variables,
+                             decode)}
         for path, node in root.walk():
             if isinstance(node, VirtualGroup):
-                out[f"/{path}"] = self.open_dataset(filename_or_obj, **{**kwargs, "group": path})
+                full = f"{base}/{path}" if base else path
+                out[f"/{path}"] = _dataset(node, f"{full}/", storage_options, drop_variables,
+                                           decode)
         return out
 
-    def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> Any:
+    def open_datatree(self, filename_or_obj: Input, **kwargs: Any) -> DataTree:
         from xarray import DataTree
 
         return DataTree.from_dict(self.open_groups_as_dict(filename_or_obj, **kwargs))
 
 
-def open_group(refs: Any, storage_options: dict[str, Any] | None,
-               group: str | None) -> VirtualGroup:
-    source = refs if isinstance(refs, str | os.PathLike) else "<references>"
-    root = scan(refs, **(storage_options or {}))
+class _Decode(NamedTuple):
+    """xarray's CF decoding switches, as ``open_dataset`` takes them."""
+
+    mask_and_scale: bool
+    decode_times: bool
+    decode_timedelta: bool | None
+    use_cftime: bool | None
+    concat_characters: bool
+    decode_coords: bool
+
+
+def _dataset(node: VirtualGroup, prefix: str, storage_options: dict[str, Any] | None,
+             drop_variables: str | Iterable[str] | None, decode: _Decode) -> Dataset:
+    """One group as xarray decodes it."""
+    drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
+    variables = {name: _variable(array, prefix + name, storage_options)
+                 for name, array in node.arrays.items() if name not in drop}
+    decoded, attrs, coord_names = conventions.decode_cf_variables(
+        variables, reader_attrs(node.attrs), **decode._asdict())
+    return Dataset(decoded, attrs=attrs).set_coords(coord_names & set(decoded))
+
+
+def _group(root: VirtualGroup, group: str | None, source: Input) -> VirtualGroup:
     node = root[group] if group and group.strip("/") else root
     if not isinstance(node, VirtualGroup):
-        raise FormatError(str(source), group, "is an array, not a group")
+        where = os.fspath(source) if isinstance(source, str | os.PathLike) else "<references>"
+        raise FormatError(where, group, "is an array, not a group")
     return node

@@ -29,12 +29,12 @@ from fsspec import AbstractFileSystem
 from fsspec.mapping import FSMap
 
 from refgrid.codecs import bytes_codec
-from refgrid.dtypes import restore_attribute_types
+from refgrid.dtypes import reader_attrs
 from refgrid.grid import RectilinearGrid
 from refgrid.keys import chunk_of_key, document_node
 from refgrid.manifest import INLINE, MISSING, ChunkManifest, flat_index
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.read.array import fetch_chunks, output_dtype, read, read_fill
+from refgrid.read.array import fetch_chunks, read, read_fill
 from refgrid.scan import Input, scan
 from refgrid.zarr_json import array_document, group_document
 
@@ -55,11 +55,11 @@ class _View:
             return {**array_document(self.array), "attributes": _readable_attrs(self.array)}
         if self.unpacked:
             template = _unpack(self.array, np.zeros((0,) * self.array.grid.ndim,
-                                                    output_dtype(self.array)))
+                                                    self.array.value_dtype))
             attrs = {k: v for k, v in self.array.attrs.items() if k not in template.encoding}
             dtype, fill = template.dtype, np.nan
         else:
-            dtype, fill = output_dtype(self.array), self.array.fill_value
+            dtype, fill = self.array.value_dtype, self.array.fill_value
             attrs = _readable_attrs(self.array)
         view = VirtualArray(self.array.name, self.array.dims, dtype,
                             RectilinearGrid.regular(self.array.shape, self.chunk_shape),
@@ -87,7 +87,7 @@ def _unpack(array: VirtualArray, values: np.ndarray) -> Any:
     file had (so int16 packed with float32 factors unpacks to float32, as from the file)."""
     from xarray import Variable, conventions
 
-    attrs = restore_attribute_types(dict(array.attrs))
+    attrs = reader_attrs(array.attrs)
     return conventions.decode_cf_variable(array.name, Variable(array.dims, values, attrs),
                                           mask_and_scale=True, decode_times=False,
                                           decode_timedelta=False, concat_characters=False)
