@@ -21,10 +21,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks fixtures
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	for b in benchmarks/[a-z]*.py; do $(BIN)/python $$b || exit 1; done
 
 fixtures: $(STAMP)

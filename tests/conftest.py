@@ -12,14 +12,11 @@ import hdf5plugin  # noqa: F401
 import pytest
 from hypothesis import settings
 
+from helpers import CORPUS, FIXTURES, RECTILINEAR_SCHEMA
+
 # Properties are about results, not speed: a loaded 2-core CI machine must not fail them.
 settings.register_profile("refgrid", deadline=None, print_blob=True)
 settings.load_profile("refgrid")
-
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "fixtures"
-SHARED = ROOT.parent / "shared"
-RECTILINEAR_SCHEMA = SHARED / "spec" / "rectilinear.schema.json"
 
 
 @pytest.fixture(scope="session")
@@ -28,21 +25,6 @@ def rectilinear_schema() -> dict:
     if not RECTILINEAR_SCHEMA.exists():
         pytest.skip(f"rectilinear schema not found at {RECTILINEAR_SCHEMA} (../shared is absent)")
     return json.loads(RECTILINEAR_SCHEMA.read_text())
-
-CORPUS = SHARED / "corpus" / "files"
-
-
-def data_files(root: Path) -> list[Path]:
-    """HDF5 / NetCDF files below ``root`` (by their magic bytes), sorted."""
-    found = []
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and p.suffix in {".nc", ".h5", ".hdf5"}:
-            found.append(p)
-    return found
-
-
-def hdf5_files(root: Path) -> list[Path]:
-    return [p for p in data_files(root) if p.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"]
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +53,3 @@ def http_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("http")
     shutil.copytree(FIXTURES, root / "fixtures")
     yield from start_http(root)
-
-
-def netcdf3_files(root: Path) -> list[Path]:
-    return [p for p in data_files(root) if p.read_bytes()[:3] == b"CDF"]

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from refgrid.cli import main
 
 

@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 import refgrid
-from conftest import FIXTURES
+from helpers import FIXTURES
 from refgrid.combine import CombineError, combine
 from refgrid.grid import RectilinearGrid
 from refgrid.grid_json import emit_chunk_grid, parse_chunk_grid

@@ -10,8 +10,8 @@ import h5py
 import netCDF4
 import pytest
 
-from conftest import FIXTURES
 from fixture_content import describe
+from helpers import FIXTURES
 
 DATA_SUFFIXES = {".nc", ".h5"}
 

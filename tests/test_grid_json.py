@@ -80,7 +80,7 @@ def test_round_trip_every_form(grid):
 def test_every_emitted_rectilinear_document_validates(grid):
     import json
 
-    from conftest import RECTILINEAR_SCHEMA
+    from helpers import RECTILINEAR_SCHEMA
     if not RECTILINEAR_SCHEMA.exists():
         pytest.skip("rectilinear schema absent")
     _validate(emit_chunk_grid(grid, "rectilinear"), json.loads(RECTILINEAR_SCHEMA.read_text()))

@@ -16,8 +16,8 @@ import zarr
 
 import refgrid
 from acceptance import refgrid_reader
-from conftest import FIXTURES, data_files
 from ground_truth import ground_truth, restore, same
+from helpers import FIXTURES, data_files
 from kerchunk_peer import Translations, translate
 from refgrid.errors import FormatError, RefgridError
 from refgrid.model import VirtualArray

@@ -8,8 +8,8 @@ import xarray as xr
 import zarr
 
 import refgrid
-from conftest import FIXTURES
 from ground_truth import ground_truth, restore, same
+from helpers import FIXTURES
 from test_combine import ARCHIVES, _combined
 
 

@@ -11,7 +11,7 @@ import xarray as xr
 import zarr
 
 import refgrid
-from conftest import FIXTURES, hdf5_files, netcdf3_files
+from helpers import FIXTURES, hdf5_files, netcdf3_files
 from refgrid.errors import WriteError
 from refgrid.read.array import read
 

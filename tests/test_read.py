@@ -11,8 +11,8 @@ import xarray as xr
 
 import refgrid
 from acceptance import check_file, engine_reader, mapper_reader, refgrid_reader, table
-from conftest import FIXTURES, hdf5_files, netcdf3_files
 from ground_truth import restore
+from helpers import FIXTURES, hdf5_files, netcdf3_files
 from refgrid.errors import ReadError
 from refgrid.model import same_value
 from refgrid.read.array import read

@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 
 import refgrid
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 MONTHS = [f"monthly/chunkfile/tas_2001{m:02d}.nc" for m in (1, 2, 3)]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from acceptance import FileResult, check_file, stock_zarr_group, stock_zarr_reader, table
-from conftest import FIXTURES, hdf5_files
+from helpers import FIXTURES, hdf5_files
 from refgrid.grid_json import emit_chunk_grid
 from refgrid.manifest import INLINE
 from refgrid.scan import scan

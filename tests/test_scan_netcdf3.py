@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import refgrid
 from acceptance import check_file, refgrid_reader, stock_zarr_reader, table
-from conftest import FIXTURES, netcdf3_files
+from helpers import FIXTURES, netcdf3_files
 from refgrid.errors import FormatError
 from refgrid.read.array import read
 

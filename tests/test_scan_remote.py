@@ -8,8 +8,8 @@ import pytest
 
 import refgrid
 from acceptance import stock_zarr_group
-from conftest import FIXTURES
 from ground_truth import ground_truth, restore, same
+from helpers import FIXTURES
 from refgrid.scan import source
 from refgrid.write import to_kerchunk
 

@@ -12,7 +12,7 @@ import xarray as xr
 import zarr
 
 import refgrid
-from conftest import FIXTURES
+from helpers import FIXTURES
 from refgrid.keys import chunk_key
 from refgrid.zarr_json import documents
 

@@ -8,11 +8,14 @@
     ds = xr.open_dataset(refgrid.get_mapper("out/refs.json"), engine="zarr")  # stock zarr
 """
 
-from refgrid.combine import CombineError, combine
+from refgrid.combine import combine
 from refgrid.errors import (
+    CombineError,
     FormatError,
     GridError,
+    MissingExtraError,
     ModelError,
+    ReadError,
     RefgridError,
     ScanError,
     WriteError,
@@ -31,7 +34,9 @@ __all__ = [
     "CombineError",
     "FormatError",
     "GridError",
+    "MissingExtraError",
     "ModelError",
+    "ReadError",
     "RectilinearGrid",
     "RefgridError",
     "ScanError",

@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from refgrid.errors import RefgridError
 
+if TYPE_CHECKING:
+    from refgrid.scan import OnError
 
-def _storage_options(pairs: tuple[str, ...]) -> dict[str, object]:
-    options: dict[str, object] = {}
+
+def _storage_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
@@ -49,7 +53,7 @@ def main() -> None:
 @click.option("--inline-threshold", type=int, default=0, show_default=True,
               help="Inline chunks stored in fewer bytes than this.")
 @storage_option
-def scan(source: str, output: Path, show_report: bool, on_error: str, inline_threshold: int,
+def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline_threshold: int,
          storage: tuple[str, ...]) -> None:
     """Scan one HDF5/NetCDF4 file (local path or fsspec URL) into references.
 

@@ -118,9 +118,9 @@ class _Combine:
     # -- ordering and the concat coordinate ----------------------------------------------
 
     def _order(self, groups: list[VirtualGroup], labels: list[str], path: str) -> list[int]:
-        coords = [g.arrays.get(self.dim) for g in groups]
-        if any(c is None for c in coords):
+        if any(self.dim not in g.arrays for g in groups):
             return list(range(len(groups)))  # no coordinate: keep the given order
+        coords = [g.arrays[self.dim] for g in groups]
         bounds = _bounds([self.read(c) for c in coords], coords)  # (first, last) instants
         empty = [k for k, b in enumerate(bounds) if b is None]
         filled = sorted((k for k, b in enumerate(bounds) if b is not None),
@@ -152,7 +152,7 @@ class _Combine:
         grid = RectilinearGrid.regular([len(data)], [max(1, len(data))])
         stored = data.astype(first.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
         path_id = np.full(grid.chunk_counts, INLINE if len(data) else -1, np.int32)
-        inline = {(0,): stored.tobytes()} if len(data) else {}
+        inline: dict[tuple[int, ...], bytes] = {(0,): stored.tobytes()} if len(data) else {}
         manifest = ChunkManifest((), path_id, np.zeros(grid.chunk_counts),
                                  np.zeros(grid.chunk_counts), inline)
         return replace(first, dtype=stored.dtype, grid=grid, manifest=manifest,

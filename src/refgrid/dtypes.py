@@ -33,7 +33,8 @@ STRING = np.dtypes.StringDType()
 
 def _flat_compound(dtype: np.dtype) -> bool:
     """A compound zarr's ``structured`` type can hold: scalar fields, one byte order, packed."""
-    fields = [dtype.fields[name] for name in dtype.names]
+    assert dtype.fields is not None and dtype.names is not None
+    fields = [(dtype.fields[name][0], dtype.fields[name][1]) for name in dtype.names]
     if any(f.fields is not None or f.subdtype is not None for f, _ in fields):
         return False
     native = "<" if np.little_endian else ">"

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from refgrid.codecs import CodecJSON
 from refgrid.errors import GridError, ModelError
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import ChunkManifest
@@ -50,7 +51,7 @@ class VirtualArray:
     grid: RectilinearGrid
     manifest: ChunkManifest
     fill_value: Any = None
-    codecs: tuple[Mapping[str, Any], ...] = ()
+    codecs: tuple[CodecJSON, ...] = ()
     """Zarr v3 codec pipeline (JSON), array→bytes codec first as Zarr lists it."""
     attrs: Mapping[str, Any] = field(default_factory=dict)
 

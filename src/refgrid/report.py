@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Action = Literal["skipped", "inlined", "encoded", "attribute-skipped"]
+Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict"]
+"""What was done with something plain references cannot express (``attribute-conflict``:
+combine kept the first file's value of an attribute that differs between files)."""
 
 
 @dataclass(frozen=True)

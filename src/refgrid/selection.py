@@ -22,12 +22,23 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from refgrid.grid import AxisChunks
+
+class AxisChunks(Protocol):
+    """What a selection needs of one axis of a grid (:class:`refgrid.grid.AxisChunks` is it):
+    declared here so that the grid depends on selections, not the other way round."""
+
+    @property
+    def logical(self) -> np.ndarray: ...
+    @property
+    def encoded(self) -> np.ndarray: ...
+    @property
+    def bounds(self) -> np.ndarray: ...
+    @property
+    def length(self) -> int: ...
 
 AxisIndex = int | slice | np.ndarray
 """A normalised index on one axis: an in-range int, a slice, or a 1-d int64 array."""
@@ -76,14 +87,21 @@ class AxisSelection:
         """Selected elements (1 for a dropped axis, which the output keeps until the end)."""
         if self.span is not None:
             return self.span[1] - self.span[0]
-        return len(self.positions)  # type: ignore[arg-type]
+        return len(self.elements)
+
+    @property
+    def elements(self) -> np.ndarray:
+        """The selected element positions of a selection that is not a span."""
+        if self.positions is None:
+            raise TypeError("a span selection keeps no element positions")
+        return self.positions
 
     def _chunk_of(self, elements: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.axis.bounds, elements, side="right") - 1
 
     @cached_property
     def _position_chunks(self) -> np.ndarray:
-        return self._chunk_of(self.positions)
+        return self._chunk_of(self.elements)
 
     @cached_property
     def chunks(self) -> np.ndarray:
@@ -103,7 +121,7 @@ class AxisSelection:
         if self.span is not None:
             lo = max(self.span[0], int(self.axis.bounds[first]))
             hi = min(self.span[1], int(self.axis.bounds[last + 1]))
-            out = slice(lo - self.span[0], hi - self.span[0])
+            out: Indexer = slice(lo - self.span[0], hi - self.span[0])
             if (self.axis.logical[first:last] == length).all():  # no gaps between the chunks
                 base = int(self.axis.bounds[first])
                 return AxisTile(chunks, length, out, slice(lo - base, hi - base))
@@ -113,7 +131,7 @@ class AxisSelection:
             within = self._position_chunks
             keep = (within >= first) & (within <= last)
             out = as_slice(np.flatnonzero(keep))
-            elements = self.positions[keep]  # type: ignore[index]
+            elements = self.elements[keep]
             within = within[keep]
         rank = np.searchsorted(chunks, within)
         return AxisTile(chunks, length, out,

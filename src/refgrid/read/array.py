@@ -243,4 +243,5 @@ class _Box:
             self.reader.fail(int(self.flat[k]), e)
 
     def _place(self, slots: np.ndarray, k: int, block: np.ndarray) -> None:
-        slots[(k, *(slice(0, n) for n in block.shape))] = block
+        region: tuple[int | slice, ...] = (k, *[slice(0, n) for n in block.shape])
+        slots[region] = block

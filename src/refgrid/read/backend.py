@@ -93,67 +93,63 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         concat_characters: bool = True,
         decode_coords: bool = True,
     ) -> Dataset:
-        decode = _Decode(mask_and_scale, decode_times, decode_timedelta, use_cftime,
-                         concat_characters, decode_coords)
-        root = scan(filename_or_obj, **(storage_options or {}))
-        node = _group(root, group, filename_or_obj)
-        prefix = f"{group.strip('/')}/" if group and group.strip("/") else ""
-        return _dataset(node, prefix, storage_options, drop_variables, decode)
+        args = _OpenArgs(drop_variables, group, storage_options, mask_and_scale, decode_times,
+                         decode_timedelta, use_cftime, concat_characters, decode_coords)
+        return _open(filename_or_obj, args, subgroups=False)["/"]
 
     def open_groups_as_dict(  # type: ignore[override]
-        self,
-        filename_or_obj: Input,
-        *,
-        drop_variables: str | Iterable[str] | None = None,
-        group: str | None = None,
-        storage_options: dict[str, Any] | None = None,
-        mask_and_scale: bool = True,
-        decode_times: bool = True,
-        decode_timedelta: bool | None = None,
-        use_cftime: bool | None = None,
-        concat_characters: bool = True,
-        decode_coords: bool = True,
+        self, filename_or_obj: Input, **kwargs: Any
     ) -> dict[str, Dataset]:
         """Every group below ``group`` as a Dataset, keyed ``/``, ``/sub``, ... — from one
-        parse of the input."""
-        decode = _Decode(mask_and_scale, decode_times, decode_timedelta, use_cftime,
-                         concat_characters, decode_coords)
-        root = _group(scan(filename_or_obj, **(storage_options or {})), group, filename_or_obj)
-        base = group.strip("/") if group else ""
-        out = {"/": _dataset(root, f"{base}/" if base else "", storage_options, drop_variables,
-                             decode)}
-        for path, node in root.walk():
-            if isinstance(node, VirtualGroup):
-                full = f"{base}/{path}" if base else path
-                out[f"/{path}"] = _dataset(node, f"{full}/", storage_options, drop_variables,
-                                           decode)
-        return out
+        parse of the input (``kwargs``: those of :meth:`open_dataset`)."""
+        return _open(filename_or_obj, _OpenArgs(**kwargs), subgroups=True)
 
-    def open_datatree(self, filename_or_obj: Input, **kwargs: Any) -> DataTree:
+    def open_datatree(self, filename_or_obj: Input, **kwargs: Any) -> DataTree:  # type: ignore[override]
         from xarray import DataTree
 
         return DataTree.from_dict(self.open_groups_as_dict(filename_or_obj, **kwargs))
 
 
-class _Decode(NamedTuple):
-    """xarray's CF decoding switches, as ``open_dataset`` takes them."""
+class _OpenArgs(NamedTuple):
+    """What ``open_dataset`` takes besides the input (xarray's CF decoding switches last)."""
 
-    mask_and_scale: bool
-    decode_times: bool
-    decode_timedelta: bool | None
-    use_cftime: bool | None
-    concat_characters: bool
-    decode_coords: bool
+    drop_variables: str | Iterable[str] | None = None
+    group: str | None = None
+    storage_options: dict[str, Any] | None = None
+    mask_and_scale: bool = True
+    decode_times: bool = True
+    decode_timedelta: bool | None = None
+    use_cftime: bool | None = None
+    concat_characters: bool = True
+    decode_coords: bool = True
+
+    def decoding(self) -> dict[str, Any]:
+        return {k: v for k, v in self._asdict().items() if k not in DATASET_ARGS}
 
 
-def _dataset(node: VirtualGroup, prefix: str, storage_options: dict[str, Any] | None,
-             drop_variables: str | Iterable[str] | None, decode: _Decode) -> Dataset:
-    """One group as xarray decodes it."""
-    drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
-    variables = {name: _variable(array, prefix + name, storage_options)
-                 for name, array in node.arrays.items() if name not in drop}
+DATASET_ARGS = frozenset({"drop_variables", "group", "storage_options"})
+
+
+def _open(source: Input, args: _OpenArgs, subgroups: bool) -> dict[str, Dataset]:
+    """The Dataset of ``args.group`` (key ``/``) and, with ``subgroups``, of every group
+    below it (``/sub``, ...), from one scan of ``source``."""
+    root = _group(scan(source, **(args.storage_options or {})), args.group, source)
+    base = args.group.strip("/") if args.group else ""
+    nodes = {"": root} | ({path: node for path, node in root.walk()
+                           if isinstance(node, VirtualGroup)} if subgroups else {})
+    return {f"/{path}": _dataset(node, "/".join(p for p in (base, path) if p), args)
+            for path, node in nodes.items()}
+
+
+def _dataset(node: VirtualGroup, path: str, args: _OpenArgs) -> Dataset:
+    """One group (at ``path``) as xarray decodes it."""
+    drop = args.drop_variables
+    dropped = {drop} if isinstance(drop, str) else set(drop or ())
+    prefix = f"{path}/" if path else ""
+    variables = {name: _variable(array, prefix + name, args.storage_options)
+                 for name, array in node.arrays.items() if name not in dropped}
     decoded, attrs, coord_names = conventions.decode_cf_variables(
-        variables, reader_attrs(node.attrs), **decode._asdict())
+        variables, reader_attrs(node.attrs), **args.decoding())
     return Dataset(decoded, attrs=attrs).set_coords(coord_names & set(decoded))
 
 

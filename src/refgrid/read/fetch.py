@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from fsspec.core import url_to_fs
+
+from refgrid.filesystems import filesystem
 
 LOCAL_GAP = 16 * 2**10
 REMOTE_GAP = 256 * 2**10
@@ -125,7 +126,7 @@ def _read_local(url: str, members: np.ndarray, offset: np.ndarray, length: np.nd
 
 def _read_remote(files: list[tuple[str, np.ndarray]], offset: np.ndarray, length: np.ndarray,
                  storage_options: dict[str, Any], out: list[Any]) -> None:
-    fs, _ = url_to_fs(files[0][0], **storage_options)
+    fs, _ = filesystem(files[0][0], storage_options)
     paths, starts, ends, served = [], [], [], []
     for url, members in files:
         requests = _Requests(members, offset, length, REMOTE_GAP)

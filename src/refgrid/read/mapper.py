@@ -28,7 +28,7 @@ import numpy as np
 from fsspec import AbstractFileSystem
 from fsspec.mapping import FSMap
 
-from refgrid.codecs import bytes_codec
+from refgrid.codecs import CodecJSON, bytes_codec
 from refgrid.dtypes import reader_attrs
 from refgrid.grid import RectilinearGrid
 from refgrid.keys import chunk_of_key, document_node
@@ -36,7 +36,7 @@ from refgrid.manifest import INLINE, MISSING, ChunkManifest, flat_index
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import fetch_chunks, read, read_fill
 from refgrid.scan import Input, scan
-from refgrid.zarr_json import array_document, group_document
+from refgrid.zarr_json import ArrayDocument, Document, array_document, group_document
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class _View:
     unpacked: bool = False
     """Served as xarray unpacks it (masked, scaled) rather than as stored."""
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> ArrayDocument:
         if self.passthrough:
             return {**array_document(self.array), "attributes": _readable_attrs(self.array)}
         if self.unpacked:
@@ -93,7 +93,7 @@ def _unpack(array: VirtualArray, values: np.ndarray) -> Any:
                                           decode_timedelta=False, concat_characters=False)
 
 
-def _plain_codec(dtype: np.dtype) -> dict[str, Any]:
+def _plain_codec(dtype: np.dtype) -> CodecJSON:
     if dtype.kind == "O":
         return {"name": "vlen-utf8"}
     return bytes_codec(dtype.newbyteorder("<") if dtype.itemsize > 1 and dtype.kind != "V"
@@ -152,11 +152,14 @@ class RegularViewFileSystem(AbstractFileSystem):
                 shape, passthrough = _view_chunks(node, chunks or {})
                 unpacked = unpack and _packed(node)
                 self.views[path] = _View(node, shape, passthrough and not unpacked, unpacked)
-        self.documents = {path: group_document(g) for path, g in self.groups.items()}
+        self.documents: dict[str, Document] = {path: group_document(g)
+                                               for path, g in self.groups.items()}
         self.documents.update({path: v.document() for path, v in self.views.items()})
-        self.documents[""] = {**self.documents[""], "consolidated_metadata": {
+        root = group_document(group)
+        root["consolidated_metadata"] = {
             "kind": "inline", "must_understand": False,
-            "metadata": {p: d for p, d in self.documents.items() if p}}}
+            "metadata": {p: d for p, d in self.documents.items() if p}}
+        self.documents[""] = root
 
     # -- files ------------------------------------------------------------------------------
 

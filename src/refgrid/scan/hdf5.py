@@ -23,7 +23,7 @@ import numcodecs
 import numpy as np
 
 from refgrid.chunk_codecs import decode_chunk, encode_chunk
-from refgrid.codecs import UnsupportedFilter, bytes_codec, hdf5_pipeline
+from refgrid.codecs import CodecJSON, UnsupportedFilter, bytes_codec, hdf5_pipeline
 from refgrid.dtypes import (
     ATTRIBUTE_TYPES_ATTR,
     STRING,
@@ -49,7 +49,8 @@ SCALE_ATTRS = frozenset({"CLASS", "NAME"})
 DIM_WITHOUT_VARIABLE = b"This is a netCDF dimension but not a netCDF variable"
 CHUNK_BATCH = 2048
 """Chunk records taken from h5py at a time (h5py makes a Python object per chunk)."""
-FALLBACK_CODECS = ({"name": "numcodecs.zlib", "configuration": {"level": 1}},)
+FALLBACK_CODECS: tuple[CodecJSON, ...] = ({"name": "numcodecs.zlib",
+                                           "configuration": {"level": 1}},)
 
 
 class _Skip(Exception):
@@ -243,7 +244,7 @@ class _FileScan:
         return VirtualArray(name, dims, dtype, grid, manifest, fill, codecs, attrs)
 
     def _contiguous(self, d: h5py.Dataset, name: str, dims: tuple[str, ...], dtype: np.dtype,
-                    fill: Any, codecs: tuple[dict[str, Any], ...],
+                    fill: Any, codecs: tuple[CodecJSON, ...],
                     attrs: dict[str, Any]) -> VirtualArray:
         shape = d.shape
         rows = rows_per_chunk(shape, dtype.itemsize, self.options.contiguous_chunk_bytes)
@@ -260,7 +261,7 @@ class _FileScan:
         return VirtualArray(name, dims, dtype, grid, manifest, fill, codecs, attrs)
 
     def _chunk_manifest(self, d: h5py.Dataset, grid: RectilinearGrid, dtype: np.dtype,
-                        fill: Any, codecs: tuple[dict[str, Any], ...]) -> ChunkManifest:
+                        fill: Any, codecs: tuple[CodecJSON, ...]) -> ChunkManifest:
         counts = grid.chunk_counts
         path_id = np.full(counts, MISSING, np.int32)
         offset = np.zeros(counts, np.uint64)
@@ -316,7 +317,7 @@ class _FileScan:
         return ChunkManifest((self.source.url,), path_id, offset, length, inline)
 
     def _chunk_bytes(self, d: h5py.Dataset, grid: RectilinearGrid, coords: tuple[int, ...],
-                     dtype: np.dtype, fill: Any, codecs: tuple[dict[str, Any], ...]) -> bytes:
+                     dtype: np.dtype, fill: Any, codecs: tuple[CodecJSON, ...]) -> bytes:
         """A chunk encoded with the array's codecs, from values h5py decodes (which honours
         the chunk's filter mask)."""
         region = grid.chunk_region(coords)
@@ -354,6 +355,9 @@ class _FileScan:
         shape = d.shape
         grid = RectilinearGrid.regular(shape, shape or ())
         values = np.asarray(d[()], dtype=object).reshape(shape)
+        dtype: np.dtype
+        codec: CodecJSON
+        fill: str | bytes
         if base is str or (base is bytes and _all_utf8(values)):
             data = np.array([_text(v) for v in values.reshape(-1)], dtype=object).reshape(shape)
             dtype, codec, fill = STRING, {"name": "vlen-utf8"}, ""

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import fsspec
 import orjson
 
 from refgrid.errors import FormatError
@@ -27,8 +26,8 @@ def scan_json(source: Source, options: ScanOptions) -> VirtualGroup:
 def load_json(source: Source) -> dict[str, Any]:
     """The parsed reference file (orjson: several times faster than json on 10^5 keys)."""
     try:
-        with fsspec.open(source.url, "rb", **source.storage_options) as f:
-            data = f.read()
+        fs, path = source.filesystem()
+        data = fs.cat_file(path)
     except FileNotFoundError:
         raise FormatError(source.url, None, "reference file not found") from None
     except OSError as e:

@@ -18,7 +18,7 @@ import fsspec
 import numpy as np
 
 from refgrid.chunk_codecs import numcodec
-from refgrid.codecs import ARRAY_TO_ARRAY, bytes_codec
+from refgrid.codecs import ARRAY_TO_ARRAY, CodecJSON, bytes_codec
 from refgrid.dtypes import STRING
 from refgrid.errors import FormatError
 from refgrid.grid import RectilinearGrid
@@ -105,12 +105,12 @@ def v2_group(documents: Mapping[str, Any], manifest_for: V2ManifestFor, url: str
     return _group_v2("", nodes, arrays, documents)
 
 
-def _attrs(documents: dict[str, Any], path: str) -> dict[str, Any]:
+def _attrs(documents: Mapping[str, Any], path: str) -> dict[str, Any]:
     return dict(documents.get(f"{path}/.zattrs".lstrip("/"), {}))
 
 
 def _group_v2(path: str, nodes: list[str], arrays: dict[str, VirtualArray],
-              documents: dict[str, Any]) -> VirtualGroup:
+              documents: Mapping[str, Any]) -> VirtualGroup:
     prefix = f"{path}/" if path else ""
     children = [p for p in nodes if p.startswith(prefix) and p != path and p
                 and "/" not in p[len(prefix):]]
@@ -122,7 +122,7 @@ def _group_v2(path: str, nodes: list[str], arrays: dict[str, VirtualArray],
     )
 
 
-def _array_v2(path: str, documents: dict[str, Any], manifest_for: V2ManifestFor,
+def _array_v2(path: str, documents: Mapping[str, Any], manifest_for: V2ManifestFor,
               url: str) -> VirtualArray:
     meta = documents[f"{path}/.zarray".lstrip("/")]
     attrs = _attrs(documents, path)
@@ -148,15 +148,16 @@ def _array_v2(path: str, documents: dict[str, Any], manifest_for: V2ManifestFor,
 
 
 def _v3_codecs(chain: list[dict[str, Any]], dtype: np.dtype, url: str,
-               path: str) -> tuple[dict[str, Any], ...]:
+               path: str) -> tuple[CodecJSON, ...]:
     """A Zarr v2 filter + compressor chain (in encoding order) as a Zarr v3 codec list:
     array→array filters, then one array→bytes codec, then bytes→bytes codecs. A codec that is
     neither (kerchunk's ``grib``, imagecodecs' image codecs) is the array→bytes codec."""
-    codecs: list[dict[str, Any]] = []
-    head = None
+    codecs: list[CodecJSON] = []
+    head: CodecJSON | None = None
     for f in chain:
         name = f"numcodecs.{f['id']}"
-        entry = {"name": name, "configuration": {k: v for k, v in f.items() if k != "id"}}
+        entry: CodecJSON = {"name": name,
+                            "configuration": {k: v for k, v in f.items() if k != "id"}}
         if head is None and f["id"] in VLEN:
             head = {"name": VLEN[f["id"]][1]}
             codecs.append(head)
@@ -200,7 +201,7 @@ def _fill_v2(value: Any, dtype: np.dtype) -> Any:
 
 def _manifest_from_keys(path: str, refs: Mapping[str, Any], chunk_keys: list[str],
                         grid: RectilinearGrid, separator: str, url: str,
-                        storage_options: dict[str, Any]) -> ChunkManifest:
+                        storage_options: Mapping[str, Any]) -> ChunkManifest:
     counts = grid.chunk_counts
     path_id = np.full(counts, MISSING, np.int32)
     offset = np.zeros(counts, np.uint64)

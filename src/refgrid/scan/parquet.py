@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from fsspec.core import url_to_fs
 
 from refgrid.errors import FormatError
+from refgrid.filesystems import filesystem
 from refgrid.keys import METADATA, document_keys
 from refgrid.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
 from refgrid.model import VirtualGroup
@@ -61,7 +61,7 @@ class ParquetReferences:
             data = found.get(name)
             if isinstance(data, FileNotFoundError):
                 continue  # kerchunk writes no record file for an array without chunks
-            if isinstance(data, Exception):
+            if isinstance(data, Exception) or data is None:
                 raise FormatError(self.url, array, f"cannot read {name}: {data}") from None
             table = _read_table(data, self.url, name)
             try:
@@ -97,7 +97,7 @@ def scan_parquet(source: Source, options: ScanOptions) -> VirtualGroup:
 
 
 def load_parquet_references(url: str, storage_options: dict[str, Any]) -> ParquetReferences:
-    fs, root = url_to_fs(url, **storage_options)
+    fs, root = filesystem(url, storage_options)
     root = root.rstrip("/")
     try:
         meta = json.loads(fs.cat_file(f"{root}/.zmetadata"))

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 import fsspec
-from fsspec.core import url_to_fs
 
 from refgrid.errors import ScanError
+from refgrid.filesystems import filesystem
 
 WHOLE_FILE_LIMIT = 32 * 2**20
 """Remote files up to this size are fetched in one request."""
@@ -45,7 +45,7 @@ class Source:
         return "://" not in self.url
 
     def filesystem(self) -> tuple[fsspec.AbstractFileSystem, str]:
-        return url_to_fs(self.url, **self.storage_options)
+        return filesystem(self.url, self.storage_options)
 
     def has_member(self, name: str) -> bool:
         """Whether this URL is a directory (or prefix) holding a file ``name``."""
@@ -98,7 +98,7 @@ class Source:
             raise ScanError(self.url, None, "file not found") from None
 
 
-def file_sizes(urls: Sequence[str], storage_options: dict[str, Any],
+def file_sizes(urls: Sequence[str], storage_options: Mapping[str, Any],
                where: str) -> dict[str, int]:
     """Sizes of many files (concurrently for remote filesystems): kerchunk's whole-file
     references (``[url]``) become byte ranges ``[url, 0, size]``."""
@@ -107,7 +107,7 @@ def file_sizes(urls: Sequence[str], storage_options: dict[str, Any],
         by_protocol.setdefault(url.split("://")[0] if "://" in url else "file", []).append(url)
     sizes: dict[str, int] = {}
     for group in by_protocol.values():
-        fs, _ = url_to_fs(group[0], **storage_options)
+        fs, _ = filesystem(group[0], storage_options)
         try:
             found = fs.sizes([fs._strip_protocol(u) for u in group])
         except FileNotFoundError as e:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +74,7 @@ def _write_records(array: VirtualArray, directory: Path, record_size: int) -> No
                        use_dictionary=["path"], column_encoding=DELTA_ENCODED)
 
 
-def _inline_column(inline: dict[tuple[int, ...], bytes], shape: tuple[int, ...],
+def _inline_column(inline: Mapping[tuple[int, ...], bytes], shape: tuple[int, ...],
                    size: int) -> pa.Array:
     """The ``raw`` column: inline chunk bytes at their flat positions, null elsewhere."""
     if not inline:

@@ -16,7 +16,7 @@ from refgrid.gc_pause import gc_paused
 from refgrid.grid import GridForm
 from refgrid.keys import chunk_key
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.zarr_json import documents
+from refgrid.zarr_json import Document, documents
 
 
 def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[str, Any]:
@@ -35,15 +35,15 @@ def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str],
     manifest = array.manifest
     names = [templates.setdefault(url, f"u{len(templates)}") for url in manifest.paths]
     flat = np.flatnonzero(manifest.path_id.reshape(-1) >= 0)
-    coords = np.unravel_index(flat, manifest.shape) if manifest.shape else ()
+    axes = np.unravel_index(flat, manifest.shape) if manifest.shape else ()
     columns = [manifest.path_id, manifest.offset, manifest.length]
     ids, offsets, lengths = (c.reshape(-1)[flat].tolist() for c in columns)
     for k, (pid, off, n) in enumerate(zip(ids, offsets, lengths, strict=True)):
-        key = chunk_key(path, tuple(int(c[k]) for c in coords))
+        key = chunk_key(path, tuple(int(c[k]) for c in axes))
         refs[key] = ["{{" + names[pid] + "}}", off, n]
     for coords, data in manifest.inline.items():  # ChunkManifest checks they are marked INLINE
         refs[chunk_key(path, coords)] = "base64:" + base64.b64encode(data).decode("ascii")
 
 
-def _dumps(document: dict[str, Any]) -> str:
+def _dumps(document: Document) -> str:
     return json.dumps(document, separators=(",", ":"))

@@ -1,0 +1,225 @@
+"""The house rules of design.md, checked: imports only go downward with no circles, and
+every input ``refgrid.scan`` takes the engine and the mapper take too (one dispatcher)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import refgrid
+from helpers import FIXTURES, ROOT
+from refgrid.scan import detect_format
+from refgrid.scan.source import Source
+
+PACKAGE = ROOT / "src" / "refgrid"
+LAYERS = {"core": 0, "scan": 1, "write": 1, "read": 2, "combine": 3, "demo": 4, "cli": 5,
+          "__init__": 5}
+"""Each module's layer: a module may import its own layer's modules or lower ones, except
+that ``scan`` and ``write`` sit side by side and may not import each other."""
+APART = {("scan", "write"), ("write", "scan")}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts).removesuffix(".__init__")
+
+
+def _part(module: str) -> str:
+    """``scan``, ``read``, ``write`` for subpackages, the module name for ``combine``/``cli``/
+    ``demo``, ``__init__`` for the package, ``core`` for the other top-level modules."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    if parts[1] in ("scan", "read", "write", "combine", "cli", "demo"):
+        return parts[1]
+    return "core"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the refgrid modules it imports (lazy imports inside functions included)."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            found |= {t for t in targets if t in modules and t != name}
+        graph[name] = found
+    return graph
+
+
+def test_imports_only_go_downward():
+    wrong = []
+    for module, targets in import_graph().items():
+        for target in targets:
+            a, b = _part(module), _part(target)
+            if (a, b) in APART or LAYERS[b] > LAYERS[a]:
+                wrong.append(f"{module} -> {target} ({a} may not import {b})")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    for module in graph:  # a package's __init__ re-exports its modules: not a dependency
+        if module.count(".") == 1 and (PACKAGE / module.split(".")[1]).is_dir():
+            for other in graph:
+                graph[other].discard(module) if other.startswith(f"{module}.") else None
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
+    """The two tests above can fail: a copy of the package with one bad import added."""
+    copy = tmp_path / "src" / "refgrid"
+    shutil.copytree(PACKAGE, copy)
+    (copy / "scan" / "source.py").write_text((copy / "scan" / "source.py").read_text()
+                                             + "\nfrom refgrid.read.array import read\n")
+    (copy / "grid.py").write_text((copy / "grid.py").read_text()
+                                  + "\nfrom refgrid.grid_json import rle\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
+    with pytest.raises(AssertionError, match=r"refgrid.scan.source -> refgrid.read.array"):
+        test_imports_only_go_downward()
+    with pytest.raises(AssertionError, match=r"refgrid.grid -> refgrid.grid_json -> "
+                                             r"refgrid.grid"):
+        test_no_import_cycles()
+
+
+def test_every_public_exception_is_in_refgrid_errors_and_exported():
+    import refgrid.errors as errors
+
+    defined = {name for name, value in vars(errors).items()
+               if isinstance(value, type) and issubclass(value, errors.RefgridError)}
+    assert defined <= set(refgrid.__all__), defined - set(refgrid.__all__)
+    for module in import_graph():
+        __import__(module)
+        for name, value in vars(sys.modules[module]).items():
+            if isinstance(value, type) and issubclass(value, refgrid.RefgridError):
+                assert value.__module__ == "refgrid.errors", (module, name)
+
+
+MONTHS = [FIXTURES / "monthly" / "chunk10" / f"tas_2001{m:02d}.nc" for m in (1, 2)]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, object]:
+    """One input of every kind, all holding January's ``tas`` (the NetCDF3 one its own)."""
+    out = tmp_path_factory.mktemp("inputs")
+    group = refgrid.scan(MONTHS[0])
+    refgrid.write(group, out / "refs.json")
+    refgrid.write(group, out / "refs.parq")
+    shutil.copytree(out / "refs.parq", out / "parquet-without-suffix")
+    kerchunk = _kerchunk_v2(MONTHS[0])
+    (out / "kerchunk.json").write_text(json.dumps(kerchunk))
+    store = out / "store.zarr"
+    root = zarr.open_group(store, mode="w", zarr_format=3)
+    with xr.open_dataset(MONTHS[0], engine="netcdf4") as ds:
+        array = root.create_array("tas", shape=ds.tas.shape, chunks=(10, 6, 8), dtype="f4",
+                                  dimension_names=list(ds.tas.dims))
+        array[...] = ds.tas.values
+    return {
+        "hdf5": MONTHS[0],
+        "netcdf3": next((FIXTURES / "netcdf3").glob("*.nc")),
+        "json (refgrid)": out / "refs.json",
+        "json (kerchunk v2)": out / "kerchunk.json",
+        "dict": refgrid.to_kerchunk(group),
+        "parquet": out / "refs.parq",
+        "parquet directory without suffix": out / "parquet-without-suffix",
+        "zarr store": store,
+    }
+
+
+def _kerchunk_v2(path: Path) -> dict:
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    with open(path, "rb") as f:
+        return SingleHdf5ToZarr(f, str(path), inline_threshold=0).translate()
+
+
+KINDS = ["hdf5", "netcdf3", "json (refgrid)", "json (kerchunk v2)", "dict", "parquet",
+         "parquet directory without suffix", "zarr store"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_scan_the_engine_and_the_mapper_accept_the_same_inputs(inputs, kind):
+    source = inputs[kind]
+    group = refgrid.scan(source)
+    ds = xr.open_dataset(source, engine="refgrid")
+    view = xr.open_dataset(refgrid.get_mapper(source), engine="zarr")
+    names = {name for name, _ in group.walk()}
+    assert set(ds.variables) == names == set(view.variables)
+    for name in names:
+        np.testing.assert_array_equal(ds[name].values, view[name].values)
+    if kind != "netcdf3":  # every other input holds January: compare with netCDF4's read
+        with xr.open_dataset(MONTHS[0], engine="netcdf4") as truth:
+            np.testing.assert_array_equal(ds.tas.values, truth.tas.values)
+
+
+def test_the_dispatcher_names_what_it_found(inputs, tmp_path):
+    kinds = {kind: detect_format(Source.of(inputs[kind], {}))
+             for kind in KINDS if kind != "dict"}
+    assert kinds == {"hdf5": "hdf5", "netcdf3": "netcdf3", "json (refgrid)": "json",
+                     "json (kerchunk v2)": "json", "parquet": "parquet",
+                     "parquet directory without suffix": "parquet", "zarr store": "zarr"}
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(refgrid.FormatError, match=r"empty: a directory with no zarr.json"):
+        refgrid.scan(tmp_path / "empty")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(refgrid.FormatError, match=r"list\.json: not a kerchunk reference set "
+                                                  r"\(the JSON is a list"):
+        xr.open_dataset(tmp_path / "list.json", engine="refgrid")
+
+
+def test_groups_are_opened_from_one_scan(monkeypatch):
+    import refgrid.read.backend as backend
+
+    source = FIXTURES / "groups" / next(p.name for p in (FIXTURES / "groups").iterdir())
+    calls = []
+    real = backend.scan
+    monkeypatch.setattr(backend, "scan", lambda *a, **k: calls.append(a) or real(*a, **k))
+    tree = xr.open_datatree(source, engine="refgrid")
+    assert len(calls) == 1
+    expected = xr.open_datatree(source, engine="netcdf4")
+    assert sorted(tree.groups) == sorted(expected.groups)
+    for path in expected.groups:
+        for name, var in expected[path].dataset.data_vars.items():
+            np.testing.assert_array_equal(tree[path].dataset[name].values, var.values)
+
+
+def test_type_checker_is_clean():
+    """``make test`` runs mypy too; this keeps a plain ``pytest`` run honest."""
+    done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
