@@ -59,7 +59,7 @@ FILTERS = {
 def test_chunks_decode_and_encode_as_hdf5_does(tmp_path, name, dtype):
     """Chunks of 1003 elements (not a multiple of 8: bitshuffle leaves a tail unshuffled)."""
     options = FILTERS[name]
-    kwargs = dict(options) if isinstance(options, dict) else dict(options)
+    kwargs = dict(options)
     values = (np.arange(2 * 1003) % 251 * 3).astype(dtype)
     path = tmp_path / "f.h5"
     with h5py.File(path, "w") as f:

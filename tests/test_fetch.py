@@ -75,7 +75,7 @@ def test_past_the_end_is_short_and_a_missing_file_is_named(files, tmp_path):
 
 
 def test_remote_neighbours_cost_one_request(http_server, files):
-    paths, data = files
+    _, data = files
     (http_server.root / "f0.bin").write_bytes(data[0])
     url = f"{http_server.url}/f0.bin"
     offset = np.arange(0, 100_000, 1000, dtype=np.uint64)
