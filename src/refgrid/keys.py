@@ -6,7 +6,7 @@ One module names them for every reader and writer (as zarr-python's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any, Literal, TypedDict
 
 METADATA = "zarr.json"
@@ -45,13 +45,13 @@ def chunk_key(array_path: str, coords: tuple[int, ...]) -> str:
     return "/".join((array_path, "c", *map(str, coords)))
 
 
-def chunk_of_key(key: str, arrays: Iterable[str] | dict[str, Any]) -> tuple[str, str] | None:
-    """``(array path, "0/3/1")`` for a default-encoded chunk key of one of ``arrays``
-    (``(path, "")`` for a 0-d array's chunk), or None for any other key."""
-    names = arrays if isinstance(arrays, dict) else set(arrays)
+def chunk_of_key(key: str, arrays: Container[str]) -> tuple[str, str] | None:
+    """``(array path, "0/3/1")`` for a default-encoded chunk key of one of ``arrays`` (a set
+    or a dict keyed by path: called once per key, so it must look up fast), with
+    ``(path, "")`` for a 0-d array's chunk; None for any other key."""
     head, sep, tail = key.rpartition("/c/")
-    if sep and head in names:
+    if sep and head in arrays:
         return head, tail
-    if key.endswith("/c") and key[:-2] in names:
+    if key.endswith("/c") and key[:-2] in arrays:
         return key[:-2], ""
     return None

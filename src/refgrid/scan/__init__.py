@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from refgrid.errors import FormatError, ScanError
 from refgrid.model import VirtualGroup
@@ -82,30 +82,37 @@ def detect_format(source: Source) -> Format:
     if source.url.endswith((".parq", ".parquet")):
         return "parquet"
     if source.is_local and os.path.isdir(source.url):
-        return _directory_format(source)
+        return _directory_format(source) or _not_an_input_directory(source)
     try:
         head = source.head(4096)
     except ScanError:
         if source.is_local:
             raise
-        return _directory_format(source)  # a remote "directory" is a prefix: look inside
+        # a remote "directory" is a prefix: look inside
+        return _directory_format(source) or _not_an_input_directory(source)
     if any(head[k:k + 8] == HDF5_MAGIC for k in (0, 512, 1024, 2048)):
         return "hdf5"
     if head[:4] in NETCDF3_MAGIC:
         return "netcdf3"
     if head.lstrip()[:1] in (b"{", b"[") or source.url.endswith(".json"):
         return "json"
-    if not source.is_local and (is_zarr_store(source) or is_parquet_references(source)):
-        return _directory_format(source)  # a server that lists directories, say
+    found = None if source.is_local else _directory_format(source)  # a server listing dirs
+    if found is not None:
+        return found
     raise FormatError(source.url, None,
                       f"not an HDF5/NetCDF4/NetCDF3 file (starts with {head[:8]!r})")
 
 
-def _directory_format(source: Source) -> Format:
+def _directory_format(source: Source) -> Format | None:
+    """The format of a directory input, from the marker file it holds (None: neither)."""
     if is_zarr_store(source):
         return "zarr"
     if is_parquet_references(source):
         return "parquet"
+    return None
+
+
+def _not_an_input_directory(source: Source) -> NoReturn:
     if not source.is_local and not source.is_directory():
         raise ScanError(source.url, None, "file not found")
     raise FormatError(source.url, None, f"a directory with no zarr.json (not a Zarr v3 store) "
