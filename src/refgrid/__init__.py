@@ -10,9 +10,11 @@
 
 from refgrid.combine import combine
 from refgrid.errors import (
+    ArgumentError,
     CombineError,
     FormatError,
     GridError,
+    GroupError,
     MissingExtraError,
     ModelError,
     ReadError,
@@ -30,10 +32,12 @@ from refgrid.write import to_kerchunk, write
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "ChunkManifest",
     "CombineError",
     "FormatError",
     "GridError",
+    "GroupError",
     "MissingExtraError",
     "ModelError",
     "ReadError",

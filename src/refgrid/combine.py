@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from refgrid.codecs import bytes_codec
-from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, reader_attrs
+from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, reader_attrs
 from refgrid.errors import CombineError, RefgridError
 from refgrid.grid import AxisChunks, RectilinearGrid
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
@@ -248,11 +248,13 @@ class _Combine:
         return first
 
     def attributes(self, values: list[Any], labels: list[str], where: str) -> dict[str, Any]:
-        """The first file's attributes; other files' differing values are recorded."""
+        """The first file's attributes; other files' differing values are recorded (not
+        refgrid's bookkeeping: each file has its own storage facts, and the combined array
+        reports the first file's, as xarray's ``open_mfdataset`` does)."""
         first = dict(values[0])
         for attrs, lab in zip(values[1:], labels[1:], strict=True):
             for name in sorted(set(first) | set(attrs)):
-                if name == ATTRIBUTE_TYPES_ATTR:
+                if name in (ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR):
                     continue
                 if not same_value(first.get(name), attrs.get(name)):
                     self.report.append(ReportEntry(

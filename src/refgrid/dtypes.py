@@ -7,8 +7,10 @@ so refgrid (or a user, with ``np.frombuffer``) views the bytes as records again.
 
 Attributes named ``_refgrid_*`` are refgrid's bookkeeping beside the source's attributes:
 ``_refgrid_attribute_types`` (numeric attribute types JSON would widen), ``_refgrid_dtype``
-(the record type of raw bytes) and ``_refgrid_vlen_dtype`` (the element type of
-variable-length sequences stored as bytes). They are written into references so that any
+(the record type of raw bytes), ``_refgrid_vlen_dtype`` (the element type of
+variable-length sequences stored as bytes) and ``_refgrid_encoding`` (how the source stored
+a variable or group — filters, chunking, enum type, unlimited dimensions — which xarray's
+engines report as ``encoding``). They are written into references so that any
 reader can undo the encodings; :func:`reader_attrs` is the one place refgrid's own readers
 turn stored attributes into the attributes they show.
 """
@@ -129,12 +131,41 @@ def restore_attribute_types(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+ENCODING_ATTR = "_refgrid_encoding"
+"""The source's storage facts, as netCDF4's xarray engine reports them in ``encoding``:
+per variable ``zlib``, ``complevel``, ``shuffle``, ``fletcher32``, ``szip``, ``zstd``,
+``bzip2``, ``blosc`` (or h5py's ``compression``/``compression_opts``), ``contiguous``,
+``chunksizes``, ``source``, and ``enum``/``enum_name`` for enum types; per group
+``unlimited_dims``."""
+
+
+def variable_encoding(attrs: Mapping[str, Any], dtype: np.dtype | type,
+                      shape: tuple[int, ...]) -> dict[str, Any]:
+    """A variable's xarray ``encoding`` from its stored ``_refgrid_encoding`` (``dtype``:
+    the type the reader gives the values)."""
+    stored = dict(attrs.get(ENCODING_ATTR) or {})
+    enum, enum_name = stored.pop("enum", None), stored.pop("enum_name", None)
+    if enum is not None:
+        dtype = np.dtype(dtype, metadata={"enum": dict(enum), "enum_name": enum_name})
+    if stored.get("chunksizes") is not None:
+        stored["chunksizes"] = tuple(stored["chunksizes"])
+    return {"dtype": dtype, **stored, "original_shape": shape}
+
+
+def dataset_encoding(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A group's xarray ``encoding``: its unlimited dimensions, as a set."""
+    stored = attrs.get(ENCODING_ATTR) or {}
+    return {"unlimited_dims": set(stored.get("unlimited_dims", ()))}
+
+
 def reader_attrs(attrs: Mapping[str, Any], *, records_typed: bool = False) -> dict[str, Any]:
     """The attributes a refgrid reader shows for stored ``attrs``: numeric types restored;
-    ``_refgrid_dtype`` dropped where the reader gives the values their record type
-    (``records_typed``). ``_refgrid_vlen_dtype`` stays: vlen sequences are read as bytes, and
-    it tells their element type."""
+    ``_refgrid_encoding`` dropped (readers report it as encoding); ``_refgrid_dtype``
+    dropped where the reader gives the values their record type (``records_typed``).
+    ``_refgrid_vlen_dtype`` stays: vlen sequences are read as bytes, and it tells their
+    element type."""
     out = restore_attribute_types(attrs)
+    out.pop(ENCODING_ATTR, None)
     if records_typed:
         out.pop(DTYPE_ATTR, None)
     return out

@@ -29,9 +29,21 @@ class ScanError(RefgridError):
         self.variable = variable
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type, tuple[str, str | None, str]]:
+        return type(self), (self.url, self.variable, self.reason)  # errors cross processes too
+
 
 class FormatError(ScanError):
     """A file whose format refgrid does not recognise or that is malformed."""
+
+
+class GroupError(RefgridError, OSError):
+    """The input has no group at the path asked for (an ``OSError``, as xarray's engines
+    raise for a missing group)."""
+
+
+class ArgumentError(RefgridError, ValueError):
+    """An argument refgrid cannot use (a group that is not a string, ...)."""
 
 
 class WriteError(RefgridError):
@@ -53,3 +65,7 @@ class MissingExtraError(RefgridError, ImportError):
         super().__init__(f"{what} needs the {extra!r} extra ({missing} is not installed): "
                          f"pip install 'refgrid[{extra}]'")
         self.extra = extra
+        self._args = (extra, what, missing)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return type(self), self._args

@@ -15,6 +15,7 @@ from types import MappingProxyType
 import numpy as np
 
 from refgrid.errors import ModelError
+from refgrid.frozen import FrozenPickle
 
 MISSING = -1
 """``path_id`` of a chunk that was never written: it reads as the fill value."""
@@ -34,7 +35,7 @@ def flat_index(coords: tuple[int, ...], shape: Sequence[int]) -> int:
 
 
 @dataclass(frozen=True, eq=False)
-class ChunkManifest:
+class ChunkManifest(FrozenPickle):
     """Byte locations of every chunk of one array."""
 
     paths: tuple[str, ...]

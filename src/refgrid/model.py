@@ -16,6 +16,7 @@ import numpy as np
 
 from refgrid.codecs import CodecJSON
 from refgrid.errors import GridError, ModelError
+from refgrid.frozen import FrozenPickle
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import ChunkManifest
 from refgrid.report import ReportEntry
@@ -40,7 +41,7 @@ def same_value(a: Any, b: Any) -> bool:
 
 
 @dataclass(frozen=True, eq=False)
-class VirtualArray:
+class VirtualArray(FrozenPickle):
     """One array: its metadata, its chunk grid and where its chunks live."""
 
     name: str
@@ -144,7 +145,7 @@ def _concat_conflicts(a: VirtualArray, b: VirtualArray) -> list[str]:
 
 
 @dataclass(frozen=True, eq=False)
-class VirtualGroup:
+class VirtualGroup(FrozenPickle):
     """A group: attributes, arrays and child groups (NetCDF4 / HDF5 groups nest)."""
 
     attrs: Mapping[str, Any] = field(default_factory=dict)

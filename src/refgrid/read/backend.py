@@ -16,12 +16,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-from xarray import Dataset, Variable, conventions
+from xarray import Coordinates, Dataset, Variable, conventions
 from xarray.backends import BackendArray, BackendEntrypoint
+from xarray.backends.common import _decode_variable_name
+from xarray.coding.strings import create_vlen_dtype
 from xarray.core import indexing
 
-from refgrid.dtypes import original_dtype, reader_attrs
-from refgrid.errors import FormatError
+from refgrid.dtypes import dataset_encoding, original_dtype, reader_attrs, variable_encoding
+from refgrid.errors import ArgumentError, FormatError, GroupError
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import read
 from refgrid.scan import Input, scan
@@ -33,38 +35,51 @@ if TYPE_CHECKING:
 class RefgridBackendArray(BackendArray):
     """A lazily indexed virtual array (outer indexing: one index per axis)."""
 
-    def __init__(self, array: VirtualArray, path: str,
+    def __init__(self, virtual: VirtualArray, path: str,
                  storage_options: dict[str, Any] | None) -> None:
-        self.array = array
+        self.virtual = virtual
+        """(Not ``array``: xarray's helpers walk an ``array`` attribute as a wrapped array.)"""
         self.path = path
         self.storage_options = storage_options
-        self.shape = array.shape
-        self.records = original_dtype(array.attrs, array.value_dtype)
+        self.shape = virtual.shape
+        self.records = original_dtype(virtual.attrs, virtual.value_dtype)
         """Records refgrid stored as raw bytes come back with their fields ..."""
         self.dtype = self.records.newbyteorder("=") if self.records.fields else self.records
-        """... in native byte order, as xarray expects of a backend."""
+        """... in native byte order, as xarray expects of a backend; variable-length text
+        and bytes as object arrays tagged with their element type, as netCDF4's engine
+        tags them (xarray's string decoding relies on the tag)."""
+        if virtual.dtype.kind in "OT":
+            self.dtype = create_vlen_dtype(str if virtual.dtype.kind == "T" else bytes)
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.OUTER, self._read)
 
     def _read(self, key: tuple[Any, ...]) -> np.ndarray:
-        values = read(self.array, key, storage_options=self.storage_options, path=self.path)
+        values = read(self.virtual, key, storage_options=self.storage_options, path=self.path)
         if values.dtype == self.dtype:
+            return values
+        if values.dtype.kind == "O":
             return values
         return values.view(self.records).astype(self.dtype)
 
 
 def _variable(array: VirtualArray, path: str, storage_options: dict[str, Any] | None) -> Variable:
-    data = indexing.LazilyIndexedArray(RefgridBackendArray(array, path, storage_options))
+    """One variable with the attributes and encoding xarray's netCDF4 engine gives it."""
+    backend_array = RefgridBackendArray(array, path, storage_options)
+    data = indexing.LazilyIndexedArray(backend_array)
+    attrs = reader_attrs(array.attrs, records_typed=True)
+    kind = array.dtype.kind
+    encoding = variable_encoding(
+        array.attrs, str if kind == "T" else array.dtype if kind not in "OV" else
+        backend_array.dtype, array.shape)
     preferred: dict[str, int | tuple[int, ...]] = {}
     for dim, axis in zip(array.dims, array.grid.axes, strict=True):
         size = axis.regular_size
         preferred[dim] = size if size is not None else tuple(axis.logical.tolist())
-    encoding: dict[str, Any] = {"preferred_chunks": preferred, "dtype": array.dtype}
-    attrs = reader_attrs(array.attrs, records_typed=True)
-    if array.fill_value is not None and "_FillValue" not in attrs and array.dtype.kind in "fc":
-        encoding["_FillValue"] = array.fill_value
+    encoding["preferred_chunks"] = preferred
+    if backend_array.dtype.kind == "S" and isinstance(attrs.get("_FillValue"), str):
+        attrs["_FillValue"] = np.bytes_(attrs["_FillValue"].encode("utf-8"))  # as netCDF4 does
     return Variable(array.dims, data, attrs, encoding)
 
 
@@ -74,7 +89,8 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
     supports_groups = True
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "storage_options",
                                "mask_and_scale", "decode_times", "decode_timedelta",
-                               "use_cftime", "concat_characters", "decode_coords")
+                               "use_cftime", "concat_characters", "decode_coords",
+                               "auto_complex")
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
         return False  # references are JSON, which many engines may claim: ask by name
@@ -92,7 +108,10 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         use_cftime: bool | None = None,
         concat_characters: bool = True,
         decode_coords: bool = True,
+        auto_complex: bool | None = None,
     ) -> Dataset:
+        """``auto_complex`` is accepted for netCDF4-engine compatibility: refgrid always
+        reads HDF5 complex compounds (``r``/``i`` members) as complex numbers."""
         args = _OpenArgs(drop_variables, group, storage_options, mask_and_scale, decode_times,
                          decode_timedelta, use_cftime, concat_characters, decode_coords)
         return _open(filename_or_obj, args, subgroups=False)["/"]
@@ -142,20 +161,31 @@ def _open(source: Input, args: _OpenArgs, subgroups: bool) -> dict[str, Dataset]
 
 
 def _dataset(node: VirtualGroup, path: str, args: _OpenArgs) -> Dataset:
-    """One group (at ``path``) as xarray decodes it."""
-    drop = args.drop_variables
-    dropped = {drop} if isinstance(drop, str) else set(drop or ())
+    """One group (at ``path``) as xarray decodes it, without indexes (xarray adds them
+    unless asked not to: ``create_default_indexes``)."""
     prefix = f"{path}/" if path else ""
-    variables = {name: _variable(array, prefix + name, args.storage_options)
-                 for name, array in node.arrays.items() if name not in dropped}
+    variables = {_decode_variable_name(name): _variable(array, prefix + name,
+                                                        args.storage_options)
+                 for name, array in node.arrays.items()}
     decoded, attrs, coord_names = conventions.decode_cf_variables(
-        variables, reader_attrs(node.attrs), **args.decoding())
-    return Dataset(decoded, attrs=attrs).set_coords(coord_names & set(decoded))
+        variables, reader_attrs(node.attrs), drop_variables=args.drop_variables,
+        **args.decoding())
+    coords = {name: var for name, var in decoded.items()
+              if name in coord_names or var.dims == (name,)}
+    data = {name: var for name, var in decoded.items() if name not in coords}
+    ds = Dataset(data, coords=Coordinates(coords, indexes={}), attrs=attrs)
+    ds.encoding = dataset_encoding(node.attrs)
+    return ds
 
 
-def _group(root: VirtualGroup, group: str | None, source: Input) -> VirtualGroup:
-    node = root[group] if group and group.strip("/") else root
+def _group(root: VirtualGroup, group: Any, source: Input) -> VirtualGroup:
+    if group is not None and not isinstance(group, str):
+        raise ArgumentError(f"group must be a string path, not {type(group).__name__}")
+    where = os.fspath(source) if isinstance(source, str | os.PathLike) else "<references>"
+    try:
+        node = root[group] if group and group.strip("/") else root
+    except KeyError:
+        raise GroupError(f"{where}: no group {group!r}") from None
     if not isinstance(node, VirtualGroup):
-        where = os.fspath(source) if isinstance(source, str | os.PathLike) else "<references>"
         raise FormatError(where, group, "is an array, not a group")
     return node

@@ -1,8 +1,8 @@
 """Attribute values → JSON-compatible Python values, the way netCDF4-python presents them.
 
 One odd attribute must never fail a file: values that cannot be represented are reported by
-the caller and left out. Text that is not UTF-8 is decoded as Latin-1 (every byte maps to one
-character, so nothing is lost); one-element numeric arrays become scalars, as netCDF4 returns
+the caller and left out. Text that is not UTF-8 is decoded with replacement characters, as
+netCDF4 decodes it; one-element numeric arrays become scalars, as netCDF4 returns
 them; NaN and infinities stay floats (JSON writers emit them as ``NaN``/``Infinity``).
 """
 
@@ -18,10 +18,7 @@ class UnrepresentableAttribute(ValueError):
 
 
 def decode_text(value: bytes) -> str:
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return value.decode("latin-1")
+    return value.decode("utf-8", errors="replace")
 
 
 def attribute_value(value: Any) -> Any:

@@ -26,6 +26,7 @@ from refgrid.chunk_codecs import decode_chunk, encode_chunk
 from refgrid.codecs import CodecJSON, UnsupportedFilter, bytes_codec, hdf5_pipeline
 from refgrid.dtypes import (
     ATTRIBUTE_TYPES_ATTR,
+    ENCODING_ATTR,
     STRING,
     VLEN_DTYPE_ATTR,
     attribute_types,
@@ -39,6 +40,7 @@ from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.report import ReportEntry
 from refgrid.scan.attributes import UnrepresentableAttribute, attribute_value
 from refgrid.scan.contiguous import rows_per_chunk
+from refgrid.scan.hdf5_encoding import enum_encoding, storage_encoding
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
 
@@ -47,6 +49,8 @@ HIDDEN_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
                           "_SuperblockVersion", "_IsNetcdf4"})
 SCALE_ATTRS = frozenset({"CLASS", "NAME"})
 DIM_WITHOUT_VARIABLE = b"This is a netCDF dimension but not a netCDF variable"
+NON_COORD_PREFIX = "_nc4_non_coord_"
+"""netCDF-C stores a multi-dimensional variable named like a dimension under this prefix."""
 CHUNK_BATCH = 2048
 """Chunk records taken from h5py at a time (h5py makes a Python object per chunk)."""
 FALLBACK_CODECS: tuple[CodecJSON, ...] = ({"name": "numcodecs.zlib",
@@ -65,6 +69,7 @@ class _FileScan:
     phony: dict[int, list[str]] = field(default_factory=dict)
     dim_lengths: dict[Any, int] = field(default_factory=dict)
     scale_names: dict[Any, dict[Any, str]] = field(default_factory=dict)
+    dimid_names: dict[Any, dict[int, str]] = field(default_factory=dict)
     lineage: list[h5py.Group] = field(default_factory=list)
 
     # -- groups and attributes ------------------------------------------------------------
@@ -79,6 +84,7 @@ class _FileScan:
     def _group(self, h5: h5py.Group, path: str) -> VirtualGroup:
         arrays: dict[str, VirtualArray] = {}
         groups: dict[str, VirtualGroup] = {}
+        unlimited: list[str] = []
         for name in h5:
             where = f"{path}/{name}".lstrip("/")
             try:
@@ -88,16 +94,23 @@ class _FileScan:
                 continue
             if isinstance(obj, h5py.Group):
                 groups[name] = self.group(obj, where)
-            elif isinstance(obj, h5py.Dataset) and not _is_hidden_dimension(obj):
+                continue
+            if isinstance(obj, h5py.Dataset) and _is_unlimited_dimension(obj):
+                unlimited.append(name)
+            if isinstance(obj, h5py.Dataset) and not _is_hidden_dimension(obj):
+                shown = name.removeprefix(NON_COORD_PREFIX)  # netCDF-C's rename, undone
                 try:
-                    arrays[name] = self.array(obj, name, where)
+                    arrays[shown] = self.array(obj, shown, where)
                 except _Skip as e:
                     self.report.append(ReportEntry(self.source.url, where, "skipped", str(e)))
                 except ScanError as e:
                     self._problem(where, e.reason)
                 except Exception as e:
                     self._problem(where, f"{type(e).__name__}: {e}")
-        return VirtualGroup(self.attributes(h5, path or "/", hide=HIDDEN_ATTRS), arrays, groups)
+        attrs = self.attributes(h5, path or "/", hide=HIDDEN_ATTRS)
+        if unlimited:
+            attrs[ENCODING_ATTR] = {"unlimited_dims": unlimited}
+        return VirtualGroup(attrs, arrays, groups)
 
     def attributes(self, obj: h5py.HLObject, where: str, hide: Iterable[str]) -> dict[str, Any]:
         out, raw = {}, {}
@@ -129,10 +142,15 @@ class _FileScan:
         names: list[str] = []
         lengths: list[int] = []
         is_scale = h5py.h5ds.is_scale(d.id)
+        dimids = _netcdf_dimids(d) if is_scale and len(d.shape) > 1 else None
         for axis, n in enumerate(d.shape):
             scale = None if is_scale else _first_scale(d, axis)
+            by_id = self._dimid_name(dimids[axis]) if dimids is not None else None
             if is_scale and axis == 0:
                 names.append(name)
+                lengths.append(n)
+            elif by_id is not None and by_id not in names:
+                names.append(by_id)  # a scale cannot have scales attached: netCDF-C's ids
                 lengths.append(n)
             elif scale is not None:
                 names.append(self._scale_name(scale))
@@ -156,6 +174,21 @@ class _FileScan:
             if scale.id in self.scale_names[key]:
                 return self.scale_names[key][scale.id]
         return scale.name.rsplit("/", 1)[-1]
+
+    def _dimid_name(self, dimid: int) -> str | None:
+        """The dimension netCDF-C numbered ``dimid`` (its ``_Netcdf4Dimid``), looked up in
+        the variable's group and its ancestors."""
+        for group in reversed(self.lineage):
+            key = group.id
+            if key not in self.dimid_names:
+                members = ((n, group.get(n)) for n in group)
+                self.dimid_names[key] = {
+                    int(obj.attrs["_Netcdf4Dimid"]): n for n, obj in members
+                    if isinstance(obj, h5py.Dataset) and "_Netcdf4Dimid" in obj.attrs
+                    and h5py.h5ds.is_scale(obj.id)}
+            if dimid in self.dimid_names[key]:
+                return self.dimid_names[key][dimid]
+        return None
 
     def _dimension_length(self, scale: h5py.Dataset) -> int:
         """A dimension's length as netCDF-C computes it: the longest of the scale and every
@@ -194,11 +227,11 @@ class _FileScan:
             raise _Skip("compound type with variable-length members has no Zarr representation")
         hide = HIDDEN_ATTRS | (SCALE_ATTRS if h5py.h5ds.is_scale(d.id) else frozenset())
         attrs = self.attributes(d, where, hide)
-        enum = h5py.check_enum_dtype(dtype)
-        if enum is not None and dtype != np.dtype(bool):
-            attrs.setdefault("flag_values", [int(v) for v in enum.values()])
-            attrs.setdefault("flag_meanings", " ".join(enum))
+        encoding = storage_encoding(d, self.source.url)
+        if h5py.check_enum_dtype(dtype) is not None and dtype != np.dtype(bool):
+            encoding.update(enum_encoding(dtype, _type_name(d)))
             dtype = np.dtype(dtype.str)
+        attrs[ENCODING_ATTR] = encoding
         if d.shape is None:  # null dataspace: no elements at all, a zero-size array
             dtype = storable(dtype)[0] if vlen is None else STRING
             codec = bytes_codec(dtype) if vlen is None else {"name": "vlen-utf8"}
@@ -228,7 +261,7 @@ class _FileScan:
         if dcpl.get_external_count():
             raise _Skip("data in external raw files is not supported")
         if layout == h5py.h5d.COMPACT:
-            grid = RectilinearGrid.regular(shape, shape or ())
+            grid = RectilinearGrid.regular(shape, _one_chunk(shape))
             data = d[()] if d.size else np.zeros(shape, dtype)
             manifest = _inline_manifest(grid, {(0,) * len(shape): _raw(data, dtype)})
             return VirtualArray(name, dims, dtype, grid, manifest, fill, base, attrs)
@@ -353,7 +386,7 @@ class _FileScan:
               attrs: dict[str, Any], base: Any) -> VirtualArray:
         """Variable-length data is read now and inlined as one chunk (vlen-utf8/vlen-bytes)."""
         shape = d.shape
-        grid = RectilinearGrid.regular(shape, shape or ())
+        grid = RectilinearGrid.regular(shape, _one_chunk(shape))
         values = np.asarray(d[()], dtype=object).reshape(shape)
         dtype: np.dtype
         codec: CodecJSON
@@ -381,10 +414,33 @@ class _FileScan:
 
 # -- helpers --------------------------------------------------------------------------------
 
+def _is_unlimited_dimension(d: h5py.Dataset) -> bool:
+    """A netCDF dimension that can grow: a dimension scale with no maximum size."""
+    return bool(d.maxshape) and d.maxshape[0] is None and h5py.h5ds.is_scale(d.id)
+
+
+def _type_name(d: h5py.Dataset) -> str | None:
+    """The name of a dataset's committed (named) type, as netCDF-C names an enum type."""
+    tid = d.id.get_type()
+    if not tid.committed():
+        return None
+    name = h5py.h5i.get_name(tid)
+    return name.decode("utf-8", "replace").rsplit("/", 1)[-1] if name else None
+
+
 def _is_hidden_dimension(d: h5py.Dataset) -> bool:
     """netCDF-C's dimension scale for a dimension that has no coordinate variable."""
     name = d.attrs.get("NAME") if "NAME" in d.attrs else None
     return isinstance(name, bytes | np.bytes_) and bytes(name).startswith(DIM_WITHOUT_VARIABLE)
+
+
+def _netcdf_dimids(d: h5py.Dataset) -> list[int] | None:
+    """netCDF-C's dimension ids of a variable (``_Netcdf4Coordinates``), if it wrote them."""
+    try:
+        ids = [int(v) for v in np.asarray(d.attrs["_Netcdf4Coordinates"]).reshape(-1)]
+    except (KeyError, OSError, TypeError, ValueError):
+        return None
+    return ids if len(ids) == len(d.shape) else None
 
 
 def _first_scale(d: h5py.Dataset, axis: int) -> h5py.Dataset | None:
@@ -415,6 +471,11 @@ def _fill_value(d: h5py.Dataset, dtype: np.dtype) -> Any:
         return np.asarray(value).view(dtype)[()] if np.asarray(value).nbytes == dtype.itemsize \
             else None
     return np.asarray(value).astype(dtype)[()] if dtype.fields is None else value
+
+
+def _one_chunk(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The chunk shape of a grid that is one chunk (chunk lengths are at least 1)."""
+    return tuple(max(n, 1) for n in shape)
 
 
 def _raw(data: np.ndarray, dtype: np.dtype) -> bytes:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from refgrid.codecs import bytes_codec
-from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, attribute_types
+from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, attribute_types
 from refgrid.errors import FormatError
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import ChunkManifest
@@ -232,7 +232,10 @@ def scan_netcdf3(source: Source, options: ScanOptions) -> VirtualGroup:
         array = _array(v, dims, shape, is_record, single, recsize, fill, size, source,
                        contiguous_chunk_bytes)
         arrays[v.name] = array
-    return VirtualGroup(header.attrs, arrays, {}, tuple(report))
+    attrs = dict(header.attrs)
+    if header.record_dim is not None:
+        attrs[ENCODING_ATTR] = {"unlimited_dims": [header.dims[header.record_dim][0]]}
+    return VirtualGroup(attrs, arrays, {}, tuple(report))
 
 
 def _check_extent(v: _Var, shape: tuple[int, ...], is_record: bool, recsize: int, size: int,
@@ -293,4 +296,4 @@ def _array(v: _Var, dims: tuple[str, ...], shape: tuple[int, ...], is_record: bo
     manifest = ChunkManifest((source.url,), np.zeros(n, np.int32), starts.reshape(n),
                              np.full(n, chunk_bytes, np.uint64))
     return VirtualArray(v.name, dims, v.dtype, grid, manifest, fill, (bytes_codec(v.dtype),),
-                        v.attrs)
+                        {**v.attrs, ENCODING_ATTR: {"source": source.url}})
