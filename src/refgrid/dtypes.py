@@ -113,7 +113,7 @@ def attribute_types(values: Mapping[str, Any]) -> dict[str, str]:
     """``{name: dtype}`` of the numeric attributes that are not int64/float64/bool."""
     types = {}
     for name, value in values.items():
-        if isinstance(value, np.generic | np.ndarray) and value.dtype.kind in "iuf" and \
+        if isinstance(value, np.generic | np.ndarray) and value.dtype.kind in "iufc" and \
                 value.dtype not in (np.dtype("int64"), np.dtype("float64")):
             types[name] = value.dtype.newbyteorder("=").str
     return types
@@ -126,14 +126,18 @@ def restore_attribute_types(attrs: Mapping[str, Any]) -> dict[str, Any]:
     types = out.pop(ATTRIBUTE_TYPES_ATTR, None) or {}
     for name, kind in types.items():
         if name in out:
-            value = np.asarray(out[name], dtype=kind)
+            value = np.asarray(out[name])
+            if np.dtype(kind).kind == "c":  # stored as [real, imag] pairs
+                value = value.astype(np.float64).reshape(-1, 2).view(np.complex128)[:, 0]
+                value = value.reshape(np.shape(out[name])[:-1])
+            value = value.astype(kind)
             out[name] = value[()] if value.ndim == 0 else value
     return out
 
 
 ENCODING_ATTR = "_refgrid_encoding"
 """The source's storage facts, as netCDF4's xarray engine reports them in ``encoding``:
-per variable ``zlib``, ``complevel``, ``shuffle``, ``fletcher32``, ``szip``, ``zstd``,
+per variable ``dtype`` (where the source reports another type than the stored one), ``zlib``, ``complevel``, ``shuffle``, ``fletcher32``, ``szip``, ``zstd``,
 ``bzip2``, ``blosc`` (or h5py's ``compression``/``compression_opts``), ``contiguous``,
 ``chunksizes``, ``source``, and ``enum``/``enum_name`` for enum types; per group
 ``unlimited_dims``."""
@@ -144,6 +148,8 @@ def variable_encoding(attrs: Mapping[str, Any], dtype: np.dtype | type,
     """A variable's xarray ``encoding`` from its stored ``_refgrid_encoding`` (``dtype``:
     the type the reader gives the values)."""
     stored = dict(attrs.get(ENCODING_ATTR) or {})
+    if "dtype" in stored:  # the source reports a type other than the stored one
+        dtype = np.dtype(stored.pop("dtype"))
     enum, enum_name = stored.pop("enum", None), stored.pop("enum_name", None)
     if enum is not None:
         dtype = np.dtype(dtype, metadata={"enum": dict(enum), "enum_name": enum_name})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import h5py
 import numpy as np
 
 
@@ -23,6 +24,8 @@ def decode_text(value: bytes) -> str:
 
 def attribute_value(value: Any) -> Any:
     """The JSON-compatible form of one attribute value."""
+    if isinstance(value, h5py.Empty):  # a null dataspace: netCDF4 reads "" or no values
+        return "" if value.dtype.kind in "SUO" else []
     if isinstance(value, bytes | np.bytes_):
         return decode_text(bytes(value))
     if isinstance(value, str | bool | int | float) or value is None:

@@ -46,8 +46,8 @@ from refgrid.scan.source import Source
 
 HIDDEN_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
                           "_Netcdf4Coordinates", "_NCProperties", "_nc3_strict",
-                          "_SuperblockVersion", "_IsNetcdf4"})
-SCALE_ATTRS = frozenset({"CLASS", "NAME"})
+                          "_SuperblockVersion", "_IsNetcdf4", "CLASS", "NAME"})
+"""Attributes netCDF-C and h5netcdf reserve and never show (CLASS and NAME on any object)."""
 DIM_WITHOUT_VARIABLE = b"This is a netCDF dimension but not a netCDF variable"
 NON_COORD_PREFIX = "_nc4_non_coord_"
 """netCDF-C stores a multi-dimensional variable named like a dimension under this prefix."""
@@ -70,6 +70,8 @@ class _FileScan:
     dim_lengths: dict[Any, int] = field(default_factory=dict)
     scale_names: dict[Any, dict[Any, str]] = field(default_factory=dict)
     dimid_names: dict[Any, dict[int, str]] = field(default_factory=dict)
+    phony_unlimited: set[str] = field(default_factory=set)
+    """Phony dimensions of axes with no maximum size (netCDF-C counts them unlimited)."""
     lineage: list[h5py.Group] = field(default_factory=list)
 
     # -- groups and attributes ------------------------------------------------------------
@@ -108,6 +110,8 @@ class _FileScan:
                 except Exception as e:
                     self._problem(where, f"{type(e).__name__}: {e}")
         attrs = self.attributes(h5, path or "/", hide=HIDDEN_ATTRS)
+        unlimited += sorted({dim for a in arrays.values() for dim in a.dims
+                             if dim in self.phony_unlimited} - set(unlimited))
         if unlimited:
             attrs[ENCODING_ATTR] = {"unlimited_dims": unlimited}
         return VirtualGroup(attrs, arrays, groups)
@@ -158,6 +162,8 @@ class _FileScan:
             else:
                 names.append(self._phony(n, names))
                 lengths.append(n)
+                if d.maxshape and d.maxshape[axis] is None:
+                    self.phony_unlimited.add(names[-1])
         return tuple(names), tuple(lengths)
 
     def _scale_name(self, scale: h5py.Dataset) -> str:
@@ -225,8 +231,7 @@ class _FileScan:
         vlen = h5py.check_vlen_dtype(dtype)
         if dtype.fields is not None and _holds(dtype, h5py.check_vlen_dtype):
             raise _Skip("compound type with variable-length members has no Zarr representation")
-        hide = HIDDEN_ATTRS | (SCALE_ATTRS if h5py.h5ds.is_scale(d.id) else frozenset())
-        attrs = self.attributes(d, where, hide)
+        attrs = self.attributes(d, where, HIDDEN_ATTRS)
         encoding = storage_encoding(d, self.source.url)
         if h5py.check_enum_dtype(dtype) is not None and dtype != np.dtype(bool):
             encoding.update(enum_encoding(dtype, _type_name(d)))

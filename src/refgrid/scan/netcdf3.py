@@ -296,4 +296,5 @@ def _array(v: _Var, dims: tuple[str, ...], shape: tuple[int, ...], is_record: bo
     manifest = ChunkManifest((source.url,), np.zeros(n, np.int32), starts.reshape(n),
                              np.full(n, chunk_bytes, np.uint64))
     return VirtualArray(v.name, dims, v.dtype, grid, manifest, fill, (bytes_codec(v.dtype),),
-                        {**v.attrs, ENCODING_ATTR: {"source": source.url}})
+                        {**v.attrs, ENCODING_ATTR: {"source": source.url,  # netCDF-C: native
+                                                    "dtype": v.dtype.newbyteorder("=").str}})
