@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from helpers import CORPUS, FIXTURES, data_files
-
 import refgrid
+from helpers import CORPUS, FIXTURES, data_files
 
 NETCDF4_KEYS = ("zlib", "complevel", "shuffle", "fletcher32", "szip", "zstd", "bzip2",
                 "blosc", "contiguous", "chunksizes", "original_shape", "source", "dtype")

@@ -17,8 +17,11 @@ turn stored attributes into the attributes they show.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
+import struct
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -52,6 +55,27 @@ def storable(dtype: np.dtype) -> tuple[np.dtype, dict[str, Any]]:
         return dtype, {}
     descr = json.loads(json.dumps(np.lib.format.dtype_to_descr(dtype)))
     return np.dtype(f"V{dtype.itemsize}"), {DTYPE_ATTR: descr}
+
+
+def zarr_records(records: np.dtype) -> np.dtype | None:
+    """The record type stock zarr 3.1 can serve for ``records``: the same fields, packed
+    (no padding) and little-endian; nested records allowed. None where zarr has no type for
+    it: fields that are arrays (zarr 3.1's ``structured`` type cannot hold them)."""
+    if records.fields is None or records.names is None:
+        return None
+    fields = []
+    for name in records.names:
+        kind = records.fields[name][0]
+        if kind.subdtype is not None:
+            return None
+        if kind.fields is not None:
+            inner = zarr_records(kind)
+            if inner is None:
+                return None
+            fields.append((name, inner))
+        else:
+            fields.append((name, kind.newbyteorder("<") if kind.itemsize > 1 else kind))
+    return np.dtype(fields)
 
 
 def original_dtype(attrs: Mapping[str, Any], stored: np.dtype) -> np.dtype:
@@ -137,10 +161,10 @@ def restore_attribute_types(attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 ENCODING_ATTR = "_refgrid_encoding"
 """The source's storage facts, as netCDF4's xarray engine reports them in ``encoding``:
-per variable ``dtype`` (where the source reports another type than the stored one), ``zlib``, ``complevel``, ``shuffle``, ``fletcher32``, ``szip``, ``zstd``,
+per variable ``zlib``, ``complevel``, ``shuffle``, ``fletcher32``, ``szip``, ``zstd``,
 ``bzip2``, ``blosc`` (or h5py's ``compression``/``compression_opts``), ``contiguous``,
-``chunksizes``, ``source``, and ``enum``/``enum_name`` for enum types; per group
-``unlimited_dims``."""
+``chunksizes``, ``source``, ``enum``/``enum_name`` for enum types and ``dtype`` where the
+source reports another type than the stored one; per group ``unlimited_dims``."""
 
 
 def variable_encoding(attrs: Mapping[str, Any], dtype: np.dtype | type,
@@ -164,14 +188,62 @@ def dataset_encoding(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {"unlimited_dims": set(stored.get("unlimited_dims", ()))}
 
 
+def zarr_attributes(attrs: Mapping[str, Any], dtype: np.dtype) -> dict[str, Any]:
+    """``attrs`` as written into a ``zarr.json``: a float, complex or bytes ``_FillValue``
+    encoded as xarray encodes it for Zarr v3 (base64 of little-endian float64), which is how
+    xarray's zarr engine decodes it — a plain float there fails to open."""
+    out = dict(attrs)
+    value = out.get("_FillValue")
+    kind = np.dtype(dtype).kind
+    if isinstance(value, bool) or not isinstance(value, int | float | complex | str):
+        return out
+    if kind == "f" and isinstance(value, int | float):
+        out["_FillValue"] = _b64_float(value)
+    elif kind == "c" and isinstance(value, int | float | complex):
+        out["_FillValue"] = [_b64_float(complex(value).real), _b64_float(complex(value).imag)]
+    elif kind == "S" and isinstance(value, str):
+        out["_FillValue"] = base64.standard_b64encode(value.encode("utf-8")).decode()
+    return out
+
+
+def model_attributes(attrs: Mapping[str, Any], dtype: np.dtype) -> dict[str, Any]:
+    """The inverse of :func:`zarr_attributes` (plain values, as other writers leave them,
+    pass through)."""
+    out = dict(attrs)
+    value = out.get("_FillValue")
+    kind = np.dtype(dtype).kind
+    try:
+        if kind == "f" and isinstance(value, str):
+            out["_FillValue"] = struct.unpack("<d", base64.standard_b64decode(value))[0]
+        elif kind == "c" and isinstance(value, list) and len(value) == 2 and all(
+                isinstance(v, str) for v in value):
+            re, im = (struct.unpack("<d", base64.standard_b64decode(v))[0] for v in value)
+            out["_FillValue"] = [re, im]
+        elif kind == "S" and isinstance(value, str):
+            out["_FillValue"] = base64.standard_b64decode(value).decode("utf-8", "replace")
+    except (ValueError, struct.error, binascii.Error):
+        pass  # not xarray's encoding: keep the value as written
+    return out
+
+
+def _b64_float(value: float) -> str:
+    return base64.standard_b64encode(struct.pack("<d", float(value))).decode()
+
+
+def vlen_element(attrs: Mapping[str, Any]) -> np.dtype | None:
+    """The element type of variable-length sequences stored as bytes, if they are."""
+    kind = attrs.get(VLEN_DTYPE_ATTR)
+    return None if kind is None else np.dtype(kind)
+
+
 def reader_attrs(attrs: Mapping[str, Any], *, records_typed: bool = False) -> dict[str, Any]:
     """The attributes a refgrid reader shows for stored ``attrs``: numeric types restored;
-    ``_refgrid_encoding`` dropped (readers report it as encoding); ``_refgrid_dtype``
-    dropped where the reader gives the values their record type (``records_typed``).
-    ``_refgrid_vlen_dtype`` stays: vlen sequences are read as bytes, and it tells their
-    element type."""
+    ``_refgrid_encoding`` dropped (readers report it as encoding); ``_refgrid_dtype`` and
+    ``_refgrid_vlen_dtype`` dropped where the reader gives the values their types
+    (``records_typed``: records, and sequences as arrays)."""
     out = restore_attribute_types(attrs)
     out.pop(ENCODING_ATTR, None)
     if records_typed:
         out.pop(DTYPE_ATTR, None)
+        out.pop(VLEN_DTYPE_ATTR, None)
     return out

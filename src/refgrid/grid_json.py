@@ -146,45 +146,63 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
 
-def _expand(dim: int, spec: Any, what: str, rle_allowed: bool) -> np.ndarray:
-    """Expand a list of edge lengths (with ``[length, repeat]`` runs if allowed)."""
+MAX_EDGE = 2**62
+"""The longest chunk edge accepted (lengths are summed in int64 without overflow)."""
+
+
+def _expand(dim: int, spec: Any, what: str, rle_allowed: bool, *, reach: int | None = None,
+            count: int | None = None) -> tuple[np.ndarray, int]:
+    """Edge lengths from a list of lengths (with ``[length, repeat]`` runs if allowed),
+    expanded only as far as needed — until they cover ``reach`` elements or number ``count``
+    edges — so a run of 10^12 edges past the array's end costs nothing. Returns the edges
+    and how many the list declares in all."""
     if not isinstance(spec, list):
         raise GridError(f"dimension {dim}: {what} must be an integer or a list, got {spec!r:.80}")
-    try:  # fast path: a plain list of integers (bools and floats have other dtype kinds)
-        plain = np.asarray(spec)
-        if plain.ndim == 1 and plain.dtype.kind in "iu":
-            return plain.astype(np.int64)
-    except (ValueError, OverflowError):  # ragged: runs mixed with lengths
-        pass
     values, repeats = [], []
     for item in spec:
         if _is_int(item):
-            values.append(item)
-            repeats.append(1)
+            value, repeat = item, 1
         elif rle_allowed and isinstance(item, list) and len(item) == 2 and all(map(_is_int, item)):
-            if item[1] < 1:
+            value, repeat = item
+            if repeat < 1:
                 raise GridError(f"dimension {dim}: run {item} in {what} has a repeat count "
                                 "below 1")
-            values.append(item[0])
-            repeats.append(item[1])
         else:
             form = "an integer or a [length, repeat] pair" if rle_allowed else "an integer"
-            raise GridError(f"dimension {dim}: malformed entry {item!r} in {what}; each entry "
-                            f"must be {form}")
-    return np.repeat(np.asarray(values, dtype=np.int64), repeats)
+            raise GridError(f"dimension {dim}: malformed entry {item!r:.80} in {what}; each "
+                            f"entry must be {form}")
+        if not 1 <= value <= MAX_EDGE:
+            raise GridError(f"dimension {dim}: {what} must be >= 1 and <= 2**62, "
+                            f"got {value}")
+        values.append(int(value))
+        repeats.append(int(repeat))
+    declared = sum(repeats)
+    taken, covered, edges = 0, 0, 0
+    for k, (value, repeat) in enumerate(zip(values, repeats, strict=True)):
+        need = repeat
+        if reach is not None:
+            need = min(repeat, max(1, -(-(reach - covered) // value)))
+        if count is not None:
+            need = min(need, count - edges)
+        repeats[k] = need
+        covered += need * value
+        edges += need
+        taken = k + 1
+        if (reach is not None and covered >= reach) or (count is not None and edges >= count):
+            break
+    out = np.repeat(np.asarray(values[:taken], dtype=np.int64), repeats[:taken])
+    return out, declared
 
 
 def _parse_axis(dim: int, length: int, spec: Any, encoded_spec: Any, rle: bool) -> AxisChunks:
     if _is_int(spec):
-        if spec < 1:
-            raise GridError(f"dimension {dim}: chunk length {spec} must be >= 1")
+        if not 1 <= spec <= MAX_EDGE:
+            raise GridError(f"dimension {dim}: chunk length {spec} must be >= 1 and <= 2**62")
         regular = RectilinearGrid.regular([length], [int(spec)]).axes[0]
         edges = regular.encoded
+        declared = len(edges)
     else:
-        edges = _expand(dim, spec, "chunk lengths", rle)
-    if (edges < 1).any():
-        raise GridError(f"dimension {dim}: chunk lengths must be >= 1, got "
-                        f"{int(edges[edges < 1][0])}")
+        edges, declared = _expand(dim, spec, "chunk lengths", rle, reach=length)
     total = int(edges.sum())
     if total < length:
         raise GridError(f"dimension {dim}: chunk lengths sum to {total}, shorter than the "
@@ -196,11 +214,16 @@ def _parse_axis(dim: int, length: int, spec: Any, encoded_spec: Any, rle: bool) 
         encoded = edges[:kept]
     else:
         if _is_int(encoded_spec):
-            encoded_all = np.full(len(edges), int(encoded_spec), dtype=np.int64)
+            if not 1 <= encoded_spec <= MAX_EDGE:
+                raise GridError(f"dimension {dim}: encoded chunk length {encoded_spec} must "
+                                "be >= 1 and <= 2**62")
+            encoded_all, encoded_declared = (np.full(len(edges), int(encoded_spec), np.int64),
+                                             declared)
         else:
-            encoded_all = _expand(dim, encoded_spec, "encoded chunk lengths", True)
-        if len(encoded_all) != len(edges):
-            raise GridError(f"dimension {dim}: encoded_chunk_shapes has {len(encoded_all)} edges "
-                            f"but chunk_shapes has {len(edges)}; they must be equal")
+            encoded_all, encoded_declared = _expand(dim, encoded_spec, "encoded chunk lengths",
+                                                    True, count=len(edges))
+        if encoded_declared != declared:
+            raise GridError(f"dimension {dim}: encoded_chunk_shapes has {encoded_declared} "
+                            f"edges but chunk_shapes has {declared}; they must be equal")
         encoded = encoded_all[:kept]
     return AxisChunks.of(dim, logical, encoded, int(spec) if _is_int(spec) else 1)

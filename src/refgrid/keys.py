@@ -6,7 +6,8 @@ One module names them for every reader and writer (as zarr-python's
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+import re
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any, Literal, TypedDict
 
 METADATA = "zarr.json"
@@ -55,3 +56,55 @@ def chunk_of_key(key: str, arrays: Container[str]) -> tuple[str, str] | None:
     if key.endswith("/c") and key[:-2] in arrays:
         return key[:-2], ""
     return None
+
+
+ChunkFinder = Callable[[str], tuple[str, str] | None]
+DIGITS = re.compile(r"\d+(/\d+)*")
+
+
+def chunk_finder(documents: Mapping[str, Mapping[str, Any]]) -> ChunkFinder:
+    """A function mapping a store key to ``(array path, "0/3/1")`` for a chunk of one of the
+    arrays among ``documents`` (node path → parsed ``zarr.json``), each under its own
+    ``chunk_key_encoding`` (``default`` or ``v2``, ``/`` or ``.``), or to None."""
+    arrays = {path: _key_encoding(doc) for path, doc in documents.items()
+              if doc.get("node_type") == "array"}
+    if "" not in arrays and all(e == ("default", "/") for e in arrays.values()):
+        return lambda key: chunk_of_key(key, arrays)  # the common case: one lookup a key
+    ndims = {path: len(documents[path].get("shape") or ()) for path in arrays}
+
+    def find(key: str) -> tuple[str, str] | None:
+        head = key
+        while True:
+            head = head.rpartition("/")[0]
+            if head in arrays:
+                break
+            if not head:
+                return None
+        tail = key[len(head) + 1:] if head else key
+        coords = _coords(tail, *arrays[head], ndims[head])
+        return None if coords is None else (head, coords)
+
+    return find
+
+
+def _key_encoding(doc: Mapping[str, Any]) -> tuple[str, str]:
+    encoding = doc.get("chunk_key_encoding") or {"name": "default"}
+    name = encoding.get("name", "default") if isinstance(encoding, Mapping) else "default"
+    config = (encoding.get("configuration") or {}) if isinstance(encoding, Mapping) else {}
+    return name, config.get("separator", "/" if name == "default" else ".")
+
+
+def _coords(tail: str, name: str, separator: str, ndim: int) -> str | None:
+    """Coordinates ``"0/3/1"`` of a chunk key's part below its array, or None."""
+    if name == "default":
+        if tail == "c":
+            return "" if ndim == 0 else None
+        if not tail.startswith("c" + separator):
+            return None
+        tail = tail[2:]
+    elif ndim == 0:
+        return "" if tail == "0" else None
+    coords = tail.replace(separator, "/") if separator != "/" else tail
+    if not DIGITS.fullmatch(coords) or coords.count("/") + 1 != ndim:
+        return None
+    return coords

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Literal, NotRequired, TypedDict
 
 from refgrid.codecs import CodecJSON, stored_dtype
-from refgrid.dtypes import zarr_data_type, zarr_fill_value
+from refgrid.dtypes import model_attributes, zarr_attributes, zarr_data_type, zarr_fill_value
 from refgrid.errors import FormatError, RefgridError
 from refgrid.grid import GridForm, RectilinearGrid
 from refgrid.grid_json import ChunkGridJSON, emit_chunk_grid, parse_chunk_grid
@@ -59,7 +60,7 @@ def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDo
         "chunk_key_encoding": CHUNK_KEY_ENCODING,
         "fill_value": zarr_fill_value(array.dtype, array.fill_value),
         "codecs": [c.copy() for c in array.codecs],
-        "attributes": dict(array.attrs),
+        "attributes": zarr_attributes(array.attrs, array.value_dtype),
         "dimension_names": list(array.dims),
         "storage_transformers": [],
     }
@@ -86,7 +87,17 @@ def group_from_documents(docs: Mapping[str, Mapping[str, Any]], manifest_for: Ma
         raise FormatError(source, None, "no root zarr.json: not Zarr v3 references")
     arrays = {path: _array(path, doc, manifest_for, source)
               for path, doc in docs.items() if doc.get("node_type") == "array"}
+    if "" in arrays:  # a store that is one array: shown as a group holding it
+        name = root_array_name(source)
+        return VirtualGroup(arrays={name: replace(arrays[""], name=name)})
     return _group("", docs, arrays)
+
+
+def root_array_name(source: str) -> str:
+    """The variable name of a store whose root is an array: the store's name without its
+    suffix (``tas.zarr`` → ``tas``), as a user would call it."""
+    stem = source.rstrip("/").rsplit("/", 1)[-1].split(".", 1)[0]
+    return stem or "data"
 
 
 def _group(path: str, docs: Mapping[str, Mapping[str, Any]],
@@ -118,8 +129,9 @@ def _array(path: str, doc: Mapping[str, Any], manifest_for: ManifestFor,
         if codecs:
             dtype = stored_dtype(dtype, codecs)
         dims = tuple(doc.get("dimension_names") or (f"dim_{k}" for k in range(len(shape))))
+        attrs = model_attributes(doc.get("attributes") or {}, dtype)
         return VirtualArray(path.rsplit("/", 1)[-1], dims, dtype, grid,
-                            manifest_for(path, grid), fill, codecs, doc.get("attributes", {}))
+                            manifest_for(path, grid), fill, codecs, attrs)
     except RefgridError:
         raise
     except (KeyError, TypeError, ValueError) as e:

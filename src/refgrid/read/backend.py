@@ -22,7 +22,13 @@ from xarray.backends.common import _decode_variable_name
 from xarray.coding.strings import create_vlen_dtype
 from xarray.core import indexing
 
-from refgrid.dtypes import dataset_encoding, original_dtype, reader_attrs, variable_encoding
+from refgrid.dtypes import (
+    dataset_encoding,
+    original_dtype,
+    reader_attrs,
+    variable_encoding,
+    vlen_element,
+)
 from refgrid.errors import ArgumentError, FormatError, GroupError
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import read
@@ -48,7 +54,11 @@ class RefgridBackendArray(BackendArray):
         """... in native byte order, as xarray expects of a backend; variable-length text
         and bytes as object arrays tagged with their element type, as netCDF4's engine
         tags them (xarray's string decoding relies on the tag)."""
-        if virtual.dtype.kind in "OT":
+        self.element = vlen_element(virtual.attrs)
+        """Variable-length sequences of numbers refgrid stored as bytes, given back typed."""
+        if self.element is not None:
+            self.dtype = np.dtype("O", metadata={"vlen": self.element})  # as h5py tags them
+        elif virtual.dtype.kind in "OT":
             self.dtype = create_vlen_dtype(str if virtual.dtype.kind == "T" else bytes)
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
@@ -57,11 +67,19 @@ class RefgridBackendArray(BackendArray):
 
     def _read(self, key: tuple[Any, ...]) -> np.ndarray:
         values = read(self.virtual, key, storage_options=self.storage_options, path=self.path)
-        if values.dtype == self.dtype:
-            return values
-        if values.dtype.kind == "O":
+        if self.element is not None:
+            return _sequences(values, self.element)
+        if values.dtype == self.dtype or values.dtype.kind == "O":
             return values
         return values.view(self.records).astype(self.dtype)
+
+
+def _sequences(values: np.ndarray, element: np.dtype) -> np.ndarray:
+    """Byte strings → an object array of 1-d arrays of ``element`` (native byte order)."""
+    out = np.empty(values.shape, dtype=object)
+    for index, raw in np.ndenumerate(values):
+        out[index] = np.frombuffer(raw, dtype=element).astype(element.newbyteorder("="))
+    return out
 
 
 def _variable(array: VirtualArray, path: str, storage_options: dict[str, Any] | None) -> Variable:

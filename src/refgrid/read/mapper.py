@@ -29,7 +29,14 @@ from fsspec import AbstractFileSystem
 from fsspec.mapping import FSMap
 
 from refgrid.codecs import CodecJSON, bytes_codec
-from refgrid.dtypes import reader_attrs
+from refgrid.dtypes import (
+    DTYPE_ATTR,
+    ENCODING_ATTR,
+    original_dtype,
+    reader_attrs,
+    zarr_attributes,
+    zarr_records,
+)
 from refgrid.grid import RectilinearGrid
 from refgrid.keys import chunk_of_key, document_node
 from refgrid.manifest import INLINE, MISSING, ChunkManifest, flat_index
@@ -49,15 +56,22 @@ class _View:
     passthrough: bool
     unpacked: bool = False
     """Served as xarray unpacks it (masked, scaled) rather than as stored."""
+    records: np.dtype | None = None
+    """Records stored as raw bytes, served typed (packed, little-endian fields)."""
 
     def document(self) -> ArrayDocument:
         if self.passthrough:
-            return {**array_document(self.array), "attributes": _readable_attrs(self.array)}
+            return {**array_document(self.array),
+                    "attributes": zarr_attributes(_readable_attrs(self.array),
+                                                  self.array.value_dtype)}
         if self.unpacked:
             template = _unpack(self.array, np.zeros((0,) * self.array.grid.ndim,
                                                     self.array.value_dtype))
             attrs = {k: v for k, v in self.array.attrs.items() if k not in template.encoding}
             dtype, fill = template.dtype, np.nan
+        elif self.records is not None:
+            dtype, fill = self.records, None
+            attrs = {k: v for k, v in _readable_attrs(self.array).items() if k != DTYPE_ATTR}
         else:
             dtype, fill = self.array.value_dtype, self.array.fill_value
             attrs = _readable_attrs(self.array)
@@ -71,7 +85,7 @@ class _View:
 def _readable_attrs(array: VirtualArray) -> dict[str, Any]:
     """The attributes, less a ``_FillValue`` an integer array cannot hold (NaN, say): xarray
     drops it with a warning reading the source file, but fails on it reading zarr."""
-    attrs = dict(array.attrs)
+    attrs = {k: v for k, v in array.attrs.items() if k != ENCODING_ATTR}  # engine-only facts
     fill = attrs.get("_FillValue")
     if array.dtype.kind in "iu" and isinstance(fill, float) and not fill.is_integer():
         del attrs["_FillValue"]
@@ -151,14 +165,18 @@ class RegularViewFileSystem(AbstractFileSystem):
             else:
                 shape, passthrough = _view_chunks(node, chunks or {})
                 unpacked = unpack and _packed(node)
-                self.views[path] = _View(node, shape, passthrough and not unpacked, unpacked)
+                records = zarr_records(original_dtype(node.attrs, node.value_dtype)) \
+                    if DTYPE_ATTR in node.attrs else None
+                self.views[path] = _View(node, shape, passthrough and not unpacked
+                                         and records is None, unpacked, records)
         self.documents: dict[str, Document] = {path: group_document(g)
                                                for path, g in self.groups.items()}
         self.documents.update({path: v.document() for path, v in self.views.items()})
         root = group_document(group)
-        root["consolidated_metadata"] = {
-            "kind": "inline", "must_understand": False,
-            "metadata": {p: d for p, d in self.documents.items() if p}}
+        root["consolidated_metadata"] = {  # ordered as zarr writes it: by depth, then path
+            "kind": "inline", "must_understand": False,  # (zarr 3.1 loses children otherwise)
+            "metadata": {p: self.documents[p] for p in sorted(
+                (p for p in self.documents if p), key=lambda p: (p.count("/"), p))}}
         self.documents[""] = root
 
     # -- files ------------------------------------------------------------------------------
@@ -207,6 +225,9 @@ class RegularViewFileSystem(AbstractFileSystem):
             raise FileNotFoundError(path)
         values = read(array, region, storage_options=self.source_options, path=path)
         fill = read_fill(array)
+        if view.records is not None:
+            values = values.view(original_dtype(array.attrs, array.value_dtype))
+            values, fill = values.astype(view.records), np.zeros((), view.records)[()]
         if view.unpacked:
             values, fill = np.asarray(_unpack(array, values).values), np.nan
         block = np.full(view.chunk_shape, fill, dtype=values.dtype)

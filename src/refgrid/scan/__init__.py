@@ -9,7 +9,7 @@ VirtualGroup``:
 =================  ==========================================================================
 format             recognised by
 =================  ==========================================================================
-``hdf5``           HDF5 signature at offset 0, 512, 1024 or 2048 (NetCDF4 included)
+``hdf5``           HDF5 signature at offset 0 or 512·2^k (after a user block; NetCDF4 too)
 ``netcdf3``        ``CDF\\x01``, ``CDF\\x02`` or ``CDF\\x05``
 ``json``           a file starting with ``{`` (or named ``*.json``): kerchunk/refgrid refs
 ``parquet``        a directory with ``.zmetadata`` (or named ``*.parq``/``*.parquet``)
@@ -96,11 +96,31 @@ def detect_format(source: Source) -> Format:
         return "netcdf3"
     if head.lstrip()[:1] in (b"{", b"[") or source.url.endswith(".json"):
         return "json"
+    if _hdf5_after_user_block(source):
+        return "hdf5"
     found = None if source.is_local else _directory_format(source)  # a server listing dirs
     if found is not None:
         return found
     raise FormatError(source.url, None,
                       f"not an HDF5/NetCDF4/NetCDF3 file (starts with {head[:8]!r})")
+
+
+USER_BLOCK_LIMIT = 2**40
+"""The largest user block looked past (HDF5 places the superblock at 0 or 512·2^k)."""
+
+
+def _hdf5_after_user_block(source: Source) -> bool:
+    """Whether an HDF5 superblock follows a user block of 4 KiB or more (the first 4 KiB,
+    which hold the smaller ones, were already looked at)."""
+    offset = 4096
+    while offset < USER_BLOCK_LIMIT:
+        signature = source.read_at(offset, len(HDF5_MAGIC))
+        if signature == HDF5_MAGIC:
+            return True
+        if len(signature) < len(HDF5_MAGIC):
+            return False  # past the end of the file
+        offset *= 2
+    return False
 
 
 def _directory_format(source: Source) -> Format | None:

@@ -150,9 +150,9 @@ class _FileScan:
         for axis, n in enumerate(d.shape):
             scale = None if is_scale else _first_scale(d, axis)
             by_id = self._dimid_name(dimids[axis]) if dimids is not None else None
-            if is_scale and axis == 0:
+            if is_scale and axis == 0:  # a coordinate: as long as its (unlimited) dimension
                 names.append(name)
-                lengths.append(n)
+                lengths.append(max(n, self._dimension_length(d)))
             elif by_id is not None and by_id not in names:
                 names.append(by_id)  # a scale cannot have scales attached: netCDF-C's ids
                 lengths.append(n)
@@ -246,6 +246,9 @@ class _FileScan:
         dims, dim_lengths = self.dimensions(d, name)
         if vlen is not None:
             return _pad(self._vlen(d, name, where, dims, attrs, vlen), dim_lengths, d)
+        if dtype.subdtype is not None:  # H5T_ARRAY: each element an array of its own
+            raw = self._fixed(d, name, where, dims, np.dtype(f"V{dtype.itemsize}"), attrs)
+            return self._subarray(_pad(raw, dim_lengths, d), *dtype.subdtype)
         stored, extra = storable(dtype)
         if extra:
             self.report.append(ReportEntry(self.source.url, where, "encoded",
@@ -265,6 +268,10 @@ class _FileScan:
             raise _Skip("virtual datasets (VDS) are not supported")
         if dcpl.get_external_count():
             raise _Skip("data in external raw files is not supported")
+        if dtype.kind == "S" and d.id.get_type().get_class() == h5py.h5t.STRING and \
+                d.id.get_type().get_strpad() == h5py.h5t.STR_SPACEPAD:
+            return self._decoded_fallback(d, name, where, dims, dtype, fill, attrs,
+                                          "space-padded strings (read stripped, as HDF5 does)")
         if layout == h5py.h5d.COMPACT:
             grid = RectilinearGrid.regular(shape, _one_chunk(shape))
             data = d[()] if d.size else np.zeros(shape, dtype)
@@ -354,13 +361,43 @@ class _FileScan:
                 path_id[key], offset[key], length[key] = INLINE, 0, 0
         return ChunkManifest((self.source.url,), path_id, offset, length, inline)
 
+    def _subarray(self, raw: VirtualArray, base: np.dtype,
+                  sub: tuple[int, ...]) -> VirtualArray:
+        """An array of HDF5 array-typed elements as an array of ``base`` with the element's
+        axes last: the bytes are the same, each chunk gains whole trailing axes."""
+        if base.subdtype is not None or base.fields is not None or base.kind in "OV":
+            raise _Skip(f"array elements of type {base} have no Zarr representation")
+        dims = list(raw.dims)
+        for n in sub:
+            dims.append(self._phony(n, dims))
+        grid = raw.grid
+        lengths = [grid.lengths(k) for k in range(grid.ndim)] + [[n] for n in sub]
+        encoded = [grid.encoded_lengths(k) for k in range(grid.ndim)] + [[n] for n in sub]
+        m = raw.manifest
+        more = (1,) * len(sub)
+        manifest = ChunkManifest(m.paths, m.path_id.reshape(m.path_id.shape + more),
+                                 m.offset.reshape(m.offset.shape + more),
+                                 m.length.reshape(m.length.shape + more),
+                                 {k + (0,) * len(sub): v for k, v in m.inline.items()})
+        fill = None
+        if raw.fill_value is not None:
+            values = np.frombuffer(np.asarray(raw.fill_value).tobytes(), base)
+            fill = values[0] if (values == values[0]).all() else None
+        return VirtualArray(raw.name, tuple(dims), base,
+                            RectilinearGrid.from_lengths(lengths, encoded), manifest, fill,
+                            (bytes_codec(base), *raw.codecs[1:]), raw.attrs)
+
     def _chunk_bytes(self, d: h5py.Dataset, grid: RectilinearGrid, coords: tuple[int, ...],
                      dtype: np.dtype, fill: Any, codecs: tuple[CodecJSON, ...]) -> bytes:
         """A chunk encoded with the array's codecs, from values h5py decodes (which honours
         the chunk's filter mask)."""
         region = grid.chunk_region(coords)
         block = np.full(grid.encoded_chunk_shape(coords), fill, dtype=dtype)
-        block[tuple(slice(0, r.stop - r.start) for r in region)] = d[region]
+        values = d[region]
+        if dtype.kind == "V" and values.dtype != dtype:  # array-typed elements, as raw bytes
+            flat = np.ascontiguousarray(values).reshape((*values.shape[:len(region)], -1))
+            values = flat.view(dtype)[..., 0]
+        block[tuple(slice(0, r.stop - r.start) for r in region)] = values
         return encode_chunk(block, codecs)
 
     def _decoded_fallback(self, d: h5py.Dataset, name: str, where: str, dims: tuple[str, ...],
@@ -372,15 +409,17 @@ class _FileScan:
                             f"exceed the inline limit ({self.options.fallback_inline_limit}); "
                             "raise fallback_inline_limit to inline it")
         codecs = (bytes_codec(dtype), *FALLBACK_CODECS)
-        grid = RectilinearGrid.regular(d.shape, d.chunks)
-        infos: list[Any] = []
-        d.id.chunk_iter(infos.append)
-        chunk = np.asarray(d.chunks)
-        inline = {}
-        for info in infos:
-            key = tuple(int(v) for v in np.asarray(info.chunk_offset) // chunk)
-            if all(k < n for k, n in zip(key, grid.chunk_counts, strict=True)):
-                inline[key] = self._chunk_bytes(d, grid, key, dtype, fill, codecs)
+        grid = RectilinearGrid.regular(d.shape, d.chunks or _one_chunk(d.shape))
+        keys: list[tuple[int, ...]] = []
+        if d.chunks is not None:
+            infos: list[Any] = []
+            d.id.chunk_iter(infos.append)
+            keys = [tuple(int(v) for v in np.asarray(i.chunk_offset) // np.asarray(d.chunks))
+                    for i in infos]
+        elif d.size:
+            keys = [(0,) * len(d.shape)]
+        inline = {key: self._chunk_bytes(d, grid, key, dtype, fill, codecs) for key in keys
+                  if all(k < n for k, n in zip(key, grid.chunk_counts, strict=True))}
         self.report.append(ReportEntry(self.source.url, where, "inlined",
                                        f"{reason}: {len(inline)} chunks decoded through h5py "
                                        "and inlined"))
@@ -473,8 +512,8 @@ def _fill_value(d: h5py.Dataset, dtype: np.dtype) -> Any:
     except (OSError, RuntimeError, TypeError, ValueError):  # "fill value is undefined"
         return None
     if dtype.kind == "V":
-        return np.asarray(value).view(dtype)[()] if np.asarray(value).nbytes == dtype.itemsize \
-            else None
+        raw = np.ascontiguousarray(value).tobytes()
+        return np.frombuffer(raw, dtype)[0] if len(raw) == dtype.itemsize else None
     return np.asarray(value).astype(dtype)[()] if dtype.fields is None else value
 
 

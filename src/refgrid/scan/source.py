@@ -68,12 +68,17 @@ class Source:
 
     def head(self, nbytes: int) -> bytes:
         """The first ``nbytes`` of the file (fewer if it is shorter)."""
+        return self.read_at(0, nbytes)
+
+    def read_at(self, offset: int, nbytes: int) -> bytes:
+        """``nbytes`` of the file from ``offset`` (fewer, or none, past its end)."""
         try:
             if self.is_local:
                 with open(self.url, "rb") as f:
+                    f.seek(offset)
                     return f.read(nbytes)
             fs, path = self.filesystem()
-            return fs.cat_file(path, start=0, end=nbytes)
+            return fs.cat_file(path, start=offset, end=offset + nbytes)
         except FileNotFoundError:
             raise ScanError(self.url, None, "file not found") from None
         except OSError as e:

@@ -20,7 +20,7 @@ import pandas as pd
 from refgrid.errors import FormatError
 from refgrid.gc_pause import gc_paused
 from refgrid.grid import RectilinearGrid
-from refgrid.keys import chunk_of_key, document_keys
+from refgrid.keys import chunk_finder, document_keys
 from refgrid.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
 from refgrid.model import VirtualGroup
 from refgrid.zarr_json import group_from_documents
@@ -37,9 +37,10 @@ def references_to_group(refs: Mapping[str, Any], source: str = "<references>") -
     documents = {node: document(entries[k], source, k)
                  for node, k in document_keys(entries).items()}
     chunks: dict[str, ChunkRefs] = defaultdict(list)
+    find = chunk_finder(documents)
     with gc_paused():
         for key, value in entries.items():
-            found = chunk_of_key(key, documents)
+            found = find(key)
             if found is not None:
                 chunks[found[0]].append((found[1], value))
         return group_from_documents(documents, lambda path, grid: chunk_manifest(

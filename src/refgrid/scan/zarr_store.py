@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from refgrid.gc_pause import gc_paused
-from refgrid.keys import METADATA, chunk_of_key, document_keys
+from refgrid.keys import METADATA, chunk_finder, document_keys
 from refgrid.model import VirtualGroup
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
@@ -28,26 +28,14 @@ def scan_zarr_store(source: Source, options: ScanOptions) -> VirtualGroup:
     names = document_keys(files)
     texts = fs.cat([f"{root}/{k}" for k in names.values()])
     documents = {node: document(texts[f"{root}/{k}"], source.url, k) for node, k in names.items()}
-    arrays = {node for node, doc in documents.items() if doc.get("node_type") == "array"}
+    find = chunk_finder(documents)
     chunks: dict[str, ChunkRefs] = defaultdict(list)
     with gc_paused():
         for key, info in files.items():
-            found = _chunk_of_file(key, arrays)
+            found = find(key)
             if found is not None:
                 array, tail = found
                 url = f"{root}/{key}" if source.is_local else fs.unstrip_protocol(f"{root}/{key}")
                 chunks[array].append((tail, [url, 0, int(info["size"])]))
     return group_from_documents(documents, lambda path, grid: chunk_manifest(
         grid, chunks.get(path, []), {}, f"{source.url}:{path}"), source.url)
-
-
-def _chunk_of_file(key: str, arrays: set[str]) -> tuple[str, str] | None:
-    """(array, chunk coordinates as ``"0/3/1"``) of a file of a Zarr v3 store (default chunk
-    key encoding, ``/`` or ``.`` separated), or None for other files."""
-    found = chunk_of_key(key, arrays)
-    if found is not None:
-        return found
-    head, _, name = key.rpartition("/")
-    if name.startswith("c.") and head in arrays:
-        return head, name[2:].replace(".", "/")
-    return None
