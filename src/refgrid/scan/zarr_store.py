@@ -1,6 +1,7 @@
 """Zarr v3 stores → the model: ``zarr.json`` documents, and each chunk file a reference to
 the whole file — so the engine reads stores with rectilinear grids (written by zarr >= 3.2,
-say) where zarr 3.1 cannot. One listing of the tree, one request for all documents."""
+say) where zarr 3.1 cannot. Sharded arrays become references to their inner chunks. One
+listing of the tree, one request for all documents, one batch for all shard indexes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from refgrid.model import VirtualGroup
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
 from refgrid.scan.v3_refs import ChunkRefs, chunk_manifest, document
+from refgrid.scan.zarr_shards import is_sharded, unshard
 from refgrid.zarr_json import group_from_documents
 
 
@@ -30,12 +32,18 @@ def scan_zarr_store(source: Source, options: ScanOptions) -> VirtualGroup:
     documents = {node: document(texts[f"{root}/{k}"], source.url, k) for node, k in names.items()}
     find = chunk_finder(documents)
     chunks: dict[str, ChunkRefs] = defaultdict(list)
+    paths: dict[str, str] = {}
     with gc_paused():
         for key, info in files.items():
             found = find(key)
             if found is not None:
                 array, tail = found
                 url = f"{root}/{key}" if source.is_local else fs.unstrip_protocol(f"{root}/{key}")
+                paths[url] = f"{root}/{key}"
                 chunks[array].append((tail, [url, 0, int(info["size"])]))
+    for path, doc in list(documents.items()):
+        if doc.get("node_type") == "array" and is_sharded(doc):
+            documents[path], chunks[path] = unshard(doc, chunks.get(path, []), fs, paths,
+                                                    f"{source.url}:{path}")
     return group_from_documents(documents, lambda path, grid: chunk_manifest(
         grid, chunks.get(path, []), {}, f"{source.url}:{path}"), source.url)
