@@ -86,6 +86,8 @@ class _RangeHandler(SimpleHTTPRequestHandler):
     """Static files with single ``Range: bytes=a-b`` support, as fsspec's HTTP client needs."""
 
     counter: Counter
+    ignore_range = False
+    """Answer every request with the whole file (200), as ``python -m http.server`` does."""
 
     def log_message(self, *args: Any) -> None:  # keep test output quiet
         pass
@@ -97,7 +99,7 @@ class _RangeHandler(SimpleHTTPRequestHandler):
             self.send_error(404)
             return None
         size = path.stat().st_size
-        spec = self.headers.get("Range")
+        spec = None if self.ignore_range else self.headers.get("Range")
         start, end = 0, size - 1
         if spec and spec.startswith("bytes="):
             first, _, last = spec[6:].partition("-")
@@ -137,9 +139,10 @@ class HTTPServer:
     counter: Counter
 
 
-def start_http(root: Path) -> Iterator[HTTPServer]:
+def start_http(root: Path, ignore_range: bool = False) -> Iterator[HTTPServer]:
     counter = Counter()
-    handler = type("Handler", (_RangeHandler,), {"counter": counter})
+    handler = type("Handler", (_RangeHandler,), {"counter": counter,
+                                                 "ignore_range": ignore_range})
     server = ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: handler(*a, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

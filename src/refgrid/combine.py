@@ -64,6 +64,12 @@ def combine(
     labels = list(sources) if sources is not None else [_label(g, k) for k, g in enumerate(groups)]
     if len(labels) != len(groups):
         raise CombineError(f"{len(labels)} source names for {len(groups)} groups")
+    dims = {d for g in groups for _, node in g.walk() if isinstance(node, VirtualArray)
+            for d in node.dims}
+    if concat_dim not in dims:
+        raise CombineError(f"no variable in any of the {len(groups)} files has the dimension "
+                           f"{concat_dim!r} to combine along (dimensions: "
+                           f"{', '.join(sorted(dims)) or 'none'})")
     job = _Combine(concat_dim, overlap, others, codecs, storage_options or {})
     root = job.group(list(groups), labels, "")
     scanned = tuple(entry for g in groups for entry in g.report)

@@ -11,6 +11,7 @@ memoryviews into the fetched blocks, in the order asked.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,4 +143,29 @@ def _read_remote(files: list[tuple[str, np.ndarray]], offset: np.ndarray, length
             missing = isinstance(block, FileNotFoundError)
             reason = "source file not found" if missing else f"request failed: {block}"
             raise FetchError(requests.first_member(r), url, reason, missing)
-        requests.serve(r, block, out)
+        requests.serve(r, _the_range(block, requests.starts[r], requests.ends[r], url,
+                                     requests.first_member(r)), out)
+
+
+def _the_range(block: Any, start: int, end: int, url: str, member: int) -> Any:
+    """The bytes ``[start, end)`` of an answer: a server that ignores ``Range`` (as
+    ``python -m http.server`` does) answers with the whole file, which is cut here; any other
+    answer longer than asked is an error, never bytes taken for the range."""
+    if len(block) <= end - start:
+        return block  # exact, or short past the end of the file (callers check)
+    if len(block) >= end:  # the whole file, from its first byte
+        if url not in _WHOLE_FILE_SERVERS:
+            _WHOLE_FILE_SERVERS.add(url)
+            warnings.warn(f"{url}: the server ignores Range requests and sends the whole "
+                          "file for every chunk (correct, but slow)", RangeIgnoredWarning,
+                          stacklevel=4)
+        return memoryview(block)[start:end]
+    raise FetchError(member, url, f"asked for bytes {start}-{end}, the server answered "
+                     f"{len(block)} bytes", False)
+
+
+class RangeIgnoredWarning(UserWarning):
+    """The server answered a range request with the whole file."""
+
+
+_WHOLE_FILE_SERVERS: set[str] = set()

@@ -91,8 +91,11 @@ class _FileScan:
             where = f"{path}/{name}".lstrip("/")
             try:
                 obj = h5.get(name)
-            except (KeyError, OSError) as e:  # broken soft or external link
+            except (KeyError, OSError, RuntimeError, ValueError) as e:
                 self._problem(where, f"cannot be opened: {e}")
+                continue
+            if obj is None:  # h5py's get() hides why: dangling link, damaged header, ...
+                self._problem(where, f"cannot be opened ({_why_not(h5, name)})")
                 continue
             if isinstance(obj, h5py.Group):
                 groups[name] = self.group(obj, where)
@@ -457,6 +460,20 @@ class _FileScan:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+def _why_not(group: h5py.Group, name: str) -> str:
+    """Why ``group[name]`` cannot be opened, in HDF5's words."""
+    link = group.get(name, getlink=True)
+    if isinstance(link, h5py.SoftLink):
+        return f"a soft link to {link.path!r}, which does not exist"
+    if isinstance(link, h5py.ExternalLink):
+        return f"an external link to {link.filename}:{link.path}, which cannot be opened"
+    try:
+        group[name]
+    except (KeyError, OSError, RuntimeError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    return "h5py returns nothing for it"
+
 
 def _is_unlimited_dimension(d: h5py.Dataset) -> bool:
     """A netCDF dimension that can grow: a dimension scale with no maximum size."""

@@ -124,6 +124,8 @@ class _Header:
     attrs: dict[str, Any]
     variables: list[_Var]
     record_dim: int | None
+    end: int = 0
+    """Where the header ends: no variable may begin before it."""
 
 
 def _attributes(r: _Reader, where: str) -> dict[str, Any]:
@@ -175,11 +177,41 @@ def parse_header(r: _Reader) -> _Header:
         code = r.int32(f"variable {name!r} type")
         if code not in TYPES:
             raise FormatError(r.url, f"variable {name!r} type", f"unknown type {code}")
-        vsize = r.size(f"variable {name!r} vsize") if r.version == 5 else struct.unpack(
-            ">I", r.take(4, f"variable {name!r} vsize"))[0]
+        r.take(8 if r.version == 5 else 4, f"variable {name!r} vsize")  # recomputed: _vsize
         begin = r.offset(f"variable {name!r} begin")
-        variables.append(_Var(name, dimids, vattrs, np.dtype(TYPES[code]), vsize, begin))
-    return _Header(numrecs, dims, attrs, variables, record[0] if record else None)
+        dtype = np.dtype(TYPES[code])
+        variables.append(_Var(name, dimids, vattrs, dtype, _vsize(dims, dimids, dtype, record),
+                              begin))
+    header = _Header(numrecs, dims, attrs, variables, record[0] if record else None, r.pos)
+    _check_layout(header, r.url)
+    return header
+
+
+def _vsize(dims: list[tuple[str, int]], dimids: list[int], dtype: np.dtype,
+           record: list[int]) -> int:
+    """A variable's size as netCDF-C computes it (one record of a record variable), rounded
+    up to 4 bytes. The header's own vsize is not trusted: netCDF-C ignores it too (it
+    overflows for variables beyond 4 GiB)."""
+    n = math.prod(dims[d][1] for d in dimids if not (record and d == record[0]))
+    size = n * dtype.itemsize
+    return size + (-size % 4)
+
+
+def _check_layout(header: _Header, url: str) -> None:
+    """netCDF-C's checks of the data layout: fixed-size variables in definition order, none
+    overlapping the header or each other; record variables after them, likewise."""
+    is_record = [header.record_dim is not None and v.dimids[:1] == [header.record_dim]
+                 for v in header.variables]
+    previous = ("the header", header.end)
+    for record in (False, True):
+        for v, rec in zip(header.variables, is_record, strict=True):
+            if rec != record or (v.vsize == 0 and not rec):
+                continue
+            if v.begin < previous[1]:
+                raise FormatError(url, f"variable {v.name!r} begin",
+                                  f"offset {v.begin} overlaps {previous[0]} (which ends at "
+                                  f"{previous[1]})")
+            previous = (f"variable {v.name!r}", v.begin + v.vsize)
 
 
 def read_header(source: Source) -> tuple[_Header, int]:

@@ -60,6 +60,9 @@ class ParquetReferences:
         for n, name in enumerate(paths):
             data = found.get(name)
             if isinstance(data, FileNotFoundError):
+                if METADATA in self.documents:  # refgrid writes every record file
+                    raise FormatError(self.url, array, f"record file {name} is missing: "
+                                      "its chunks' references are lost")
                 continue  # kerchunk writes no record file for an array without chunks
             if isinstance(data, Exception) or data is None:
                 raise FormatError(self.url, array, f"cannot read {name}: {data}") from None
@@ -104,6 +107,8 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
         documents = {k: json.loads(v) if isinstance(v, str) else v
                      for k, v in meta["metadata"].items()}
         record_size = int(meta["record_size"])
+        if record_size < 1:
+            raise ValueError(f"record_size {record_size} is not a positive integer")
     except FileNotFoundError:
         raise FormatError(url, None, "no .zmetadata: not kerchunk parquet references (nor "
                           "an HDF5/NetCDF file)") from None

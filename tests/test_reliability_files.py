@@ -1,0 +1,102 @@
+"""Reliability, source files: damaged or odd files give correct data or a named error.
+
+Ground truth is netCDF4 (netCDF-C): a file it reads, refgrid reads identically; a file it
+refuses, refgrid refuses with a :class:`refgrid.RefgridError` naming the file and the reason.
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+from pathlib import Path
+
+import h5py
+import netCDF4
+import numpy as np
+import pytest
+import xarray as xr
+
+import refgrid
+from refgrid.scan.netcdf3 import read_header
+from refgrid.scan.source import Source
+
+
+def _netcdf3(path: Path) -> None:
+    """Two record variables and two fixed-size ones, in NETCDF3_CLASSIC."""
+    with netCDF4.Dataset(path, "w", format="NETCDF3_CLASSIC") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("x", 3)
+        nc.createVariable("a", "i4", ("x",))[:] = [1, 2, 3]
+        nc.createVariable("b", "f8", ("x",))[:] = [4.0, 5.0, 6.0]
+        nc.createVariable("r", "i2", ("time", "x"))[:] = np.arange(12).reshape(4, 3)
+        nc.createVariable("s", "f4", ("time",))[:] = np.arange(4) / 2
+
+
+def _patch(path: Path, name: str, vsize: int | None = None, begin: int | None = None) -> None:
+    """Rewrite one variable's vsize and/or begin in the header (CDF-1: 4-byte fields)."""
+    header, _ = read_header(Source(str(path)))
+    var = next(v for v in header.variables if v.name == name)
+    data = bytearray(path.read_bytes())
+    stored = next(n for n in range(2**16) if struct.pack(">II", n, var.begin) in data)
+    at = data.index(struct.pack(">II", stored, var.begin))
+    data[at:at + 8] = struct.pack(">II", stored if vsize is None else vsize,
+                                  var.begin if begin is None else begin)
+    path.write_bytes(bytes(data))
+
+
+def _netcdf4_read(path: Path) -> xr.Dataset:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return xr.open_dataset(path, engine="netcdf4").load()
+
+
+@pytest.mark.parametrize("name, vsize", [("r", 4), ("s", 1000), ("a", 0), ("b", 2**32 - 1)])
+def test_netcdf3_vsize_is_computed_not_trusted(tmp_path, name, vsize):
+    """The header's vsize was trusted: record data read at wrong offsets."""
+    path = tmp_path / "f.nc"
+    _netcdf3(path)
+    _patch(path, name, vsize=vsize)
+    ours = xr.open_dataset(path, engine="refgrid").load()
+    xr.testing.assert_identical(ours.drop_encoding(), _netcdf4_read(path).drop_encoding())
+
+
+@pytest.mark.parametrize("name, other", [("b", "a"), ("s", "r"), ("r", "b")])
+def test_netcdf3_overlapping_variables_are_refused_as_netcdf_c_refuses_them(tmp_path, name,
+                                                                          other):
+    path = tmp_path / "f.nc"
+    _netcdf3(path)
+    header, _ = read_header(Source(str(path)))
+    target = next(v for v in header.variables if v.name == other).begin
+    _patch(path, name, begin=target)
+    with pytest.raises(OSError):
+        netCDF4.Dataset(path)
+    with pytest.raises(refgrid.FormatError, match=f"variable '{name}' begin.*overlaps"):
+        refgrid.scan(path)
+
+
+def _damaged_hdf5(path: Path) -> None:
+    """``time``'s object header damaged; a dangling soft link and a missing external file."""
+    with h5py.File(path, "w", libver="latest") as f:
+        f["time"] = np.arange(3.0)
+        f["tas"] = np.arange(3.0)
+        f["soft"] = h5py.SoftLink("/nowhere")
+        f["ext"] = h5py.ExternalLink(str(path.parent / "missing.h5"), "/x")
+        address = h5py.h5o.get_info(f["time"].id).addr
+    data = bytearray(path.read_bytes())
+    assert data[address:address + 4] == b"OHDR"
+    data[address + 6] ^= 0xFF  # inside the header: its checksum no longer matches
+    path.write_bytes(bytes(data))
+
+
+def test_hdf5_objects_that_cannot_be_opened_are_never_dropped_silently(tmp_path):
+    """h5py's Group.get() returns None for them: they vanished with an empty report."""
+    path = tmp_path / "damaged.h5"
+    _damaged_hdf5(path)
+    with pytest.raises(refgrid.ScanError, match="cannot be opened") as raised:
+        refgrid.scan(path)
+    assert raised.value.url == str(path)
+    group = refgrid.scan(path, on_error="report")
+    assert list(group.arrays) == ["tas"]
+    reported = {e.variable: e.reason for e in group.report}
+    assert set(reported) == {"time", "soft", "ext"}
+    assert "'/nowhere'" in reported["soft"] and "missing.h5" in reported["ext"]

@@ -1,0 +1,44 @@
+"""Reliability, remote sources: servers that misbehave give correct data or a named error.
+
+Every server is local (127.0.0.1)."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import refgrid
+from helpers import FIXTURES
+from refgrid.read.fetch import RangeIgnoredWarning
+
+NETCDF3 = "netcdf3/classic/tas_200101.nc"
+
+
+@pytest.fixture(scope="module")
+def range_ignoring_server(tmp_path_factory):
+    """Answers every request with the whole file and status 200, as python -m http.server."""
+    from servers import start_http
+
+    root = tmp_path_factory.mktemp("plain")
+    shutil.copytree(FIXTURES / "netcdf3", root / "netcdf3")
+    yield from start_http(root, ignore_range=True)
+
+
+def test_server_that_ignores_range_gives_correct_values(range_ignoring_server, tmp_path):
+    """NetCDF3 values were silently wrong: the whole-file answer was sliced as the range."""
+    url = f"{range_ignoring_server.url}/{NETCDF3}"
+    expected = xr.open_dataset(FIXTURES / NETCDF3, engine="refgrid").load()
+    refs = refgrid.write(refgrid.scan(url), tmp_path / "refs.json")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ours = xr.open_dataset(refs, engine="refgrid").load()
+        mapped = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr",
+                                 consolidated=True).load()
+    for name in expected.data_vars:
+        np.testing.assert_array_equal(ours[name].values, expected[name].values)
+        np.testing.assert_array_equal(mapped[name].values, expected[name].values)
+    assert any(issubclass(w.category, RangeIgnoredWarning) for w in caught)
