@@ -246,7 +246,10 @@ def test_reference_sets_on_s3(kerchunk_refs, s3_server, tmp_path):
         s3_server.upload(path, key)
     for key in ("refs/tas.json", "refs/tas.parq"):
         url = f"s3://{s3_server.bucket}/{key}"
-        remote = refgrid.scan(url, **s3_server.storage_options)
+        with pytest.raises(refgrid.AccessError, match="outside the allowed sources"):
+            refgrid.scan(url, **s3_server.storage_options)  # remote refs, local sources
+        remote = refgrid.scan(url, allowed_sources=[str(FIXTURES)],
+                              **s3_server.storage_options)
         for (path, a), (_, b) in zip(remote.walk(), local.walk(), strict=True):
             if isinstance(a, VirtualArray):
                 assert a.manifest == b.manifest and a.grid == b.grid, (key, path)

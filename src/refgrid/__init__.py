@@ -10,6 +10,7 @@
 
 from refgrid.combine import combine
 from refgrid.errors import (
+    AccessError,
     ArgumentError,
     CombineError,
     FormatError,
@@ -32,6 +33,7 @@ from refgrid.write import to_kerchunk, write
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessError",
     "ArgumentError",
     "ChunkManifest",
     "CombineError",

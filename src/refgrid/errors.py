@@ -37,6 +37,10 @@ class FormatError(ScanError):
     """A file whose format refgrid does not recognise or that is malformed."""
 
 
+class AccessError(ScanError):
+    """References name a file outside the sources they may read (``allowed_sources``)."""
+
+
 class GroupError(RefgridError, OSError):
     """The input has no group at the path asked for (an ``OSError``, as xarray's engines
     raise for a missing group)."""

@@ -13,6 +13,7 @@ concatenated the padded chunk sits inside the array. JSON forms read and written
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from refgrid.errors import GridError
+from refgrid.limits import current as current_limits
 from refgrid.selection import AxisSelection, GridSelection, normalize_selection
 
 GridForm = Literal["auto", "rectilinear", "rectangular"]
@@ -100,6 +102,16 @@ class AxisChunks:
         return cls(lengths, enc, empty_chunk)
 
 
+def check_chunk_count(counts: Sequence[int]) -> None:
+    """Refuse a grid of more chunks than :attr:`refgrid.limits.Limits.max_chunks` before
+    anything the size of the grid is allocated."""
+    limit = current_limits().max_chunks
+    total = math.prod(max(int(c), 0) for c in counts)
+    if total > limit:
+        raise GridError(f"a grid of {total} chunks ({' x '.join(map(str, counts))}) exceeds the "
+                        f"limit of {limit} (refgrid.set_limits(max_chunks=...) raises it)")
+
+
 def _as_lengths(values: Any, what: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
@@ -123,12 +135,14 @@ class RectilinearGrid:
                 f"chunk shape {tuple(chunk_shape)} has rank {len(chunk_shape)}, "
                 f"array shape {tuple(shape)} has rank {len(shape)}")
         axes = []
+        counts = [-(-int(n) // max(int(c), 1)) for n, c in zip(shape, chunk_shape, strict=True)]
+        check_chunk_count(counts)
         for dim, (n, c) in enumerate(zip(shape, chunk_shape, strict=True)):
             if int(c) < 1 or int(n) < 0:
                 raise GridError(
                     f"dimension {dim}: chunk length {c} for length {n}; chunk lengths must be "
                     ">= 1 and lengths >= 0")
-            count = -(-int(n) // int(c))
+            count = counts[dim]
             logical = np.full(count, int(c), dtype=np.int64)
             if count:
                 logical[-1] = int(n) - (count - 1) * int(c)

@@ -13,7 +13,7 @@ from typing import Any, NotRequired, TypedDict
 import numpy as np
 
 from refgrid.errors import GridError
-from refgrid.grid import AxisChunks, GridForm, RectilinearGrid
+from refgrid.grid import AxisChunks, GridForm, RectilinearGrid, check_chunk_count
 
 EdgeSpec = int | list[int | list[int]]
 """One dimension's edges: a regular length, or lengths and ``[length, repeat]`` runs."""
@@ -59,15 +59,20 @@ def parse_chunk_grid(doc: Mapping[str, Any] | str, shape: Sequence[int]) -> Rect
         if encoded is not None and (not isinstance(encoded, list) or len(encoded) != len(shape)):
             raise GridError(f"encoded_chunk_shapes must list one entry per dimension "
                             f"({len(shape)}), got {encoded!r:.120}")
-        return RectilinearGrid(tuple(
+        return _checked(RectilinearGrid(tuple(
             _parse_axis(dim, n, spec, None if encoded is None else encoded[dim], rle=True)
-            for dim, (n, spec) in enumerate(zip(shape, specs, strict=True))))
+            for dim, (n, spec) in enumerate(zip(shape, specs, strict=True)))))
     if name == "rectangular":
         specs = _dims(config, "chunk_shape", shape, name)
-        return RectilinearGrid(tuple(
+        return _checked(RectilinearGrid(tuple(
             _parse_axis(dim, n, spec, None, rle=False)
-            for dim, (n, spec) in enumerate(zip(shape, specs, strict=True))))
+            for dim, (n, spec) in enumerate(zip(shape, specs, strict=True)))))
     raise GridError(f"unknown chunk grid {name!r} (expected regular, rectilinear or rectangular)")
+
+
+def _checked(grid: RectilinearGrid) -> RectilinearGrid:
+    check_chunk_count(grid.chunk_counts)
+    return grid
 
 
 def emit_chunk_grid(grid: RectilinearGrid, form: GridForm = "auto") -> ChunkGridJSON:
@@ -198,11 +203,13 @@ def _parse_axis(dim: int, length: int, spec: Any, encoded_spec: Any, rle: bool) 
     if _is_int(spec):
         if not 1 <= spec <= MAX_EDGE:
             raise GridError(f"dimension {dim}: chunk length {spec} must be >= 1 and <= 2**62")
+        check_chunk_count([-(-length // spec)])
         regular = RectilinearGrid.regular([length], [int(spec)]).axes[0]
         edges = regular.encoded
         declared = len(edges)
     else:
         edges, declared = _expand(dim, spec, "chunk lengths", rle, reach=length)
+    check_chunk_count([int(np.searchsorted(np.cumsum(edges) - edges, length))])
     total = int(edges.sum())
     if total < length:
         raise GridError(f"dimension {dim}: chunk lengths sum to {total}, shorter than the "

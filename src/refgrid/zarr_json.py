@@ -134,5 +134,5 @@ def _array(path: str, doc: Mapping[str, Any], manifest_for: ManifestFor,
                             manifest_for(path, grid), fill, codecs, attrs)
     except RefgridError:
         raise
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
         raise FormatError(source, path, f"unusable zarr.json: {type(e).__name__}: {e}") from None

@@ -22,6 +22,7 @@ import numpy as np
 
 from refgrid.errors import ReadError
 from refgrid.keys import chunk_key
+from refgrid.limits import current as current_limits
 from refgrid.manifest import INLINE, MISSING, chunk_coords
 from refgrid.model import VirtualArray
 from refgrid.read.decode import ChunkDecodeError, chunk_decoder
@@ -117,6 +118,12 @@ class _Reader:
         first = tuple(int(a.encoded[0]) if a.nchunks else 1 for a in array.grid.axes)
         self.chunk_nbytes = math.prod(first) * array.dtype.itemsize
         """About what one chunk decodes to (the first one's size)."""
+        largest = math.prod(int(a.encoded.max()) if a.nchunks else 1
+                            for a in array.grid.axes) * array.dtype.itemsize
+        if largest > current_limits().max_chunk_bytes:
+            raise ReadError(f"array {name!r}: chunks decode to up to {largest} bytes, more than "
+                            f"the limit of {current_limits().max_chunk_bytes} "
+                            "(refgrid.set_limits(max_chunk_bytes=...) raises it)")
         try:
             self.decoder = chunk_decoder(array.codecs, array.dtype, first)
         except (KeyError, ValueError) as e:

@@ -12,7 +12,7 @@ xarray's own.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -108,7 +108,7 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "storage_options",
                                "mask_and_scale", "decode_times", "decode_timedelta",
                                "use_cftime", "concat_characters", "decode_coords",
-                               "auto_complex")
+                               "auto_complex", "allowed_sources")
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
         return False  # references are JSON, which many engines may claim: ask by name
@@ -127,11 +127,15 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         concat_characters: bool = True,
         decode_coords: bool = True,
         auto_complex: bool | None = None,
+        allowed_sources: Sequence[str] | None = None,
     ) -> Dataset:
         """``auto_complex`` is accepted for netCDF4-engine compatibility: refgrid always
-        reads HDF5 complex compounds (``r``/``i`` members) as complex numbers."""
+        reads HDF5 complex compounds (``r``/``i`` members) as complex numbers.
+        ``allowed_sources``: prefixes the files named by references must lie under (see
+        :func:`refgrid.scan`)."""
         args = _OpenArgs(drop_variables, group, storage_options, mask_and_scale, decode_times,
-                         decode_timedelta, use_cftime, concat_characters, decode_coords)
+                         decode_timedelta, use_cftime, concat_characters, decode_coords,
+                         allowed_sources)
         return _open(filename_or_obj, args, subgroups=False)["/"]
 
     def open_groups_as_dict(  # type: ignore[override]
@@ -159,18 +163,20 @@ class _OpenArgs(NamedTuple):
     use_cftime: bool | None = None
     concat_characters: bool = True
     decode_coords: bool = True
+    allowed_sources: Sequence[str] | None = None
 
     def decoding(self) -> dict[str, Any]:
         return {k: v for k, v in self._asdict().items() if k not in DATASET_ARGS}
 
 
-DATASET_ARGS = frozenset({"drop_variables", "group", "storage_options"})
+DATASET_ARGS = frozenset({"drop_variables", "group", "storage_options", "allowed_sources"})
 
 
 def _open(source: Input, args: _OpenArgs, subgroups: bool) -> dict[str, Dataset]:
     """The Dataset of ``args.group`` (key ``/``) and, with ``subgroups``, of every group
     below it (``/sub``, ...), from one scan of ``source``."""
-    root = _group(scan(source, **(args.storage_options or {})), args.group, source)
+    root = _group(scan(source, allowed_sources=args.allowed_sources,
+                       **(args.storage_options or {})), args.group, source)
     base = args.group.strip("/") if args.group else ""
     nodes = {"": root} | ({path: node for path, node in root.walk()
                            if isinstance(node, VirtualGroup)} if subgroups else {})

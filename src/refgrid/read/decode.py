@@ -104,7 +104,23 @@ def _zlib_decoder(exact: bool, nbytes: int) -> Stage:
     exact, else the standard library (which grows its buffer as needed)."""
     if exact and nbytes >= LIBDEFLATE_FROM:
         return lambda data, size: imagecodecs.deflate_decode(data, out=size)
-    return lambda data, size: zlib.decompress(data, zlib.MAX_WBITS, size)
+    return _bounded_inflate
+
+
+INFLATE_SLACK = 4096
+"""Bytes a zlib stream may inflate to beyond the chunk's size (checksums that later stages
+strip); a stream inflating further is refused, not inflated (a zlib bomb)."""
+
+
+def _bounded_inflate(data: Any, size: int) -> bytes:
+    inflater = zlib.decompressobj(zlib.MAX_WBITS)
+    out = inflater.decompress(data, size + INFLATE_SLACK)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"inflates to more than {size + INFLATE_SLACK} bytes for a chunk of "
+                         f"{size} bytes")
+    if not inflater.eof:
+        raise ValueError("truncated zlib stream")
+    return out
 
 
 @functools.lru_cache(maxsize=256)

@@ -263,7 +263,8 @@ class RegularViewFileSystem(AbstractFileSystem):
 
 
 def get_mapper(refs: Input, chunks: Mapping[str, int] | None = None,
-               storage_options: dict[str, Any] | None = None, unpack: bool = False) -> FSMap:
+               storage_options: dict[str, Any] | None = None, unpack: bool = False,
+               allowed_sources: Sequence[str] | None = None) -> FSMap:
     """An fsspec mapper with a regular-grid Zarr v3 view of a refgrid dataset.
 
     ``refs``: a reference dict, or a path/URL to JSON or parquet references or a Zarr v3
@@ -273,6 +274,8 @@ def get_mapper(refs: Input, chunks: Mapping[str, int] | None = None,
     already unpacked and masked, exactly as xarray unpacks the source files: stock xarray
     cannot do that itself, since JSON attributes lose their float32 type and it would unpack
     in float64. Their raw values are then not available through the view.
+    ``allowed_sources``: prefixes the files named by references must lie under (see
+    :func:`refgrid.scan`).
     """
-    group = scan(refs, **(storage_options or {}))
+    group = scan(refs, allowed_sources=allowed_sources, **(storage_options or {}))
     return RegularViewFileSystem(group, chunks, storage_options, unpack).get_mapper("")

@@ -22,11 +22,12 @@ A dict is a loaded reference set.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NoReturn
 
-from refgrid.errors import FormatError, ScanError
+from refgrid.errors import ArgumentError, FormatError, RefgridError, ScanError
 from refgrid.model import VirtualGroup
+from refgrid.scan.allowed import check_sources, default_allowed
 from refgrid.scan.hdf5 import scan_hdf5
 from refgrid.scan.json_refs import reference_dict_to_group, scan_json
 from refgrid.scan.netcdf3 import scan_netcdf3
@@ -47,6 +48,8 @@ SCANNERS: Mapping[Format, Scanner] = {
     "parquet": scan_parquet,
     "zarr": scan_zarr_store,
 }
+REFERENCE_FORMATS = frozenset({"json", "parquet"})
+"""Inputs whose chunks may live anywhere: the ones the allow-list applies to."""
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
 
@@ -58,6 +61,7 @@ def scan(
     inline_threshold: int = ScanOptions.inline_threshold,
     fallback_inline_limit: int = ScanOptions.fallback_inline_limit,
     contiguous_chunk_bytes: int = ScanOptions.contiguous_chunk_bytes,
+    allowed_sources: Sequence[str] | None = None,
     **storage_options: Any,
 ) -> VirtualGroup:
     """Scan one HDF5 / NetCDF4 / NetCDF3 file, a reference set (kerchunk or refgrid JSON,
@@ -68,13 +72,36 @@ def scan(
     and goes on. Variables served another way than byte-range references (inlined, decoded,
     specially encoded) are always listed in the report. ``storage_options`` go to fsspec, for
     the input and for the files its references name.
+
+    ``allowed_sources``: URL or path prefixes the files named by references must lie under
+    (:class:`refgrid.AccessError` otherwise). Default: for references loaded from a remote
+    URL, that URL's scheme and host or bucket; otherwise no restriction.
     """
     options = ScanOptions(on_error, inline_threshold, fallback_inline_limit,
                           contiguous_chunk_bytes)
-    if isinstance(source, Mapping):
-        return reference_dict_to_group(source, "<references>", storage_options)
-    resolved = Source.of(source, storage_options)
-    return SCANNERS[detect_format(resolved)](resolved, options)
+    if not isinstance(source, Mapping | str | os.PathLike):
+        raise ArgumentError(f"refgrid reads a path, a URL or a dict of references, not a "
+                            f"{type(source).__name__}")
+    where = "<references>" if isinstance(source, Mapping) else os.fspath(source)
+    try:
+        if isinstance(source, Mapping):
+            group = reference_dict_to_group(source, where, storage_options)
+            kind: Format = "json"
+        else:
+            resolved = Source.of(source, storage_options)
+            kind = detect_format(resolved)
+            group = SCANNERS[kind](resolved, options)
+        prefixes = allowed_sources if allowed_sources is not None else default_allowed(
+            None if isinstance(source, Mapping) else where)
+        if kind in REFERENCE_FORMATS and prefixes is not None:
+            check_sources(group, prefixes, where)
+        return group
+    except RefgridError:
+        raise
+    except RecursionError:
+        raise FormatError(where, None, "nested too deeply to read") from None
+    except Exception as e:  # the contract: whatever a damaged input provokes is named
+        raise FormatError(where, None, f"unusable input ({type(e).__name__}: {e})") from e
 
 
 def detect_format(source: Source) -> Format:

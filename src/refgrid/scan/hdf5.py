@@ -97,21 +97,21 @@ class _FileScan:
             if obj is None:  # h5py's get() hides why: dangling link, damaged header, ...
                 self._problem(where, f"cannot be opened ({_why_not(h5, name)})")
                 continue
-            if isinstance(obj, h5py.Group):
-                groups[name] = self.group(obj, where)
-                continue
-            if isinstance(obj, h5py.Dataset) and _is_unlimited_dimension(obj):
-                unlimited.append(name)
-            if isinstance(obj, h5py.Dataset) and not _is_hidden_dimension(obj):
-                shown = name.removeprefix(NON_COORD_PREFIX)  # netCDF-C's rename, undone
-                try:
+            try:  # damaged metadata fails in h5py with any error: each is this object's
+                if isinstance(obj, h5py.Group):
+                    groups[name] = self.group(obj, where)
+                    continue
+                if isinstance(obj, h5py.Dataset) and _is_unlimited_dimension(obj):
+                    unlimited.append(name)
+                if isinstance(obj, h5py.Dataset) and not _is_hidden_dimension(obj):
+                    shown = name.removeprefix(NON_COORD_PREFIX)  # netCDF-C's rename, undone
                     arrays[shown] = self.array(obj, shown, where)
-                except _Skip as e:
-                    self.report.append(ReportEntry(self.source.url, where, "skipped", str(e)))
-                except ScanError as e:
-                    self._problem(where, e.reason)
-                except Exception as e:
-                    self._problem(where, f"{type(e).__name__}: {e}")
+            except _Skip as e:
+                self.report.append(ReportEntry(self.source.url, where, "skipped", str(e)))
+            except ScanError as e:
+                self._problem(e.variable or where, e.reason)
+            except Exception as e:
+                self._problem(where, f"{type(e).__name__}: {e}")
         attrs = self.attributes(h5, path or "/", hide=HIDDEN_ATTRS)
         unlimited += sorted({dim for a in arrays.values() for dim in a.dims
                              if dim in self.phony_unlimited} - set(unlimited))

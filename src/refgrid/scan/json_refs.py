@@ -11,6 +11,7 @@ import orjson
 from refgrid.errors import FormatError
 from refgrid.gc_pause import gc_paused
 from refgrid.keys import METADATA
+from refgrid.limits import current as current_limits
 from refgrid.model import VirtualGroup
 from refgrid.scan.kerchunk import kerchunk_to_group, load_kerchunk
 from refgrid.scan.options import ScanOptions
@@ -44,10 +45,57 @@ def load_json(source: Source) -> dict[str, Any]:
     return refs
 
 
+def check_bounds(refs: Mapping[str, Any], url: str) -> None:
+    """Refuse generators and templates that would expand beyond the limits, before fsspec
+    expands them (a ``gen`` of 10^5 x 10^5 keys, a 1 MB template used by every key)."""
+    bounds = current_limits()
+    templates = refs.get("templates") or {}
+    if not isinstance(templates, Mapping):
+        raise FormatError(url, "templates", "must be an object of name: URL")
+    for name, value in templates.items():
+        if not isinstance(value, str) or len(value) > bounds.max_url_length:
+            raise FormatError(url, f"templates/{name}", f"not a URL of at most "
+                              f"{bounds.max_url_length} characters")
+    generators = refs.get("gen") or []
+    if not isinstance(generators, list):
+        raise FormatError(url, "gen", "must be a list of generators")
+    total = 0
+    for k, gen in enumerate(generators):
+        dims = gen.get("dimensions") if isinstance(gen, Mapping) else None
+        if not isinstance(dims, Mapping):
+            raise FormatError(url, f"gen/{k}", "a generator needs an object 'dimensions'")
+        keys = 1
+        for name, spec in dims.items():
+            keys *= _span(spec, url, f"gen/{k}/dimensions/{name}")
+        total += keys
+        if total > bounds.max_references:
+            raise FormatError(url, f"gen/{k}", f"generators expand to more than "
+                              f"{bounds.max_references} keys (refgrid.set_limits("
+                              "max_references=...) raises the limit)")
+
+
+def _span(spec: Any, url: str, where: str) -> int:
+    """How many values one generator dimension takes (a list, or start/stop/step)."""
+    if isinstance(spec, list):
+        return len(spec)
+    if isinstance(spec, Mapping):
+        try:
+            start, stop, step = (int(spec.get(k, d)) for k, d in
+                                 (("start", 0), ("stop", 0), ("step", 1)))
+            return len(range(start, stop, step))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise FormatError(url, where, f"unusable range: {e}") from None
+    raise FormatError(url, where, f"a list or a start/stop/step object, not {spec!r:.40}")
+
+
 def reference_dict_to_group(refs: Mapping[str, Any], url: str = "<references>",
                             storage_options: Mapping[str, Any] | None = None) -> VirtualGroup:
     """The model of a loaded reference set: Zarr v3 keys without generators are walked
     directly; everything else is normalised by fsspec's reference filesystem first."""
+    if not isinstance(refs, Mapping):
+        raise FormatError(url, None, f"not a kerchunk reference set (a {type(refs).__name__}, "
+                          "not an object)")
+    check_bounds(refs, url)
     entries = refs.get("refs", refs)
     if isinstance(entries, Mapping) and METADATA in entries and "gen" not in refs:
         return references_to_group(refs, url)

@@ -275,10 +275,10 @@ def _check_extent(v: _Var, shape: tuple[int, ...], is_record: bool, recsize: int
     """The variable's bytes lie inside the file (checked with Python integers, before any
     array is sized from the header's numbers)."""
     row = math.prod(shape[1:]) * v.dtype.itemsize if shape else v.dtype.itemsize
-    if math.prod(shape) == 0 and shape:
-        return
     if v.begin < 0:
         raise FormatError(url, f"variable {v.name!r} begin", f"negative offset {v.begin}")
+    if math.prod(shape) == 0 and shape:
+        return
     if is_record:
         end = v.begin + (shape[0] - 1) * max(recsize, row) + row
     else:
@@ -302,7 +302,7 @@ def _fill_value(v: _Var) -> tuple[Any, str | None]:
         if v.dtype.kind in "iu" and not np.array_equal(cast, given):
             raise ValueError
         return cast.reshape(-1)[0], None
-    except (ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError, OverflowError, IndexError):  # IndexError: no value at all
         return np.asarray(default, dtype=v.dtype)[()], (
             f"_FillValue {value!r} does not fit type {v.dtype}; the netCDF default "
             f"{default!r} is the fill value (the attribute is kept as it is)")

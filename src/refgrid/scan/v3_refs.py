@@ -8,6 +8,7 @@ reference dict of 10^5 keys is walked once, with no Python object kept per chunk
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import math
 from collections import defaultdict
@@ -50,12 +51,16 @@ def references_to_group(refs: Mapping[str, Any], source: str = "<references>") -
 
 def document(value: Any, source: str, key: str) -> dict[str, Any]:
     """A ``zarr.json`` reference value (JSON text, ``base64:`` text or an object) parsed."""
-    if isinstance(value, str) and value.startswith("base64:"):
-        value = base64.b64decode(value[7:]).decode("utf-8")
     try:
-        return json.loads(value) if isinstance(value, str | bytes) else dict(value)
-    except (json.JSONDecodeError, TypeError, ValueError) as e:
+        if isinstance(value, str) and value.startswith("base64:"):
+            value = base64.b64decode(value[7:], validate=True).decode("utf-8")
+        parsed = json.loads(value) if isinstance(value, str | bytes) else dict(value)
+    except (json.JSONDecodeError, TypeError, ValueError, binascii.Error) as e:
         raise FormatError(source, key, f"metadata is not a JSON document: {e}") from None
+    if not isinstance(parsed, dict):
+        raise FormatError(source, key, f"metadata is a JSON {type(parsed).__name__}, not an "
+                          "object")
+    return parsed
 
 
 def chunk_manifest(grid: RectilinearGrid, chunks: ChunkRefs, templates: Mapping[str, str],
@@ -81,18 +86,43 @@ def chunk_manifest(grid: RectilinearGrid, chunks: ChunkRefs, templates: Mapping[
             raise FormatError(where, chunks[bad][0], "whole-file references are not supported "
                               "for chunks") from None
         codes, names = pd.factorize(table[:, 0])
+        if not all(isinstance(n, str) for n in names):
+            bad = next(k for k in refs.tolist() if not isinstance(values[k][0], str))
+            raise FormatError(where, chunks[bad][0], f"reference {values[bad]!r:.80} names "
+                              "no URL")
         remap = np.array([urls.setdefault(_render(n, templates), len(urls)) for n in names],
                          np.int32)
         path_id[flat[refs]] = remap[codes]
-        offset[flat[refs]] = table[:, 1].astype(np.uint64)
-        length[flat[refs]] = table[:, 2].astype(np.uint64)
+        offset[flat[refs]] = _byte_counts(table[:, 1], "offset", chunks, refs, where)
+        length[flat[refs]] = _byte_counts(table[:, 2], "length", chunks, refs, where)
     for k in np.flatnonzero(~ranged & keep).tolist():
         value = values[k]
-        inline[chunk_coords(int(flat[k]), counts)] = \
-            base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode("utf-8")
+        try:
+            inline[chunk_coords(int(flat[k]), counts)] = \
+                base64.b64decode(value[7:], validate=True) if value.startswith("base64:") \
+                else value.encode("utf-8")
+        except (AttributeError, binascii.Error, UnicodeEncodeError) as e:
+            raise FormatError(where, chunks[k][0], f"inline chunk {value!r:.40} is neither "
+                              f"text nor base64 ({e})") from None
         path_id[flat[k]] = INLINE
     return ChunkManifest(tuple(urls), path_id.reshape(counts), offset.reshape(counts),
                          length.reshape(counts), inline)
+
+
+MAX_BYTES = 2**62
+"""The largest offset or length accepted (sums of them stay within int64)."""
+
+
+def _byte_counts(column: np.ndarray, what: str, chunks: ChunkRefs, rows: np.ndarray,
+                 where: str) -> np.ndarray:
+    """An offset or length column as uint64, every entry an integer in [0, 2**62]."""
+    ok = [isinstance(v, int | np.integer) and not isinstance(v, bool) and 0 <= v <= MAX_BYTES
+          for v in column.tolist()]
+    if not all(ok):
+        k = ok.index(False)
+        raise FormatError(where, chunks[int(rows[k])][0], f"chunk {what} {column[k]!r:.40} is "
+                          "not an integer in [0, 2**62]")
+    return column.astype(np.uint64)
 
 
 def _flat_indices(tails: list[str], counts: tuple[int, ...]) -> np.ndarray:

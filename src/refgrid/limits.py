@@ -1,0 +1,81 @@
+"""Bounds on the work an input may ask for, checked before anything is allocated.
+
+A 500-byte reference file can declare 10^8 chunks, a generator of 10^10 keys, a 10^15-element
+chunk or a zlib bomb. refgrid refuses such inputs with a named error instead of running out
+of memory or time. The defaults admit every real archive seen (10^7 chunks per array, chunks
+of a few hundred MiB); raise them for larger ones:
+
+    refgrid.set_limits(max_chunks=10**9)            # for the rest of the process
+    with refgrid.limits(max_chunk_bytes=2**34): ...  # for a block
+
+or with the environment variables ``REFGRID_MAX_CHUNKS``, ``REFGRID_MAX_CHUNK_BYTES``,
+``REFGRID_MAX_REFERENCES``, ``REFGRID_MAX_URL_LENGTH`` and ``REFGRID_SCAN_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from refgrid.errors import ArgumentError
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_chunks: int = 2**26
+    """Chunks in one array's grid (a manifest costs 20 bytes a chunk: 1.3 GiB at most)."""
+    max_chunk_bytes: int = 2**31
+    """Decoded bytes of one chunk: a chunk claiming more is refused before decoding."""
+    max_references: int = 10**8
+    """Keys a reference set's generators (``gen``) may expand to."""
+    max_url_length: int = 8192
+    """Characters of one reference URL after templates are applied."""
+    scan_timeout: float = 600.0
+    """Seconds an HDF5 scan may take in the CLI (run in a child process there)."""
+
+
+def _from_environment() -> Limits:
+    changes: dict[str, Any] = {}
+    for f in fields(Limits):
+        value = os.environ.get(f"REFGRID_{f.name.upper()}")
+        if value:
+            try:
+                changes[f.name] = float(value) if f.name == "scan_timeout" else int(value)
+            except ValueError:
+                raise ArgumentError(f"REFGRID_{f.name.upper()}={value!r} is not a number") \
+                    from None
+    return Limits(**changes)
+
+
+_current = _from_environment()
+
+
+def current() -> Limits:
+    """The limits in force."""
+    return _current
+
+
+def set_limits(**changes: Any) -> Limits:
+    """Change limits for the rest of the process; returns the previous ones."""
+    global _current
+    previous = _current
+    try:
+        _current = replace(_current, **changes)
+    except TypeError as e:
+        raise ArgumentError(f"unknown limit: {e}; limits are "
+                            f"{[f.name for f in fields(Limits)]}") from None
+    return previous
+
+
+@contextmanager
+def limits(**changes: Any) -> Iterator[Limits]:
+    """Change limits inside a ``with`` block."""
+    global _current
+    previous = set_limits(**changes)
+    try:
+        yield _current
+    finally:
+        _current = previous
