@@ -8,6 +8,7 @@
     ds = xr.open_dataset(refgrid.get_mapper("out/refs.json"), engine="zarr")  # stock zarr
 """
 
+from refgrid.bounds import Limits, limits, set_limits
 from refgrid.combine import combine
 from refgrid.errors import (
     AccessError,
@@ -40,6 +41,7 @@ __all__ = [
     "FormatError",
     "GridError",
     "GroupError",
+    "Limits",
     "MissingExtraError",
     "ModelError",
     "ReadError",
@@ -52,7 +54,9 @@ __all__ = [
     "__version__",
     "combine",
     "get_mapper",
+    "limits",
     "scan",
+    "set_limits",
     "to_kerchunk",
     "write",
 ]

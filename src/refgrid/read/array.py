@@ -22,7 +22,7 @@ import numpy as np
 
 from refgrid.errors import ReadError
 from refgrid.keys import chunk_key
-from refgrid.limits import current as current_limits
+from refgrid.bounds import current as current_limits
 from refgrid.manifest import INLINE, MISSING, chunk_coords
 from refgrid.model import VirtualArray
 from refgrid.read.decode import ChunkDecodeError, chunk_decoder

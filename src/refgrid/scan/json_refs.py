@@ -11,7 +11,7 @@ import orjson
 from refgrid.errors import FormatError
 from refgrid.gc_pause import gc_paused
 from refgrid.keys import METADATA
-from refgrid.limits import current as current_limits
+from refgrid.bounds import current as current_limits
 from refgrid.model import VirtualGroup
 from refgrid.scan.kerchunk import kerchunk_to_group, load_kerchunk
 from refgrid.scan.options import ScanOptions
