@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import netCDF4
 import numpy as np
 import pytest
 import xarray as xr
@@ -44,16 +45,31 @@ def test_combined_archives_read_with_stock_xarray(archive, tmp_path):
             np.testing.assert_array_equal(got, want.values, err_msg=key)
 
 
-def test_regular_arrays_pass_through_native_bytes_and_codecs(tmp_path):
+def test_regular_arrays_keep_their_native_chunks_served_decoded(tmp_path):
     source = FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"
     group = refgrid.scan(source)
     mapper = refgrid.get_mapper(refgrid.to_kerchunk(group))
     doc = mapper.fs.documents["tas"]
-    assert doc["codecs"] == [dict(c) for c in group["tas"].codecs]
+    assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [10, 6, 8]
+    assert doc["codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}]
+    with netCDF4.Dataset(source) as nc:
+        expected = nc["tas"][10:20].filled().astype("<f4")
+    assert mapper["tas/c/1/0/0"] == expected.tobytes()
+
+
+def test_a_chunk_that_does_not_decode_is_a_read_error_naming_it(tmp_path):
+    """Through the mapper a damaged chunk raised zlib.error from inside zarr."""
+    source = tmp_path / "tas.nc"
+    source.write_bytes((FIXTURES / "monthly" / "chunk10" / "tas_200101.nc").read_bytes())
+    group = refgrid.scan(source)
     tas = group["tas"]
-    with open(source, "rb") as f:
-        f.seek(int(tas.manifest.offset[1, 0, 0]))
-        assert mapper["tas/c/1/0/0"] == f.read(int(tas.manifest.length[1, 0, 0]))
+    data = bytearray(source.read_bytes())
+    start = int(tas.manifest.offset[1, 0, 0])
+    data[start:start + 16] = bytes(16)
+    source.write_bytes(bytes(data))
+    mapper = refgrid.get_mapper(refgrid.to_kerchunk(group), verify_sources=False)
+    with pytest.raises(refgrid.ReadError, match=r"tas/c/1/0/0"):
+        xr.open_dataset(mapper, engine="zarr", consolidated=True)["tas"].values  # noqa: B018
 
 
 def test_irregular_arrays_get_a_regular_view_of_the_most_common_length(tmp_path):

@@ -45,11 +45,16 @@ def test_http_archive_through_engine(http_server, tmp_path):
     http_server.counter.reset()
     ours = xr.open_dataset(refs, engine="refgrid")
     np.testing.assert_array_equal(ours.tas.values, _expected().tas.values)
-    assert len(http_server.counter) <= len(urls) + 2, http_server.counter.requests
+    # a range request per file, and one HEAD per file checking it is the file scanned
+    assert len(http_server.counter) <= 2 * len(urls) + 2, http_server.counter.requests
     fresh = xr.open_dataset(refs, engine="refgrid", cache=False)
     http_server.counter.reset()
     fresh.tas[40, 2, 3].values  # noqa: B018 (reading is the point)
-    assert len(http_server.counter) == 1  # one chunk, one range
+    assert len(http_server.counter) == 2  # one chunk, one range; the file's identity check
+    unchecked = xr.open_dataset(refs, engine="refgrid", cache=False, verify_sources=False)
+    http_server.counter.reset()
+    unchecked.tas[40, 2, 3].values  # noqa: B018
+    assert len(http_server.counter) == 1
 
 
 def test_missing_remote_source_is_a_read_error(http_server, tmp_path):

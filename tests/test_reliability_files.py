@@ -6,6 +6,7 @@ refuses, refgrid refuses with a :class:`refgrid.RefgridError` naming the file an
 
 from __future__ import annotations
 
+import json
 import struct
 import warnings
 from pathlib import Path
@@ -100,3 +101,44 @@ def test_hdf5_objects_that_cannot_be_opened_are_never_dropped_silently(tmp_path)
     reported = {e.variable: e.reason for e in group.report}
     assert set(reported) == {"time", "soft", "ext"}
     assert "'/nowhere'" in reported["soft"] and "missing.h5" in reported["ext"]
+
+
+# -- sources changed after scanning ----------------------------------------------------------
+
+SOURCE = Path(__file__).resolve().parent.parent / "fixtures" / "monthly" / "chunk10"
+
+
+@pytest.mark.parametrize("form", ["refs.json", "refs.parq"])
+def test_a_source_rewritten_after_scanning_is_a_read_error(tmp_path, form):
+    """A source rewritten in place decoded silently to other data."""
+    import shutil
+    import time
+
+    path = tmp_path / "tas.nc"
+    shutil.copy(SOURCE / "tas_200101.nc", path)
+    refs = refgrid.write(refgrid.scan(path), tmp_path / form)
+    stored = json.loads((refs / ".zmetadata").read_text() if refs.is_dir() else refs.read_text())
+    assert stored["refgrid"]["sources"][str(path)]["size"] == path.stat().st_size
+    time.sleep(0.01)
+    path.write_bytes(path.read_bytes())  # the same bytes, written again: a new mtime
+    with pytest.raises(refgrid.ReadError, match=r"tas\.nc: the source changed.*mtime"):
+        xr.open_dataset(refs, engine="refgrid")["tas"].values  # noqa: B018
+    with pytest.raises(refgrid.ReadError, match="mtime"):
+        mapped = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr", consolidated=True)
+        mapped["tas"].values  # noqa: B018
+    shutil.copy(SOURCE / "tas_200102.nc", path)  # another file under the same name
+    with pytest.raises(refgrid.ReadError, match=r"size was \d+, is \d+"):
+        xr.open_dataset(refs, engine="refgrid")["tas"].values  # noqa: B018
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        anyway = xr.open_dataset(refs, engine="refgrid", verify_sources=False,
+                                 decode_times=False)
+        assert anyway["lat"].size  # the user's choice: read without the check
+
+
+def test_combined_references_record_every_source(tmp_path):
+    files = [SOURCE / f"tas_2001{m:02d}.nc" for m in (1, 2, 3)]
+    group = refgrid.combine([refgrid.scan(f) for f in files], "time")
+    assert set(group.sources) == {str(f) for f in files}
+    refs = refgrid.write(group, tmp_path / "year.json")
+    assert set(refgrid.scan(refs).sources) == {str(f) for f in files}

@@ -125,7 +125,7 @@ def test_damaged_references_name_the_key(refs, key):
 def test_reference_files_that_are_not_objects(tmp_path, content):
     path = tmp_path / "refs.json"
     path.write_bytes(content)
-    with pytest.raises(refgrid.FormatError, match="refs.json"):
+    with pytest.raises(refgrid.FormatError, match=r"refs\.json"):
         xr.open_dataset(path, engine="refgrid")
 
 

@@ -42,3 +42,23 @@ def test_server_that_ignores_range_gives_correct_values(range_ignoring_server, t
         np.testing.assert_array_equal(ours[name].values, expected[name].values)
         np.testing.assert_array_equal(mapped[name].values, expected[name].values)
     assert any(issubclass(w.category, RangeIgnoredWarning) for w in caught)
+
+
+def test_an_s3_object_replaced_after_scanning_is_a_read_error(s3_server, tmp_path):
+    """An S3 object overwritten with other bytes of the same size decoded silently."""
+    url = s3_server.upload(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc",
+                           "changing/tas.nc")
+    group = refgrid.scan(url, **s3_server.storage_options)
+    assert group.sources[url]["etag"]
+    refs = refgrid.write(group, tmp_path / "refs.json")
+    options = {"storage_options": s3_server.storage_options}
+    np.testing.assert_array_equal(
+        xr.open_dataset(refs, engine="refgrid", **options)["tas"].values,
+        xr.open_dataset(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")["tas"].values)
+    other = tmp_path / "other.nc"
+    data = bytearray((FIXTURES / "monthly" / "chunk10" / "tas_200101.nc").read_bytes())
+    data[-100:] = bytes(100)
+    other.write_bytes(bytes(data))  # the same size, other bytes
+    s3_server.upload(other, "changing/tas.nc")
+    with pytest.raises(refgrid.ReadError, match=r"tas\.nc: the source changed.*etag"):
+        xr.open_dataset(refs, engine="refgrid", **options)["tas"].values  # noqa: B018

@@ -73,7 +73,8 @@ def combine(
     job = _Combine(concat_dim, overlap, others, codecs, storage_options or {})
     root = job.group(list(groups), labels, "")
     scanned = tuple(entry for g in groups for entry in g.report)
-    return replace(root, report=scanned + tuple(job.report))
+    identities = {url: identity for g in groups for url, identity in g.sources.items()}
+    return replace(root, report=scanned + tuple(job.report), sources=identities)
 
 
 class _Combine:

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from refgrid.errors import GridError
 from refgrid.bounds import current as current_limits
+from refgrid.errors import GridError
 from refgrid.selection import AxisSelection, GridSelection, normalize_selection
 
 GridForm = Literal["auto", "rectilinear", "rectangular"]

@@ -20,6 +20,7 @@ from refgrid.frozen import FrozenPickle
 from refgrid.grid import RectilinearGrid
 from refgrid.manifest import ChunkManifest
 from refgrid.report import ReportEntry
+from refgrid.sources import SourceIdentity
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -153,9 +154,12 @@ class VirtualGroup(FrozenPickle):
     groups: Mapping[str, VirtualGroup] = field(default_factory=dict)
     report: tuple[ReportEntry, ...] = ()
     """What the scan could not express as references (not part of equality)."""
+    sources: Mapping[str, SourceIdentity] = field(default_factory=dict)
+    """Each source file's identity when it was scanned, by URL (kept on the root group; not
+    part of equality)."""
 
     def __post_init__(self) -> None:
-        for name in ("attrs", "arrays", "groups"):
+        for name in ("attrs", "arrays", "groups", "sources"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         clash = set(self.arrays) & set(self.groups)
         if clash:

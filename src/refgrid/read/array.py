@@ -20,14 +20,15 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from refgrid.bounds import current as current_limits
 from refgrid.errors import ReadError
 from refgrid.keys import chunk_key
-from refgrid.bounds import current as current_limits
 from refgrid.manifest import INLINE, MISSING, chunk_coords
 from refgrid.model import VirtualArray
 from refgrid.read.decode import ChunkDecodeError, chunk_decoder
 from refgrid.read.fetch import FetchError, is_local, read_ranges
 from refgrid.selection import AxisTile, orthogonal_index
+from refgrid.sources import SourceCheck
 
 BOX_BYTES = 8 * 2**20
 """Decoded bytes of one box: small enough to stay in cache and for its buffers to be reused."""
@@ -54,11 +55,13 @@ def read_fill(array: VirtualArray) -> Any:
 
 
 def read(array: VirtualArray, selection: Any = ..., *,
-         storage_options: dict[str, Any] | None = None, path: str | None = None) -> np.ndarray:
-    """``array[selection]`` (orthogonal indexing) read through the references."""
+         storage_options: dict[str, Any] | None = None, path: str | None = None,
+         check: SourceCheck | None = None) -> np.ndarray:
+    """``array[selection]`` (orthogonal indexing) read through the references; ``check``
+    verifies each source file's identity before its first read."""
     chosen = array.grid.select(selection)
     out = np.empty(chosen.kept_shape, dtype=array.value_dtype)
-    reader = _Reader(array, path or array.name, storage_options)
+    reader = _Reader(array, path or array.name, storage_options, check)
     threads = WORKERS if chosen.nchunks * reader.chunk_nbytes >= PARALLEL_BYTES else 1
     boxes = [_Box(reader, tiles) for tiles in chosen.boxes(reader.slot_dtype.itemsize,
                                                              BOX_BYTES, threads)]
@@ -79,13 +82,16 @@ def read(array: VirtualArray, selection: Any = ..., *,
 
 
 def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
-                 storage_options: dict[str, Any] | None) -> list[Any]:
+                 storage_options: dict[str, Any] | None,
+                 check: SourceCheck | None = None) -> list[Any]:
     """The stored bytes of chunks ``flat`` (C-order indices of stored chunks), checked for
     length; a missing file, a failed request or a short read is a :class:`ReadError` naming
     the array (``name``), the chunk, the URL and the byte range."""
     manifest = array.manifest
     offset, length = manifest.offset.reshape(-1)[flat], manifest.length.reshape(-1)[flat]
     path_id = manifest.path_id.reshape(-1)[flat]
+    if check is not None:
+        check(manifest.paths[int(i)] for i in np.unique(path_id[path_id >= 0]))
     try:
         blobs = read_ranges(manifest.paths, path_id, offset, length, storage_options)
     except FetchError as e:
@@ -111,10 +117,11 @@ class _Reader:
     """What every box of one read shares: the array, its decoder, names for messages."""
 
     def __init__(self, array: VirtualArray, name: str,
-                 storage_options: dict[str, Any] | None) -> None:
+                 storage_options: dict[str, Any] | None, check: SourceCheck | None) -> None:
         self.array = array
         self.name = name
         self.storage_options = storage_options
+        self.check = check
         first = tuple(int(a.encoded[0]) if a.nchunks else 1 for a in array.grid.axes)
         self.chunk_nbytes = math.prod(first) * array.dtype.itemsize
         """About what one chunk decodes to (the first one's size)."""
@@ -152,7 +159,7 @@ class _Reader:
                         f"not decode: {reason}")
 
     def fetch(self, flat: np.ndarray) -> list[Any]:
-        return fetch_chunks(self.array, self.name, flat, self.storage_options)
+        return fetch_chunks(self.array, self.name, flat, self.storage_options, self.check)
 
     def prefetch(self, boxes: list[_Box]) -> None:
         """Fetch the stored chunks of all ``boxes`` in one round of requests."""
@@ -251,4 +258,4 @@ class _Box:
 
     def _place(self, slots: np.ndarray, k: int, block: np.ndarray) -> None:
         region: tuple[int | slice, ...] = (k, *[slice(0, n) for n in block.shape])
-        slots[region] = block
+        slots[region] = block if block.ndim else block[()]  # (an object, not a 0-d array)

@@ -33,6 +33,7 @@ from refgrid.errors import ArgumentError, FormatError, GroupError
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import read
 from refgrid.scan import Input, scan
+from refgrid.sources import SourceCheck
 
 if TYPE_CHECKING:
     from xarray import DataTree
@@ -42,8 +43,9 @@ class RefgridBackendArray(BackendArray):
     """A lazily indexed virtual array (outer indexing: one index per axis)."""
 
     def __init__(self, virtual: VirtualArray, path: str,
-                 storage_options: dict[str, Any] | None) -> None:
+                 storage_options: dict[str, Any] | None, check: SourceCheck | None) -> None:
         self.virtual = virtual
+        self.check = check
         """(Not ``array``: xarray's helpers walk an ``array`` attribute as a wrapped array.)"""
         self.path = path
         self.storage_options = storage_options
@@ -66,7 +68,8 @@ class RefgridBackendArray(BackendArray):
             key, self.shape, indexing.IndexingSupport.OUTER, self._read)
 
     def _read(self, key: tuple[Any, ...]) -> np.ndarray:
-        values = read(self.virtual, key, storage_options=self.storage_options, path=self.path)
+        values = read(self.virtual, key, storage_options=self.storage_options, path=self.path,
+                      check=self.check)
         if self.element is not None:
             return _sequences(values, self.element)
         if values.dtype == self.dtype or values.dtype.kind == "O":
@@ -82,9 +85,10 @@ def _sequences(values: np.ndarray, element: np.dtype) -> np.ndarray:
     return out
 
 
-def _variable(array: VirtualArray, path: str, storage_options: dict[str, Any] | None) -> Variable:
+def _variable(array: VirtualArray, path: str, storage_options: dict[str, Any] | None,
+              check: SourceCheck | None) -> Variable:
     """One variable with the attributes and encoding xarray's netCDF4 engine gives it."""
-    backend_array = RefgridBackendArray(array, path, storage_options)
+    backend_array = RefgridBackendArray(array, path, storage_options, check)
     data = indexing.LazilyIndexedArray(backend_array)
     attrs = reader_attrs(array.attrs, records_typed=True)
     kind = array.dtype.kind
@@ -108,7 +112,7 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "storage_options",
                                "mask_and_scale", "decode_times", "decode_timedelta",
                                "use_cftime", "concat_characters", "decode_coords",
-                               "auto_complex", "allowed_sources")
+                               "auto_complex", "allowed_sources", "verify_sources")
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
         return False  # references are JSON, which many engines may claim: ask by name
@@ -128,14 +132,17 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         decode_coords: bool = True,
         auto_complex: bool | None = None,
         allowed_sources: Sequence[str] | None = None,
+        verify_sources: bool = True,
     ) -> Dataset:
         """``auto_complex`` is accepted for netCDF4-engine compatibility: refgrid always
         reads HDF5 complex compounds (``r``/``i`` members) as complex numbers.
         ``allowed_sources``: prefixes the files named by references must lie under (see
-        :func:`refgrid.scan`)."""
+        :func:`refgrid.scan`). ``verify_sources``: check each source file's size,
+        modification time or ETag against the references' record before reading it (once
+        per file), so a changed source is an error rather than other data."""
         args = _OpenArgs(drop_variables, group, storage_options, mask_and_scale, decode_times,
                          decode_timedelta, use_cftime, concat_characters, decode_coords,
-                         allowed_sources)
+                         allowed_sources, verify_sources)
         return _open(filename_or_obj, args, subgroups=False)["/"]
 
     def open_groups_as_dict(  # type: ignore[override]
@@ -164,32 +171,37 @@ class _OpenArgs(NamedTuple):
     concat_characters: bool = True
     decode_coords: bool = True
     allowed_sources: Sequence[str] | None = None
+    verify_sources: bool = True
 
     def decoding(self) -> dict[str, Any]:
         return {k: v for k, v in self._asdict().items() if k not in DATASET_ARGS}
 
 
-DATASET_ARGS = frozenset({"drop_variables", "group", "storage_options", "allowed_sources"})
+DATASET_ARGS = frozenset({"drop_variables", "group", "storage_options", "allowed_sources",
+                          "verify_sources"})
 
 
 def _open(source: Input, args: _OpenArgs, subgroups: bool) -> dict[str, Dataset]:
     """The Dataset of ``args.group`` (key ``/``) and, with ``subgroups``, of every group
     below it (``/sub``, ...), from one scan of ``source``."""
-    root = _group(scan(source, allowed_sources=args.allowed_sources,
-                       **(args.storage_options or {})), args.group, source)
+    scanned = scan(source, allowed_sources=args.allowed_sources, **(args.storage_options or {}))
+    check = SourceCheck(scanned.sources, args.storage_options) \
+        if args.verify_sources and scanned.sources else None
+    root = _group(scanned, args.group, source)
     base = args.group.strip("/") if args.group else ""
     nodes = {"": root} | ({path: node for path, node in root.walk()
                            if isinstance(node, VirtualGroup)} if subgroups else {})
-    return {f"/{path}": _dataset(node, "/".join(p for p in (base, path) if p), args)
+    return {f"/{path}": _dataset(node, "/".join(p for p in (base, path) if p), args, check)
             for path, node in nodes.items()}
 
 
-def _dataset(node: VirtualGroup, path: str, args: _OpenArgs) -> Dataset:
+def _dataset(node: VirtualGroup, path: str, args: _OpenArgs,
+             check: SourceCheck | None) -> Dataset:
     """One group (at ``path``) as xarray decodes it, without indexes (xarray adds them
     unless asked not to: ``create_default_indexes``)."""
     prefix = f"{path}/" if path else ""
     variables = {_decode_variable_name(name): _variable(array, prefix + name,
-                                                        args.storage_options)
+                                                        args.storage_options, check)
                  for name, array in node.arrays.items()}
     decoded, attrs, coord_names = conventions.decode_cf_variables(
         variables, reader_attrs(node.attrs), drop_variables=args.drop_variables,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from refgrid.filesystems import filesystem
+from refgrid.sources import is_local
 
 LOCAL_GAP = 16 * 2**10
 REMOTE_GAP = 256 * 2**10
@@ -34,10 +35,6 @@ class FetchError(OSError):
         self.url = url
         self.reason = reason
         self.missing = missing
-
-
-def is_local(url: str) -> bool:
-    return "://" not in url or url.startswith("file://")
 
 
 def coalesce(offset: np.ndarray, length: np.ndarray,

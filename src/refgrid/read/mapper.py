@@ -34,36 +34,35 @@ from refgrid.dtypes import (
     ENCODING_ATTR,
     original_dtype,
     reader_attrs,
-    zarr_attributes,
     zarr_records,
 )
 from refgrid.grid import RectilinearGrid
 from refgrid.keys import chunk_of_key, document_node
-from refgrid.manifest import INLINE, MISSING, ChunkManifest, flat_index
+from refgrid.manifest import MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.read.array import fetch_chunks, read, read_fill
+from refgrid.read.array import read, read_fill
 from refgrid.scan import Input, scan
+from refgrid.sources import SourceCheck
 from refgrid.zarr_json import ArrayDocument, Document, array_document, group_document
 
 
 @dataclass(frozen=True)
 class _View:
-    """How one array is served: natively (passthrough), re-chunked to a regular grid, and
-    optionally CF-unpacked."""
+    """How one array is served: in its native chunks or re-chunked to a regular grid,
+    optionally CF-unpacked. Chunks are always decoded by refgrid and served uncompressed, so
+    a chunk that does not decode is a :class:`refgrid.ReadError` naming it, not an error
+    from inside zarr."""
 
     array: VirtualArray
     chunk_shape: tuple[int, ...]
-    passthrough: bool
+    native: bool
+    """The view's chunks are the native ones (a missing native chunk is a missing file)."""
     unpacked: bool = False
     """Served as xarray unpacks it (masked, scaled) rather than as stored."""
     records: np.dtype | None = None
     """Records stored as raw bytes, served typed (packed, little-endian fields)."""
 
     def document(self) -> ArrayDocument:
-        if self.passthrough:
-            return {**array_document(self.array),
-                    "attributes": zarr_attributes(_readable_attrs(self.array),
-                                                  self.array.value_dtype)}
         if self.unpacked:
             template = _unpack(self.array, np.zeros((0,) * self.array.grid.ndim,
                                                     self.array.value_dtype))
@@ -73,7 +72,8 @@ class _View:
             dtype, fill = self.records, None
             attrs = {k: v for k, v in _readable_attrs(self.array).items() if k != DTYPE_ATTR}
         else:
-            dtype, fill = self.array.value_dtype, self.array.fill_value
+            dtype, fill = self.array.dtype if self.array.dtype.kind in "OT" else \
+                self.array.value_dtype, self.array.fill_value
             attrs = _readable_attrs(self.array)
         view = VirtualArray(self.array.name, self.array.dims, dtype,
                             RectilinearGrid.regular(self.array.shape, self.chunk_shape),
@@ -108,8 +108,8 @@ def _unpack(array: VirtualArray, values: np.ndarray) -> Any:
 
 
 def _plain_codec(dtype: np.dtype) -> CodecJSON:
-    if dtype.kind == "O":
-        return {"name": "vlen-utf8"}
+    if dtype.kind in "OT":
+        return {"name": "vlen-utf8" if dtype.kind == "T" else "vlen-bytes"}
     return bytes_codec(dtype.newbyteorder("<") if dtype.itemsize > 1 and dtype.kind != "V"
                        else dtype)
 
@@ -120,8 +120,7 @@ def _empty_manifest(shape: tuple[int, ...], chunks: tuple[int, ...]) -> ChunkMan
 
 def _view_chunks(array: VirtualArray, chunks: Mapping[str, int]) -> tuple[tuple[int, ...], bool]:
     grid = array.grid
-    if grid.is_regular and not any(d in chunks for d in array.dims) and _zarr_knows(
-            array.codecs):
+    if grid.is_regular and not any(d in chunks for d in array.dims):
         return tuple(grid.chunk_shape or ()), True
     shape = []
     for dim, axis in zip(array.dims, grid.axes, strict=True):
@@ -134,18 +133,6 @@ def _view_chunks(array: VirtualArray, chunks: Mapping[str, int]) -> tuple[tuple[
     return tuple(shape), False
 
 
-def _zarr_knows(codecs: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether stock zarr can decode these codecs (else chunks are served decoded)."""
-    from zarr.registry import get_codec_class
-
-    try:
-        for codec in codecs:
-            get_codec_class(codec["name"])
-    except KeyError:
-        return False
-    return True
-
-
 class RegularViewFileSystem(AbstractFileSystem):
     """``zarr.json`` documents and chunks of the regular view, as files (read-only)."""
 
@@ -154,21 +141,21 @@ class RegularViewFileSystem(AbstractFileSystem):
 
     def __init__(self, group: VirtualGroup, chunks: Mapping[str, int] | None = None,
                  storage_options: dict[str, Any] | None = None, unpack: bool = False,
-                 **kwargs: Any) -> None:
+                 verify_sources: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_options = storage_options or {}  # not storage_options: fsspec overwrites that
+        self.check = SourceCheck(group.sources, self.source_options) \
+            if verify_sources and group.sources else None
         self.views: dict[str, _View] = {}
         self.groups: dict[str, VirtualGroup] = {"": group}
         for path, node in group.walk():
             if isinstance(node, VirtualGroup):
                 self.groups[path] = node
             else:
-                shape, passthrough = _view_chunks(node, chunks or {})
-                unpacked = unpack and _packed(node)
+                shape, native = _view_chunks(node, chunks or {})
                 records = zarr_records(original_dtype(node.attrs, node.value_dtype)) \
                     if DTYPE_ATTR in node.attrs else None
-                self.views[path] = _View(node, shape, passthrough and not unpacked
-                                         and records is None, unpacked, records)
+                self.views[path] = _View(node, shape, native, unpack and _packed(node), records)
         self.documents: dict[str, Document] = {path: group_document(g)
                                                for path, g in self.groups.items()}
         self.documents.update({path: v.document() for path, v in self.views.items()})
@@ -207,23 +194,19 @@ class RegularViewFileSystem(AbstractFileSystem):
         array = view.array
         if len(coords) != array.grid.ndim:
             raise FileNotFoundError(path)
-        if view.passthrough:
-            manifest = array.manifest
+        if view.native:
             try:
-                pid = manifest.path_id[coords]
+                missing = array.manifest.path_id[coords] == MISSING
             except IndexError:
                 raise FileNotFoundError(path) from None
-            if pid == MISSING:
+            if missing:
                 raise FileNotFoundError(path)  # zarr reads the fill value
-            if pid == INLINE:
-                return manifest.inline[coords]
-            flat = np.array([flat_index(coords, manifest.shape)])
-            return bytes(fetch_chunks(array, path, flat, self.source_options)[0])
         region = tuple(slice(c * n, min((c + 1) * n, size))
                        for c, n, size in zip(coords, view.chunk_shape, array.shape, strict=True))
         if any(r.start >= r.stop for r in region) and array.shape:
             raise FileNotFoundError(path)
-        values = read(array, region, storage_options=self.source_options, path=path)
+        values = read(array, region, storage_options=self.source_options, path=path,
+                      check=self.check)
         fill = read_fill(array)
         if view.records is not None:
             values = values.view(original_dtype(array.attrs, array.value_dtype))
@@ -231,9 +214,10 @@ class RegularViewFileSystem(AbstractFileSystem):
         if view.unpacked:
             values, fill = np.asarray(_unpack(array, values).values), np.nan
         block = np.full(view.chunk_shape, fill, dtype=values.dtype)
-        block[tuple(slice(0, r.stop - r.start) for r in region)] = values
+        block[tuple(slice(0, r.stop - r.start) for r in region) or ...] = values  # (0-d too)
         if values.dtype.kind == "O":
-            return bytes(numcodecs.VLenUTF8().encode(block.reshape(-1)))
+            codec = numcodecs.VLenUTF8() if array.dtype.kind == "T" else numcodecs.VLenBytes()
+            return bytes(codec.encode(block.reshape(-1)))
         return np.ascontiguousarray(block, dtype=block.dtype.newbyteorder("<")
                                     if block.dtype.itemsize > 1 and block.dtype.kind != "V"
                                     else block.dtype).tobytes()
@@ -264,7 +248,8 @@ class RegularViewFileSystem(AbstractFileSystem):
 
 def get_mapper(refs: Input, chunks: Mapping[str, int] | None = None,
                storage_options: dict[str, Any] | None = None, unpack: bool = False,
-               allowed_sources: Sequence[str] | None = None) -> FSMap:
+               allowed_sources: Sequence[str] | None = None,
+               verify_sources: bool = True) -> FSMap:
     """An fsspec mapper with a regular-grid Zarr v3 view of a refgrid dataset.
 
     ``refs``: a reference dict, or a path/URL to JSON or parquet references or a Zarr v3
@@ -275,7 +260,9 @@ def get_mapper(refs: Input, chunks: Mapping[str, int] | None = None,
     cannot do that itself, since JSON attributes lose their float32 type and it would unpack
     in float64. Their raw values are then not available through the view.
     ``allowed_sources``: prefixes the files named by references must lie under (see
-    :func:`refgrid.scan`).
+    :func:`refgrid.scan`). ``verify_sources``: check each source's recorded identity before
+    its first read (see the engine).
     """
     group = scan(refs, allowed_sources=allowed_sources, **(storage_options or {}))
-    return RegularViewFileSystem(group, chunks, storage_options, unpack).get_mapper("")
+    return RegularViewFileSystem(group, chunks, storage_options, unpack,
+                                 verify_sources).get_mapper("")

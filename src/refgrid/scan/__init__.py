@@ -101,6 +101,9 @@ def scan(
     except RecursionError:
         raise FormatError(where, None, "nested too deeply to read") from None
     except Exception as e:  # the contract: whatever a damaged input provokes is named
+        if isinstance(e, OSError | TimeoutError) or type(e).__module__.split(".")[0] in (
+                "botocore", "aiohttp", "aiobotocore", "requests", "urllib3"):
+            raise ScanError(where, None, f"cannot read it ({type(e).__name__}: {e})") from e
         raise FormatError(where, None, f"unusable input ({type(e).__name__}: {e})") from e
 
 

@@ -632,6 +632,7 @@ def _text(value: Any) -> str:
 
 def scan_hdf5(source: Source, options: ScanOptions) -> VirtualGroup:
     """Scan one HDF5/NetCDF4 file."""
+    identity = source.identity
     with source.open() as handle:
         try:
             f = h5py.File(handle, "r")
@@ -640,4 +641,4 @@ def scan_hdf5(source: Source, options: ScanOptions) -> VirtualGroup:
         with f:
             scan = _FileScan(source, options)
             root = scan.group(f, "")
-    return replace(root, report=tuple(scan.report))
+    return replace(root, report=tuple(scan.report), sources={source.url: identity})

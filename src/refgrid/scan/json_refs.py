@@ -4,19 +4,21 @@ other kerchunk form (v0, v1 with templates and generators, Zarr v2 keys) through
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
+from refgrid.bounds import current as current_limits
 from refgrid.errors import FormatError
 from refgrid.gc_pause import gc_paused
 from refgrid.keys import METADATA
-from refgrid.bounds import current as current_limits
 from refgrid.model import VirtualGroup
 from refgrid.scan.kerchunk import kerchunk_to_group, load_kerchunk
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
 from refgrid.scan.v3_refs import references_to_group
+from refgrid.sources import stored_identities
 
 
 def scan_json(source: Source, options: ScanOptions) -> VirtualGroup:
@@ -98,6 +100,8 @@ def reference_dict_to_group(refs: Mapping[str, Any], url: str = "<references>",
     check_bounds(refs, url)
     entries = refs.get("refs", refs)
     if isinstance(entries, Mapping) and METADATA in entries and "gen" not in refs:
-        return references_to_group(refs, url)
-    options = storage_options or {}
-    return kerchunk_to_group(load_kerchunk(dict(refs), url, options), url, options)
+        group = references_to_group(refs, url)
+    else:
+        options = storage_options or {}
+        group = kerchunk_to_group(load_kerchunk(dict(refs), url, options), url, options)
+    return replace(group, sources=stored_identities(refs))

@@ -214,9 +214,10 @@ def _check_layout(header: _Header, url: str) -> None:
             previous = (f"variable {v.name!r}", v.begin + v.vsize)
 
 
-def read_header(source: Source) -> tuple[_Header, int]:
-    """Parse the header, fetching more bytes only when it is longer than the first read."""
-    size = _file_size(source)
+def read_header(source: Source, size: int | None = None) -> tuple[_Header, int]:
+    """Parse the header, fetching more bytes only when it is longer than the first read
+    (``size``: the file's, when already known)."""
+    size = source.identity["size"] if size is None else size
     n = FIRST_READ
     while True:
         data = source.head(min(n, size))
@@ -231,19 +232,13 @@ def read_header(source: Source) -> tuple[_Header, int]:
             n *= 4
 
 
-def _file_size(source: Source) -> int:
-    import os
-
-    if source.is_local:
-        return os.path.getsize(source.url)
-    fs, path = source.filesystem()
-    return int(fs.size(path))
 
 
 def scan_netcdf3(source: Source, options: ScanOptions) -> VirtualGroup:
     """Scan one NetCDF3 file (classic, 64-bit offset or 64-bit data)."""
     contiguous_chunk_bytes = options.contiguous_chunk_bytes
-    header, size = read_header(source)
+    identity = source.identity
+    header, size = read_header(source, identity["size"])
     record_vars = [v for v in header.variables if header.record_dim is not None
                    and v.dimids[:1] == [header.record_dim]]
     single = len(record_vars) == 1
@@ -267,7 +262,7 @@ def scan_netcdf3(source: Source, options: ScanOptions) -> VirtualGroup:
     attrs = dict(header.attrs)
     if header.record_dim is not None:
         attrs[ENCODING_ATTR] = {"unlimited_dims": [header.dims[header.record_dim][0]]}
-    return VirtualGroup(attrs, arrays, {}, tuple(report))
+    return VirtualGroup(attrs, arrays, {}, tuple(report), {source.url: identity})
 
 
 def _check_extent(v: _Var, shape: tuple[int, ...], is_record: bool, recsize: int, size: int,

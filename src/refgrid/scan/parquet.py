@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import fsspec
@@ -31,6 +31,7 @@ from refgrid.model import VirtualGroup
 from refgrid.scan.kerchunk import v2_group
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source, file_sizes
+from refgrid.sources import SourceIdentity, stored_identities
 from refgrid.zarr_json import group_from_documents
 
 ZMETADATA = ".zmetadata"
@@ -42,6 +43,7 @@ class ParquetReferences:
     documents: dict[str, Any]
     """``.zarray``/``.zattrs``/``.zgroup`` keys → their JSON documents"""
     record_size: int
+    sources: dict[str, SourceIdentity]
     fs: fsspec.AbstractFileSystem
     root: str
     storage_options: dict[str, Any]
@@ -92,11 +94,13 @@ def scan_parquet(source: Source, options: ScanOptions) -> VirtualGroup:
     (Zarr v2 documents, translated)."""
     parquet = load_parquet_references(source.url, source.storage_options)
     if METADATA in parquet.documents:
-        return group_from_documents(
+        group = group_from_documents(
             {node: parquet.documents[k] for node, k in document_keys(parquet.documents).items()},
             lambda path, grid: parquet.manifest(path, grid.chunk_counts), parquet.url)
-    return v2_group(parquet.documents,
-                    lambda path, grid, _: parquet.manifest(path, grid.chunk_counts), parquet.url)
+    else:
+        group = v2_group(parquet.documents, lambda path, grid, _: parquet.manifest(
+            path, grid.chunk_counts), parquet.url)
+    return replace(group, sources=parquet.sources)
 
 
 def load_parquet_references(url: str, storage_options: dict[str, Any]) -> ParquetReferences:
@@ -114,7 +118,8 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
                           "an HDF5/NetCDF file)") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise FormatError(url, ".zmetadata", f"not kerchunk parquet metadata: {e}") from None
-    return ParquetReferences(url, documents, record_size, fs, root, storage_options)
+    return ParquetReferences(url, documents, record_size, stored_identities(meta), fs, root,
+                             storage_options)
 
 
 def _read_table(data: bytes, url: str, name: str) -> pa.Table:

@@ -13,12 +13,14 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import IO, Any
 
 import fsspec
 
 from refgrid.errors import ScanError
 from refgrid.filesystems import filesystem
+from refgrid.sources import SourceIdentity, identity_of
 
 WHOLE_FILE_LIMIT = 32 * 2**20
 """Remote files up to this size are fetched in one request."""
@@ -46,6 +48,17 @@ class Source:
 
     def filesystem(self) -> tuple[fsspec.AbstractFileSystem, str]:
         return filesystem(self.url, self.storage_options)
+
+    @cached_property
+    def identity(self) -> SourceIdentity:
+        """Size, modification time or ETag (one ``stat`` or ``HEAD``, asked once): recorded
+        so readers notice a change, and the size a scan needs."""
+        try:
+            return identity_of(self.url, self.storage_options)
+        except FileNotFoundError:
+            raise ScanError(self.url, None, "file not found") from None
+        except OSError as e:
+            raise ScanError(self.url, None, f"cannot read: {e}") from None
 
     def has_member(self, name: str) -> bool:
         """Whether this URL is a directory (or prefix) holding a file ``name``."""
@@ -91,8 +104,8 @@ class Source:
             yield self.url
             return
         fs, path = self.filesystem()
+        size = self.identity["size"]
         try:
-            size = fs.size(path)
             if size <= WHOLE_FILE_LIMIT:
                 yield io.BytesIO(fs.cat_file(path))
                 return

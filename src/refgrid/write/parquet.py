@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from refgrid.grid import GridForm
 from refgrid.manifest import flat_index
 from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.sources import SOURCES_KEY
 from refgrid.zarr_json import documents
 
 RECORD_SIZE = 100_000
@@ -45,7 +46,8 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
     try:
         temporary.mkdir(parents=True)
         (temporary / ".zmetadata").write_text(
-            json.dumps({"metadata": documents(group, grid_form), "record_size": record_size}),
+            json.dumps({"metadata": documents(group, grid_form), "record_size": record_size,
+                        SOURCES_KEY: {"sources": dict(group.sources)}}),
             encoding="utf-8")
         for path, node in group.walk():
             if isinstance(node, VirtualArray):

@@ -16,6 +16,7 @@ from refgrid.gc_pause import gc_paused
 from refgrid.grid import GridForm
 from refgrid.keys import chunk_key
 from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.sources import SOURCES_KEY
 from refgrid.zarr_json import Document, documents
 
 
@@ -27,7 +28,10 @@ def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[st
         for path, node in group.walk():
             if isinstance(node, VirtualArray):
                 _chunk_refs(path, node, templates, refs)
-    return {"version": 1, "templates": {v: k for k, v in templates.items()}, "refs": refs}
+    out = {"version": 1, "templates": {v: k for k, v in templates.items()}, "refs": refs}
+    if group.sources:  # readers check the sources against it (fsspec ignores the key)
+        out[SOURCES_KEY] = {"sources": dict(group.sources)}
+    return out
 
 
 def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str],

@@ -1,0 +1,109 @@
+"""Source identity: which file a reference set was made from, checked before reading it.
+
+References are byte ranges. If a source is rewritten in place, replaced by another file or
+its S3 object overwritten, the same ranges decode silently to other data. Scanners record
+each source's identity — its size always, its modification time locally, its ETag (and
+version) where the store gives one — and writers keep the table beside the references. A
+reader checks a file's identity once per open, the first time it reads from it, and raises a
+:class:`~refgrid.errors.ReadError` naming the file and what changed (``verify_sources=False``
+skips the check).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, NotRequired, TypedDict
+
+from refgrid.errors import ReadError
+from refgrid.filesystems import filesystem
+
+SOURCES_KEY = "refgrid"
+"""Top-level key of JSON references (and of parquet's ``.zmetadata``) holding
+``{"sources": {url: identity}}``."""
+
+
+class SourceIdentity(TypedDict):
+    size: int
+    mtime: NotRequired[float]
+    etag: NotRequired[str]
+    version: NotRequired[str]
+
+
+def is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file://")
+
+
+def identity_of(url: str, storage_options: Mapping[str, Any] | None = None) -> SourceIdentity:
+    """The identity of the file at ``url`` now (one ``stat`` or ``HEAD``)."""
+    if is_local(url):
+        stat = os.stat(url.removeprefix("file://"))
+        return {"size": stat.st_size, "mtime": stat.st_mtime}
+    fs, path = filesystem(url, dict(storage_options or {}))
+    info = fs.info(path)
+    out: SourceIdentity = {"size": int(info["size"])}
+    etag = info.get("ETag") or info.get("etag")
+    if etag:
+        out["etag"] = str(etag).strip('"')
+    version = info.get("VersionId") or info.get("version_id")
+    if version:
+        out["version"] = str(version)
+    return out
+
+
+def stored_identities(container: Any) -> dict[str, SourceIdentity]:
+    """The table stored in a reference set's top level (or ``.zmetadata``), kept only where
+    it has the expected shape."""
+    section = container.get(SOURCES_KEY) if isinstance(container, Mapping) else None
+    value = section.get("sources") if isinstance(section, Mapping) else None
+    if not isinstance(value, Mapping):
+        return {}
+    out: dict[str, SourceIdentity] = {}
+    for url, entry in value.items():
+        if isinstance(url, str) and isinstance(entry, Mapping) and isinstance(
+                entry.get("size"), int):
+            out[url] = SourceIdentity(**{k: entry[k] for k in SourceIdentity.__annotations__
+                                         if k in entry})  # type: ignore[typeddict-item]
+    return out
+
+
+class SourceCheck:
+    """Checks each recorded source once, the first time a read touches it."""
+
+    def __init__(self, recorded: Mapping[str, SourceIdentity],
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        self.recorded = dict(recorded)
+        self.storage_options = dict(storage_options or {})
+        self.checked: set[str] = set()
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"recorded": self.recorded, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["recorded"], state["storage_options"])  # type: ignore[misc]
+
+    def __call__(self, urls: Iterable[str]) -> None:
+        todo = [u for u in urls if u in self.recorded and u not in self.checked]
+        for url in todo:
+            self._check(url)
+            with self.lock:
+                self.checked.add(url)
+
+    def _check(self, url: str) -> None:
+        expected = self.recorded[url]
+        try:
+            now = identity_of(url, self.storage_options)
+        except FileNotFoundError:
+            return  # the read that follows names the missing file and the chunk
+        except OSError as e:
+            raise ReadError(f"{url}: cannot check the source: {e}") from None
+        was, now_ = dict(expected), dict(now)
+        changed = [f"{key} was {was[key]!r}, is {now_[key]!r}"
+                   for key in ("size", "etag", "version", "mtime")
+                   if key in was and key in now_ and was[key] != now_[key]]
+        if changed:
+            raise ReadError(f"{url}: the source changed since it was scanned ("
+                            f"{'; '.join(changed)}); scan it again, or pass "
+                            "verify_sources=False to read it anyway")
