@@ -11,6 +11,7 @@ from typing import Literal
 from refgrid.errors import WriteError
 from refgrid.grid import GridForm
 from refgrid.model import VirtualGroup
+from refgrid.write.atomic import clean_leftovers, replace_directory, replace_file, temporary_for
 from refgrid.write.parquet import RECORD_SIZE, write_parquet
 from refgrid.write.refs import to_kerchunk
 
@@ -24,7 +25,9 @@ def write(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format |
 
     ``format`` defaults to parquet for a path ending in ``.parq``/``.parquet``, else JSON;
     ``record_size`` is the number of chunks per parquet record file. The output appears
-    atomically: it is written under a temporary name and renamed.
+    atomically: it is written under a temporary name and swapped in, so the path always
+    holds the old output or the new one; leftovers of killed writes are removed
+    (:mod:`refgrid.write.atomic`).
     """
     target = Path(path)
     chosen = format or ("parquet" if target.suffix in (".parq", ".parquet") else "json")
@@ -34,13 +37,17 @@ def write(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format |
         raise WriteError(f"record_size must be >= 1, got {record_size}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        clean_leftovers(target)
         if chosen == "parquet":
             return write_parquet(group, target, grid_form=grid_form, record_size=record_size)
-        temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        temporary = temporary_for(target)
         try:
             with open(temporary, "w", encoding="utf-8") as f:
                 json.dump(to_kerchunk(group, grid_form=grid_form), f, separators=(",", ":"))
-            os.replace(temporary, target)
+            if target.is_dir():
+                replace_directory(temporary, target)
+            else:
+                replace_file(temporary, target)
         finally:
             temporary.unlink(missing_ok=True)
     except OSError as e:

@@ -15,7 +15,6 @@ only Zarr v2 documents; refgrid's engine and mapper read these.)
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +27,7 @@ from refgrid.grid import GridForm
 from refgrid.manifest import flat_index
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.sources import SOURCES_KEY
+from refgrid.write.atomic import replace_directory, temporary_for
 from refgrid.zarr_json import documents
 
 RECORD_SIZE = 100_000
@@ -41,8 +41,7 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
                   record_size: int = RECORD_SIZE) -> Path:
     """Write ``group`` as a parquet reference directory at ``target``, atomically: it is
     built under a temporary name and renamed (an existing directory is replaced)."""
-    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(temporary, ignore_errors=True)
+    temporary = temporary_for(target)
     try:
         temporary.mkdir(parents=True)
         (temporary / ".zmetadata").write_text(
@@ -52,7 +51,7 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
         for path, node in group.walk():
             if isinstance(node, VirtualArray):
                 _write_records(node, temporary / path, record_size)
-        _replace_directory(temporary, target)
+        replace_directory(temporary, target)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return target
@@ -85,15 +84,3 @@ def _inline_column(inline: Mapping[tuple[int, ...], bytes], shape: tuple[int, ..
     for coords, data in inline.items():
         raw[flat_index(coords, shape)] = data
     return pa.array(raw, pa.binary())
-
-
-def _replace_directory(source: Path, target: Path) -> None:
-    """Rename ``source`` to ``target``; an existing ``target`` is removed only once the new
-    directory is in place."""
-    if not target.exists():
-        os.replace(source, target)
-        return
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    os.replace(target, old)
-    os.replace(source, target)
-    shutil.rmtree(old, ignore_errors=True)
