@@ -58,3 +58,83 @@ def test_combine_writes_parquet_references_for_a_parq_name(tmp_path):
     expected = xr.open_mfdataset(months, combine="nested", concat_dim="time",
                                  data_vars="minimal", compat="equals")
     xr.testing.assert_identical(ours.load(), expected.load())
+
+
+def test_globs_support_question_marks_classes_and_recursion(tmp_path):
+    months = FIXTURES / "monthly" / "chunk10"
+    for pattern, count in ((f"{months}/tas_20010?.nc", 9), (f"{months}/tas_20011[01].nc", 2),
+                           (f"{FIXTURES}/monthly/**/tas_200112.nc", 3)):
+        out = tmp_path / "refs.json"
+        result = CliRunner().invoke(main, ["combine", pattern, "-o", str(out),
+                                           "--allow-overlap", "--recode"])
+        assert result.exit_code == 0, result.output
+        assert f"combined {count} files" in result.output, (pattern, result.output)
+
+
+def test_a_pattern_that_matches_nothing_says_so(tmp_path):
+    pattern = str(FIXTURES / "monthly" / "chunk10" / "tas_1999*.nc")
+    result = CliRunner().invoke(main, ["combine", pattern, "-o", str(tmp_path / "x.json")])
+    assert result.exit_code == 1
+    assert f"no file matches {pattern}" in result.output
+
+
+def test_damaged_files_and_unreachable_servers_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    damaged = tmp_path / "damaged.h5"
+    damaged.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 4)
+    for args in (["scan", str(damaged)],
+                 ["scan", "s3://nobucket/x.nc", "-s", "endpoint_url=http://127.0.0.1:9",
+                  "-s", "anon=true"]):
+        result = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "x.json")])
+        assert result.exit_code == 1, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+        assert args[1] in lines[0]
+    result = CliRunner().invoke(main, ["--debug", "scan", str(damaged), "-o",
+                                       str(tmp_path / "x.json")])
+    assert isinstance(result.exception, Exception) and result.exit_code != 0
+
+
+def test_an_unexpected_error_is_one_line_too(tmp_path, monkeypatch):
+    import refgrid
+
+    def broken(*args, **kwargs):
+        raise ValueError("something inside a library")
+
+    monkeypatch.setattr(refgrid, "write", broken)
+    source = FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"
+    result = CliRunner().invoke(main, ["scan", str(source), "-o", str(tmp_path / "x.json")])
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: ValueError: something inside a library (run with "
+                                     "--debug for the traceback)")
+
+
+def test_a_scan_that_hangs_is_stopped(tmp_path, monkeypatch):
+    import time
+
+    import refgrid
+
+    monkeypatch.setattr(refgrid, "scan", lambda *a, **k: time.sleep(60))
+    source = FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"
+    start = time.perf_counter()
+    result = CliRunner().invoke(main, ["scan", str(source), "-o", str(tmp_path / "x.json"),
+                                       "--timeout", "1"])
+    assert time.perf_counter() - start < 10
+    assert result.exit_code == 1
+    assert "took longer than 1 s and was stopped" in result.output
+
+
+def test_references_from_outside_the_allowed_sources_are_refused(tmp_path):
+    refs = tmp_path / "refs.json"
+    refs.write_text(json.dumps({"version": 1, "refs": {
+        "zarr.json": json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}),
+        "a/zarr.json": json.dumps({
+            "zarr_format": 3, "node_type": "array", "shape": [8], "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}}),
+        "a/c/0": ["/etc/hostname", 0, 8]}}))
+    result = CliRunner().invoke(main, ["scan", str(refs), "-o", str(tmp_path / "out.json"),
+                                       "--allow-source", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "outside the allowed sources" in result.output

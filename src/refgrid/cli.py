@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,15 +29,41 @@ def _storage_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     return options
 
 
+allow_source = click.option(
+    "--allow-source", "allowed", multiple=True, metavar="PREFIX",
+    help="Path or URL prefix the files named by input references must lie under "
+         "(repeatable; default for remote references: their own host or bucket).")
+timeout_option = click.option(
+    "--timeout", type=float, default=None, metavar="SECONDS",
+    help="Give up on a file whose scan takes longer (run in a child process; default: "
+         "REFGRID_SCAN_TIMEOUT or 600).")
 storage_option = click.option(
     "--storage-option", "-s", "storage", multiple=True, metavar="KEY=VALUE",
     help="fsspec storage option for remote URLs (repeatable; values parsed as JSON when they "
          "are JSON), e.g. -s anon=true -s endpoint_url=http://127.0.0.1:9000")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """Every failure is one line on stderr and exit status 1 (``--debug``: the traceback)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as e:
+            if ctx.params.get("debug"):
+                raise
+            if isinstance(e, RefgridError):
+                raise click.ClickException(str(e)) from None
+            raise click.ClickException(f"{type(e).__name__}: {e} (run with --debug for the "
+                                       "traceback)") from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show the traceback of an error.")
 @click.version_option(package_name="refgrid")
-def main() -> None:
+def main(debug: bool) -> None:
     """Virtual Zarr datasets over HDF5 / NetCDF archives, irregular lengths included."""
 
 
@@ -52,9 +79,11 @@ def main() -> None:
                                       "in the report and go on.")
 @click.option("--inline-threshold", type=int, default=0, show_default=True,
               help="Inline chunks stored in fewer bytes than this.")
+@allow_source
+@timeout_option
 @storage_option
 def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline_threshold: int,
-         storage: tuple[str, ...]) -> None:
+         allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
     """Scan one HDF5/NetCDF4 file (local path or fsspec URL) into references.
 
     \b
@@ -64,12 +93,9 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
     """
     import refgrid
 
-    try:
-        group = refgrid.scan(source, on_error=on_error, inline_threshold=inline_threshold,
-                             **_storage_options(storage))
-        refgrid.write(group, output)
-    except RefgridError as e:
-        raise click.ClickException(str(e)) from None
+    [group] = _scan([source], timeout, on_error=on_error, inline_threshold=inline_threshold,
+                    allowed_sources=list(allowed) or None, **_storage_options(storage))
+    refgrid.write(group, output)
     arrays = sum(1 for _, node in group.walk() if isinstance(node, refgrid.VirtualArray))
     click.echo(f"wrote {output} ({arrays} arrays, {len(group.report)} report entries)")
     if show_report:
@@ -94,10 +120,12 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
                    "first file's, instead of failing. Copies their data.")
 @click.option("--report", "show_report", is_flag=True,
               help="Print scan notes and attribute conflicts.")
+@allow_source
+@timeout_option
 @storage_option
 def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overlap: bool,
-            stack_others: bool, recode: bool, show_report: bool,
-            storage: tuple[str, ...]) -> None:
+            stack_others: bool, recode: bool, show_report: bool, allowed: tuple[str, ...],
+            timeout: float | None, storage: tuple[str, ...]) -> None:
     """Scan files (paths or URLs) and combine them along a dimension of irregular length.
 
     \b
@@ -109,16 +137,12 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
     import refgrid
 
     options = _storage_options(storage)
-    try:
-        groups = [refgrid.scan(source, **options) for source in _expand(sources, options)]
-        group = refgrid.combine(groups, concat_dim,
-                                overlap="allow" if allow_overlap else "error",
-                                others="stack" if stack_others else "identical",
-                                codecs="recode" if recode else "error",
-                                storage_options=options)
-        refgrid.write(group, output)
-    except RefgridError as e:
-        raise click.ClickException(str(e)) from None
+    groups = _scan(_expand(sources, options), timeout, allowed_sources=list(allowed) or None,
+                   **options)
+    group = refgrid.combine(groups, concat_dim, overlap="allow" if allow_overlap else "error",
+                            others="stack" if stack_others else "identical",
+                            codecs="recode" if recode else "error", storage_options=options)
+    refgrid.write(group, output)
     click.echo(f"combined {len(groups)} files along {concat_dim!r} -> {output}")
     if show_report:
         for entry in group.report:
@@ -126,18 +150,60 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
 
 
 def _expand(sources: tuple[str, ...], options: dict[str, object]) -> list[str]:
-    """Sources with glob patterns expanded (remote ones too, through fsspec)."""
+    """Sources with glob patterns (``*``, ``?``, ``[abc]``, ``**``) expanded, local and
+    remote alike (through fsspec), sorted; a pattern that matches nothing is an error."""
     import fsspec
 
     out: list[str] = []
     for source in sources:
-        if any(ch in source for ch in "*?["):
-            _, _, paths = fsspec.get_fs_token_paths(source, storage_options=options)
-            prefix = source.split("://")[0] + "://" if "://" in source else ""
-            out.extend(sorted(prefix + p for p in paths))
-        else:
+        if not any(ch in source for ch in "*?["):
             out.append(source)
+            continue
+        try:
+            fs, _, _ = fsspec.get_fs_token_paths(source, storage_options=options)
+            found = [p for p in fs.glob(source) if not fs.isdir(p)]
+        except Exception as e:
+            raise click.ClickException(f"cannot expand {source!r}: {e}") from None
+        if not found:
+            raise click.ClickException(f"no file matches {source}")
+        prefix = source.split("://")[0] + "://" if "://" in source else ""
+        out.extend(sorted(p if p.startswith(prefix) else prefix + p for p in found))
     return out
+
+
+def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]:
+    """``refgrid.scan`` of each source in worker processes, each scan stopped after
+    ``timeout`` seconds: a damaged HDF5 file can make libhdf5 loop forever, and only a
+    process can be stopped. Files are scanned in parallel, results kept in order."""
+    import multiprocessing
+
+    from refgrid.bounds import current
+
+    limit = current().scan_timeout if timeout is None else timeout
+    workers = max(1, min(len(sources), os.cpu_count() or 1, 8))
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pending = [(s, pool.apply_async(_scan_here, (s, kwargs))) for s in sources]
+        groups = []
+        for source, result in pending:
+            try:
+                outcome, value = result.get(limit)
+            except multiprocessing.TimeoutError:
+                raise click.ClickException(f"{source}: the scan took longer than {limit:g} s "
+                                           "and was stopped (--timeout raises the limit)") \
+                    from None
+            if outcome == "error":
+                raise value
+            groups.append(value)
+    return groups
+
+
+def _scan_here(source: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
+    import refgrid
+
+    try:
+        return "ok", refgrid.scan(source, **kwargs)
+    except RefgridError as e:
+        return "error", e
 
 
 @main.command()

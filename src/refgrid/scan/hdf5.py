@@ -505,13 +505,16 @@ def _netcdf_dimids(d: h5py.Dataset) -> list[int] | None:
 
 
 def _first_scale(d: h5py.Dataset, axis: int) -> h5py.Dataset | None:
-    if "DIMENSION_LIST" not in d.attrs:
-        return None
+    """The first dimension scale attached to ``axis``, read from ``DIMENSION_LIST`` itself:
+    h5py's ``d.dims`` iterates scales in libhdf5, which can hang on damaged metadata."""
     try:
-        scales = d.dims[axis]
-        return scales[0] if len(scales) else None
-    except (RuntimeError, KeyError, IndexError, OSError):
+        entries = d.attrs["DIMENSION_LIST"][axis]
+        if not len(entries):
+            return None
+        scale = d.file[entries[0]]
+    except (KeyError, IndexError, OSError, RuntimeError, TypeError, ValueError):
         return None
+    return scale if isinstance(scale, h5py.Dataset) else None
 
 
 def _holds(dtype: np.dtype, test: Any) -> bool:
