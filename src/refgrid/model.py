@@ -62,6 +62,11 @@ class VirtualArray(FrozenPickle):
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
         object.__setattr__(self, "codecs", tuple(self.codecs))
         object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))
+        if self.dtype.itemsize == 0:
+            raise ModelError(f"array {self.name!r}: data type {self.dtype} has no bytes")
+        if not all(isinstance(d, str) for d in self.dims):
+            raise ModelError(f"array {self.name!r}: dimension names {self.dims!r:.80} are not "
+                             "all strings")
         if len(self.dims) != self.grid.ndim:
             raise ModelError(f"array {self.name!r}: {len(self.dims)} dimension names "
                              f"{self.dims} for a {self.grid.ndim}-dimensional grid")

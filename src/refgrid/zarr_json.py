@@ -128,7 +128,12 @@ def _array(path: str, doc: Mapping[str, Any], manifest_for: ManifestFor,
             fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
         if codecs:
             dtype = stored_dtype(dtype, codecs)
-        dims = tuple(doc.get("dimension_names") or (f"dim_{k}" for k in range(len(shape))))
+        names = doc.get("dimension_names") or [None] * len(shape)
+        if not isinstance(names, list) or len(names) != len(shape) or not all(
+                n is None or isinstance(n, str) for n in names):
+            raise FormatError(source, path, f"dimension_names {names!r:.80} is not a list of "
+                              f"{len(shape)} names")
+        dims = tuple(n if n is not None else f"dim_{k}" for k, n in enumerate(names))
         attrs = model_attributes(doc.get("attributes") or {}, dtype)
         return VirtualArray(path.rsplit("/", 1)[-1], dims, dtype, grid,
                             manifest_for(path, grid), fill, codecs, attrs)

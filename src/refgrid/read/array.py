@@ -133,9 +133,10 @@ class _Reader:
                             "(refgrid.set_limits(max_chunk_bytes=...) raises it)")
         try:
             self.decoder = chunk_decoder(array.codecs, array.dtype, first)
-        except (KeyError, ValueError) as e:
-            names = [c.get("name") for c in array.codecs]
-            raise ReadError(f"array {name!r}: cannot decode codecs {names}: {e}") from None
+        except Exception as e:  # a codec's own checks of its configuration raise anything
+            names = [c.get("name") if isinstance(c, dict) else c for c in array.codecs]
+            raise ReadError(f"array {name!r}: cannot decode codecs {names}: "
+                            f"{type(e).__name__}: {e}") from None
         self.slot_dtype = self.decoder.stored if self.decoder.plain else array.value_dtype
         self.fill = read_fill(array)
         manifest = array.manifest

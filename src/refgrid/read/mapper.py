@@ -18,6 +18,7 @@ The root ``zarr.json`` carries consolidated metadata, so opening costs one reque
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from refgrid.dtypes import (
     reader_attrs,
     zarr_records,
 )
+from refgrid.errors import FormatError, RefgridError
 from refgrid.grid import RectilinearGrid
 from refgrid.keys import chunk_of_key, document_node
 from refgrid.manifest import MISSING, ChunkManifest
@@ -264,5 +266,12 @@ def get_mapper(refs: Input, chunks: Mapping[str, int] | None = None,
     its first read (see the engine).
     """
     group = scan(refs, allowed_sources=allowed_sources, **(storage_options or {}))
-    return RegularViewFileSystem(group, chunks, storage_options, unpack,
-                                 verify_sources).get_mapper("")
+    try:
+        view = RegularViewFileSystem(group, chunks, storage_options, unpack, verify_sources)
+    except RefgridError:
+        raise
+    except Exception as e:  # metadata the scan accepted but no Zarr document can hold
+        where = "<references>" if isinstance(refs, Mapping) else os.fspath(refs)
+        raise FormatError(where, None, f"cannot be served as Zarr: {type(e).__name__}: "
+                          f"{e}") from e
+    return view.get_mapper("")

@@ -96,8 +96,10 @@ def scan(
         if kind in REFERENCE_FORMATS and prefixes is not None:
             check_sources(group, prefixes, where)
         return group
-    except RefgridError:
+    except ScanError:
         raise
+    except RefgridError as e:  # a model or grid error: name the input it came from
+        raise FormatError(where, None, str(e)) from e
     except RecursionError:
         raise FormatError(where, None, "nested too deeply to read") from None
     except Exception as e:  # the contract: whatever a damaged input provokes is named

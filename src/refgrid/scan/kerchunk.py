@@ -196,7 +196,10 @@ def _fill_v2(value: Any, dtype: np.dtype) -> Any:
         return dtype.type({"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}[value])
     if isinstance(value, str):  # bytes-like types: base64
         return np.frombuffer(base64.b64decode(value), dtype)[0]
-    return np.asarray(value).astype(dtype)[()]
+    cast = np.asarray(value).astype(dtype)
+    if cast.ndim:
+        raise ValueError(f"fill_value {value!r:.40} is not one value")
+    return cast[()]
 
 
 def _manifest_from_keys(path: str, refs: Mapping[str, Any], chunk_keys: list[str],
@@ -217,11 +220,17 @@ def _manifest_from_keys(path: str, refs: Mapping[str, Any], chunk_keys: list[str
                 coords = tuple(int(c) for c in tail.split(separator))
             except ValueError:
                 continue
-        if len(coords) != len(counts) or any(c >= n for c, n in zip(coords, counts,
-                                                                    strict=True)):
+        if len(coords) != len(counts) or any(not 0 <= c < n for c, n in zip(coords, counts,
+                                                                           strict=True)):
             continue
-        value = refs[f"{path}/{tail}".lstrip("/")]
+        key = f"{path}/{tail}".lstrip("/")
+        value = refs[key]
         if isinstance(value, list):
+            if len(value) not in (1, 3) or not isinstance(value[0], str) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 2**62
+                    for v in value[1:]):
+                raise FormatError(url, key, f"reference {value!r:.80} is not [url] or "
+                                  "[url, offset, length] with offsets in [0, 2**62]")
             path_id[coords] = urls.setdefault(value[0], len(urls))
             if len(value) == 1:
                 whole.append(coords)

@@ -143,6 +143,8 @@ def _fill(table: pa.Table, start: int, path_id: np.ndarray, offset: np.ndarray,
         if not pa.types.is_dictionary(paths.type):  # kerchunk's plain strings
             paths = paths.dictionary_encode()
         names = paths.dictionary.to_pylist()
+        if not all(isinstance(u, str) or u is None for u in names):
+            raise ValueError(f"the path column holds {paths.dictionary.type}, not URLs")
         remap = np.array([urls.setdefault(u, len(urls)) if u else MISSING for u in names]
                          + [MISSING], np.int32)  # the last entry: a null path
         codes = pc.fill_null(paths.indices.cast(pa.int64()), len(names)).to_numpy()

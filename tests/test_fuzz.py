@@ -1,0 +1,286 @@
+"""Fuzzing the parsers: every outcome is data netCDF-C agrees with, or a RefgridError.
+
+* NetCDF3: mutated headers (bytes, header integers, truncation) are scanned and every
+  variable read; the same bytes are opened by netCDF4 (netCDF-C, in memory). A file both
+  accept must read equal, variable by variable; refgrid may refuse what netCDF-C reads only
+  with a RefgridError.
+* References: refgrid JSON, kerchunk JSON and parquet reference sets, mutated structurally
+  (values replaced by odd JSON) and byte-wise, are scanned and every array read.
+
+Every case must end within a time bound and without anything but a RefgridError. CI runs a
+few hundred cases; ``REFGRID_FUZZ_EXAMPLES=1000000`` runs a long campaign, and
+``REFGRID_FUZZ_REPORT=path.json`` writes the outcome counts there.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import resource
+import shutil
+import struct
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import netCDF4
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import refgrid
+from helpers import CORPUS, FIXTURES
+from refgrid.read.array import read
+
+EXAMPLES = int(os.environ.get("REFGRID_FUZZ_EXAMPLES", "250"))
+SECONDS_PER_CASE = 5.0
+ORACLE_SECONDS = 2.0
+"""netCDF-C loops forever on some mutants: after this long it counts as refusing."""
+OUTCOMES: dict[str, Counter[str]] = {"netcdf3": Counter(), "references": Counter()}
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                phases=[Phase.explicit, Phase.generate],  # a failure is reported as found
+                suppress_health_check=list(HealthCheck))
+
+NETCDF3_SEEDS = [FIXTURES / "netcdf3" / n for n in
+                 ("single_byte_record.nc", "cdf5.nc", "empty_record.nc",
+                  "classic/tas_200101.nc", "offset64/tas_200102.nc")]
+NETCDF3_SEEDS += [p for p in sorted(CORPUS.glob("ncc__ref_nctest_*.nc")) if CORPUS.is_dir()]
+INTERESTING = [0, 1, 2, 3, 4, 7, 8, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE, 100, 10**6]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_outcomes():
+    yield
+    print("\nfuzz outcomes:", {k: dict(v) for k, v in OUTCOMES.items()})
+    target = os.environ.get("REFGRID_FUZZ_REPORT")
+    if target:
+        Path(target).write_text(json.dumps({k: dict(v) for k, v in OUTCOMES.items()}))
+
+
+def _within_bounds(start: float) -> None:
+    assert time.perf_counter() - start < SECONDS_PER_CASE, "a case took too long"
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 3 * 2**20, "memory grew >3 GB"
+
+
+# -- NetCDF3, against netCDF-C ---------------------------------------------------------------
+
+def _mutant(data: st.DataObject) -> bytes:
+    seed = data.draw(st.sampled_from(NETCDF3_SEEDS))
+    raw = bytearray(seed.read_bytes())
+    header = min(len(raw), 1024)
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["byte", "word", "delta"]))
+        if kind == "byte":
+            raw[data.draw(st.integers(4, header - 1))] = data.draw(st.integers(0, 255))
+        else:
+            at = data.draw(st.integers(1, header // 4 - 1)) * 4
+            old = struct.unpack(">I", raw[at:at + 4])[0]
+            new = data.draw(st.sampled_from(INTERESTING)) if kind == "word" else \
+                (old + data.draw(st.integers(-8, 8))) % 2**32
+            raw[at:at + 4] = struct.pack(">I", new)
+    if data.draw(st.integers(0, 9)) == 0:
+        raw = raw[:data.draw(st.integers(4, len(raw)))]
+    return bytes(raw)
+
+
+def _netcdf4_read(raw: bytes) -> dict[str, np.ndarray] | None:
+    try:
+        with netCDF4.Dataset("mutant", memory=raw) as nc:
+            out = {}
+            for name, var in nc.variables.items():
+                var.set_auto_maskandscale(False)
+                var.set_auto_chartostring(False)
+                out[name] = np.asarray(var[...])
+            return out
+    except Exception:
+        return None
+
+
+def _oracle_loop(connection: Any) -> None:
+    while True:
+        raw = connection.recv()
+        connection.send(_netcdf4_read(raw))
+
+
+class NetCDFOracle:
+    """netCDF-C in a worker process: some mutants crash it (SIGSEGV) or make it loop, which
+    must not end the fuzzing; either counts as netCDF-C refusing the file, and the worker
+    restarts."""
+
+    def __init__(self) -> None:
+        self.process: Any = None
+        self.crashes = 0
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.connection, child = ctx.Pipe()
+        self.process = ctx.Process(target=_oracle_loop, args=(child,), daemon=True)
+        self.process.start()
+
+    def __call__(self, raw: bytes) -> dict[str, np.ndarray] | None:
+        if self.process is None or not self.process.is_alive():
+            self._start()
+        self.connection.send(raw)
+        if self.connection.poll(ORACLE_SECONDS):
+            try:
+                return self.connection.recv()
+            except EOFError:
+                pass
+        self.crashes += 1
+        self.process.kill()
+        self.process.join()
+        self.process = None
+        return None
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+
+
+@pytest.fixture(scope="module")
+def netcdf_c():
+    oracle = NetCDFOracle()
+    yield oracle
+    oracle.close()
+    OUTCOMES["netcdf3"]["netCDF-C crashed or hung (counted as refusing)"] += oracle.crashes
+
+
+def _refgrid_values(path: Path) -> dict[str, np.ndarray] | None:
+    try:
+        group = refgrid.scan(path)
+        return {name: read(array) for name, array in group.arrays.items()}
+    except refgrid.RefgridError:
+        return None
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind == "f":
+        return bool(np.array_equal(a, b.astype(a.dtype), equal_nan=True))
+    return bool(np.array_equal(a, b.astype(a.dtype) if b.dtype != a.dtype else b))
+
+
+@FUZZ
+@given(data=st.data())
+def test_netcdf3_mutants_read_as_netcdf_c_reads_them_or_are_refused(tmp_path_factory,
+                                                                    netcdf_c, data):
+    raw = _mutant(data)
+    path = tmp_path_factory.getbasetemp() / "netcdf3-mutant.nc"
+    path.write_bytes(raw)
+    start = time.perf_counter()
+    ours = _refgrid_values(path)
+    _within_bounds(start)  # refgrid's time: netCDF-C may hang on a mutant, refgrid may not
+    theirs = netcdf_c(raw)
+    if ours is None:
+        OUTCOMES["netcdf3"]["refgrid refuses, netCDF-C too" if theirs is None else
+                            "refgrid refuses, netCDF-C reads"] += 1
+        return
+    if theirs is None:
+        OUTCOMES["netcdf3"]["refgrid reads, netCDF-C refuses"] += 1
+        return
+    differ = sorted(set(ours) ^ set(theirs)) or [
+        name for name, values in ours.items() if not _same(values, theirs[name])]
+    if differ:
+        keep = Path(os.environ.get("REFGRID_FUZZ_FAILURES", tmp_path_factory.getbasetemp()))
+        (keep / f"mismatch-{len(raw)}-{hash(raw) & 0xFFFFFF:06x}.nc").write_bytes(raw)
+        raise AssertionError(f"refgrid and netCDF-C differ on {differ} (mutant kept in {keep})")
+    OUTCOMES["netcdf3"]["both read, equal"] += 1
+
+
+# -- reference sets --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def reference_seeds(tmp_path_factory) -> dict[str, Any]:
+    """refgrid JSON (a combined month pair), kerchunk JSON (Zarr v2 keys) and parquet."""
+    root = tmp_path_factory.mktemp("reference-seeds")
+    months = [FIXTURES / "monthly" / "chunk10" / f"tas_2001{m:02d}.nc" for m in (1, 2)]
+    combined = refgrid.combine([refgrid.scan(m) for m in months], "time")
+    seeds: dict[str, Any] = {"refgrid": refgrid.to_kerchunk(combined),
+                             "features": refgrid.to_kerchunk(refgrid.scan(
+                                 FIXTURES / "features" / "netcdf4_features.nc"))}
+    try:
+        from kerchunk.hdf import SingleHdf5ToZarr
+
+        seeds["kerchunk"] = SingleHdf5ToZarr(str(months[0]), inline_threshold=50).translate()
+    except ImportError:
+        pass
+    seeds["parquet"] = refgrid.write(combined, root / "seed.parq", record_size=3)
+    return seeds
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() |
+    st.text(max_size=20) | st.sampled_from(["base64:@@", "{{u0}}", "zarr.json", "/etc/passwd",
+                                            "[1,2]", '{"zarr_format": 3}']),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=8)
+
+
+def _mutate_json(value: Any, data: st.DataObject, depth: int = 0) -> Any:
+    """Replace one node somewhere inside ``value`` (documents inside strings included)."""
+    if depth > 6 or data.draw(st.integers(0, 4)) == 0:
+        return data.draw(JSON_VALUES)
+    if isinstance(value, dict) and value:
+        key = data.draw(st.sampled_from(sorted(value)))
+        return {**value, key: _mutate_json(value[key], data, depth + 1)}
+    if isinstance(value, list) and value:
+        k = data.draw(st.integers(0, len(value) - 1))
+        return [*value[:k], _mutate_json(value[k], data, depth + 1), *value[k + 1:]]
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            return json.dumps(_mutate_json(json.loads(value), data, depth + 1))
+        except ValueError:
+            pass
+    return data.draw(JSON_VALUES)
+
+
+def _exercise(refs: Any) -> str:
+    """Scan and read everything; 'read' or 'refused' — anything else propagates."""
+    try:
+        group = refgrid.scan(refs)
+        for _, node in group.walk():
+            if isinstance(node, refgrid.VirtualArray):
+                read(node)
+        refgrid.get_mapper(refs)
+    except refgrid.RefgridError:
+        return "refused"
+    return "read"
+
+
+@FUZZ
+@given(data=st.data())
+def test_reference_mutants_read_or_raise_refgrid_errors(reference_seeds, tmp_path_factory,
+                                                        data):
+    kind = data.draw(st.sampled_from(sorted(reference_seeds)))
+    seed = reference_seeds[kind]
+    start = time.perf_counter()
+    if kind == "parquet":
+        work = tmp_path_factory.getbasetemp() / "parquet-mutant.parq"
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(seed, work)
+        files = sorted(p for p in work.rglob("*") if p.is_file())
+        target = data.draw(st.sampled_from(files))
+        raw = bytearray(target.read_bytes())
+        if target.name == ".zmetadata" and data.draw(st.booleans()):
+            raw = bytearray(json.dumps(_mutate_json(json.loads(raw), data)).encode())
+        else:
+            for _ in range(data.draw(st.integers(1, 4))):
+                raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+        target.write_bytes(bytes(raw))
+        outcome = _exercise(work)
+    elif data.draw(st.booleans()):
+        outcome = _exercise(_mutate_json(seed, data))
+    else:
+        text = bytearray(json.dumps(seed).encode())
+        for _ in range(data.draw(st.integers(1, 4))):
+            text[data.draw(st.integers(0, len(text) - 1))] = data.draw(st.integers(32, 126))
+        path = tmp_path_factory.getbasetemp() / "mutant.json"
+        path.write_bytes(bytes(text))
+        outcome = _exercise(path)
+    _within_bounds(start)
+    OUTCOMES["references"][f"{kind}: {outcome}"] += 1
