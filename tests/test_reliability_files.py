@@ -18,6 +18,7 @@ import pytest
 import xarray as xr
 
 import refgrid
+from refgrid.read.array import read
 from refgrid.scan.netcdf3 import read_header
 from refgrid.scan.source import Source
 
@@ -142,3 +143,34 @@ def test_combined_references_record_every_source(tmp_path):
     assert set(group.sources) == {str(f) for f in files}
     refs = refgrid.write(group, tmp_path / "year.json")
     assert set(refgrid.scan(refs).sources) == {str(f) for f in files}
+
+
+def test_netcdf3_empty_record_variable_with_a_negative_begin(tmp_path):
+    """OverflowError at scan/netcdf3.py."""
+    path = tmp_path / "f.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF3_CLASSIC") as nc:
+        nc.createDimension("time", None)
+        nc.createVariable("r", "i2", ("time",))  # no records
+    _patch(path, "r", begin=2**31 + 5)  # read back as a negative offset
+    with pytest.raises(refgrid.FormatError, match=r"'r' begin.*negative offset"):
+        refgrid.scan(path)
+
+
+def test_netcdf3_zero_length_fill_value_is_reported_not_raised(tmp_path):
+    """IndexError for a _FillValue attribute with no values."""
+    path = tmp_path / "f.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF3_CLASSIC") as nc:
+        nc.createDimension("x", 3)
+        nc.createVariable("a", "i4", ("x",), fill_value=7)[:] = [1, 2, 3]
+    data = bytearray(path.read_bytes())
+    at = data.index(b"_FillValue") + len(b"_FillValue") + 2  # name padded to 4 bytes
+    assert struct.unpack(">ii", data[at:at + 8]) == (4, 1)  # NC_INT, one value
+    begin = read_header(Source(str(path)))[0].variables[0].begin
+    data[at + 4:at + 8] = struct.pack(">i", 0)
+    del data[at + 8:at + 12]  # the value goes: the header, and the data, move by 4 bytes
+    field = data.index(struct.pack(">I", begin), at)
+    data[field:field + 4] = struct.pack(">I", begin - 4)
+    path.write_bytes(bytes(data))
+    group = refgrid.scan(path, on_error="report")
+    assert any(e.variable == "a" and "_FillValue" in e.reason for e in group.report)
+    np.testing.assert_array_equal(read(group["a"]), [1, 2, 3])

@@ -205,6 +205,8 @@ def _check_layout(header: _Header, url: str) -> None:
     previous = ("the header", header.end)
     for record in (False, True):
         for v, rec in zip(header.variables, is_record, strict=True):
+            if v.begin < 0:
+                raise FormatError(url, f"variable {v.name!r} begin", f"negative offset {v.begin}")
             if rec != record or (v.vsize == 0 and not rec):
                 continue
             if v.begin < previous[1]:
