@@ -45,10 +45,9 @@ class RefgridBackendArray(BackendArray):
     def __init__(self, virtual: VirtualArray, path: str,
                  storage_options: dict[str, Any] | None, check: SourceCheck | None) -> None:
         self.virtual = virtual
-        self.check = check
         """(Not ``array``: xarray's helpers walk an ``array`` attribute as a wrapped array.)"""
-        self.path = path
-        self.storage_options = storage_options
+        self.read_options: dict[str, Any] = {"storage_options": storage_options, "path": path,
+                                             "check": check}
         self.shape = virtual.shape
         self.records = original_dtype(virtual.attrs, virtual.value_dtype)
         """Records refgrid stored as raw bytes come back with their fields ..."""
@@ -68,8 +67,7 @@ class RefgridBackendArray(BackendArray):
             key, self.shape, indexing.IndexingSupport.OUTER, self._read)
 
     def _read(self, key: tuple[Any, ...]) -> np.ndarray:
-        values = read(self.virtual, key, storage_options=self.storage_options, path=self.path,
-                      check=self.check)
+        values = read(self.virtual, key, **self.read_options)
         if self.element is not None:
             return _sequences(values, self.element)
         if values.dtype == self.dtype or values.dtype.kind == "O":
