@@ -88,6 +88,8 @@ class _RangeHandler(SimpleHTTPRequestHandler):
     counter: Counter
     ignore_range = False
     """Answer every request with the whole file (200), as ``python -m http.server`` does."""
+    die_after: int | None = None
+    """Send only this many bytes of any body, then drop the connection (a dying server)."""
 
     def log_message(self, *args: Any) -> None:  # keep test output quiet
         pass
@@ -114,6 +116,12 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         if spec:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.end_headers()
+        if self.die_after is not None and self.command == "GET":
+            self.wfile.write(f.read(min(self.die_after, end - start + 1)))
+            f.close()
+            self.close_connection = True
+            self.connection.shutdown(2)  # mid-body: the client sees a truncated answer
+            return None
         return _Limited(f, end - start + 1)
 
 
@@ -139,9 +147,10 @@ class HTTPServer:
     counter: Counter
 
 
-def start_http(root: Path, ignore_range: bool = False) -> Iterator[HTTPServer]:
+def start_http(root: Path, ignore_range: bool = False,
+               die_after: int | None = None) -> Iterator[HTTPServer]:
     counter = Counter()
-    handler = type("Handler", (_RangeHandler,), {"counter": counter,
+    handler = type("Handler", (_RangeHandler,), {"counter": counter, "die_after": die_after,
                                                  "ignore_range": ignore_range})
     server = ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: handler(*a, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -4,7 +4,9 @@ Every server is local (127.0.0.1)."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import time
 import warnings
 
 import numpy as np
@@ -62,3 +64,26 @@ def test_an_s3_object_replaced_after_scanning_is_a_read_error(s3_server, tmp_pat
     s3_server.upload(other, "changing/tas.nc")
     with pytest.raises(refgrid.ReadError, match=r"tas\.nc: the source changed.*etag"):
         xr.open_dataset(refs, engine="refgrid", **options)["tas"].values  # noqa: B018
+
+
+@pytest.fixture(scope="module")
+def dying_server(tmp_path_factory):
+    """Sends 100 bytes of every body, then drops the connection."""
+    from servers import start_http
+
+    root = tmp_path_factory.mktemp("dying")
+    shutil.copytree(FIXTURES / "netcdf3", root / "netcdf3")
+    yield from start_http(root, die_after=100)
+
+
+def test_a_server_dying_mid_read_is_a_read_error(dying_server, tmp_path):
+    local = refgrid.scan(FIXTURES / NETCDF3)
+    url = f"{dying_server.url}/{NETCDF3}"
+    refs = refgrid.to_kerchunk(local)
+    moved = json.loads(json.dumps(refs).replace(str(FIXTURES / NETCDF3), url))
+    moved.pop("refgrid")  # no identity check: the read itself must notice
+    start = time.perf_counter()
+    broken = r"array '\w+'.*tas_200101\.nc.*(not completed|short)"
+    with pytest.raises(refgrid.ReadError, match=broken):
+        xr.open_dataset(moved, engine="refgrid", decode_times=False)["tas"].values  # noqa: B018
+    assert time.perf_counter() - start < 30

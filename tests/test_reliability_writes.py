@@ -25,12 +25,16 @@ from helpers import FIXTURES, ROOT
 MONTHS = [FIXTURES / "monthly" / "chunk10" / f"tas_2001{m:02d}.nc" for m in (1, 2)]
 WRITER = textwrap.dedent("""
     import sys, refgrid
-    target, fmt = sys.argv[1], sys.argv[2]
-    groups = [refgrid.scan(p) for p in sys.argv[3:]]
+    from refgrid.cli import main
+    target, fmt, sources = sys.argv[1], sys.argv[2], sys.argv[3:]
+    groups = [refgrid.scan(p) for p in sources]
     print("ready", flush=True)
     k = 0
     while True:
-        refgrid.write(groups[k % len(groups)], target, format=fmt, record_size=2)
+        if fmt == "cli":  # the command line, scanning and writing each time
+            main(["scan", sources[k % len(sources)], "-o", target], standalone_mode=False)
+        else:
+            refgrid.write(groups[k % len(groups)], target, format=fmt, record_size=2)
         k += 1
 """)
 
@@ -63,7 +67,8 @@ def _writer(target: Path, fmt: str) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt, name", [("json", "refs.json"), ("parquet", "refs.parq")])
+@pytest.mark.parametrize("fmt, name", [("json", "refs.json"), ("parquet", "refs.parq"),
+                                       ("cli", "refs.parq")])
 def test_kill_9_at_random_moments(tmp_path, fmt, name):
     target = tmp_path / name
     rng = random.Random(12)
@@ -75,7 +80,7 @@ def test_kill_9_at_random_moments(tmp_path, fmt, name):
         process.wait()
         seen.add(_state(target, fmt))
     assert seen - {None}, "no write ever completed"
-    refgrid.write(refgrid.scan(MONTHS[0]), target, format=fmt)
+    refgrid.write(refgrid.scan(MONTHS[0]), target)
     assert _state(target, fmt) == MONTHS[0].name
     assert _litter(target) == []
 
