@@ -25,7 +25,14 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NoReturn
 
-from refgrid.errors import ArgumentError, FormatError, RefgridError, ScanError
+from refgrid.errors import (
+    ArgumentError,
+    FormatError,
+    GridError,
+    ModelError,
+    RefgridError,
+    ScanError,
+)
 from refgrid.model import VirtualGroup
 from refgrid.scan.allowed import check_sources, default_allowed
 from refgrid.scan.hdf5 import scan_hdf5
@@ -96,10 +103,10 @@ def scan(
         if kind in REFERENCE_FORMATS and prefixes is not None:
             check_sources(group, prefixes, where)
         return group
-    except ScanError:
-        raise
-    except RefgridError as e:  # a model or grid error: name the input it came from
+    except (ModelError, GridError) as e:  # name the input they came from
         raise FormatError(where, None, str(e)) from e
+    except RefgridError:
+        raise
     except RecursionError:
         raise FormatError(where, None, "nested too deeply to read") from None
     except Exception as e:  # the contract: whatever a damaged input provokes is named
