@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from refgrid.bounds import current as current_limits
-from refgrid.errors import ReadError
+from refgrid.errors import ReadError, RefgridError
 from refgrid.keys import chunk_key
 from refgrid.manifest import INLINE, MISSING, chunk_coords
 from refgrid.model import VirtualArray
@@ -101,6 +101,11 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
             raise ReadError(f"array {name!r}: source file not found: {e.url} (chunk {key}, "
                             f"{span})") from None
         raise ReadError(f"array {name!r}, chunk {key} ({e.url} {span}): {e.reason}") from None
+    except RefgridError:
+        raise
+    except Exception as e:  # a URL no filesystem takes, ...: named, whatever it was
+        raise ReadError(f"array {name!r}: cannot fetch its chunks: {type(e).__name__}: "
+                        f"{e}") from None
     got = np.fromiter(map(len, blobs), np.int64, len(blobs))
     short = np.flatnonzero(got != length.astype(np.int64))
     if len(short):

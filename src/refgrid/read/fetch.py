@@ -108,7 +108,7 @@ def _read_local(url: str, members: np.ndarray, offset: np.ndarray, length: np.nd
         fd = os.open(url.removeprefix("file://"), os.O_RDONLY)
     except FileNotFoundError:
         raise FetchError(int(members[0]), url, "source file not found", True) from None
-    except OSError as e:
+    except (OSError, ValueError) as e:  # ValueError: a NUL inside the path
         raise FetchError(int(members[0]), url, f"cannot open: {e}", False) from None
     try:
         for r, (start, end) in enumerate(zip(requests.starts, requests.ends, strict=True)):
