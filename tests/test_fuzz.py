@@ -51,13 +51,23 @@ NETCDF3_SEEDS += [p for p in sorted(CORPUS.glob("ncc__ref_nctest_*.nc")) if CORP
 INTERESTING = [0, 1, 2, 3, 4, 7, 8, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE, 100, 10**6]
 
 
+def _write_report() -> None:
+    target = os.environ.get("REFGRID_FUZZ_REPORT")
+    if target:
+        Path(target).write_text(json.dumps({k: dict(v) for k, v in OUTCOMES.items()}))
+
+
+def _count(area: str, outcome: str) -> None:
+    OUTCOMES[area][outcome] += 1
+    if OUTCOMES[area].total() % 10_000 == 0:  # a long campaign reports as it goes
+        _write_report()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def report_outcomes():
     yield
     print("\nfuzz outcomes:", {k: dict(v) for k, v in OUTCOMES.items()})
-    target = os.environ.get("REFGRID_FUZZ_REPORT")
-    if target:
-        Path(target).write_text(json.dumps({k: dict(v) for k, v in OUTCOMES.items()}))
+    _write_report()
 
 
 def _within_bounds(start: float) -> None:
@@ -176,11 +186,11 @@ def test_netcdf3_mutants_read_as_netcdf_c_reads_them_or_are_refused(tmp_path_fac
     _within_bounds(start)  # refgrid's time: netCDF-C may hang on a mutant, refgrid may not
     theirs = netcdf_c(raw)
     if ours is None:
-        OUTCOMES["netcdf3"]["refgrid refuses, netCDF-C too" if theirs is None else
-                            "refgrid refuses, netCDF-C reads"] += 1
+        _count("netcdf3", "refgrid refuses, netCDF-C too" if theirs is None else
+               "refgrid refuses, netCDF-C reads")
         return
     if theirs is None:
-        OUTCOMES["netcdf3"]["refgrid reads, netCDF-C refuses"] += 1
+        _count("netcdf3", "refgrid reads, netCDF-C refuses")
         return
     differ = sorted(set(ours) ^ set(theirs)) or [
         name for name, values in ours.items() if not _same(values, theirs[name])]
@@ -188,7 +198,7 @@ def test_netcdf3_mutants_read_as_netcdf_c_reads_them_or_are_refused(tmp_path_fac
         keep = Path(os.environ.get("REFGRID_FUZZ_FAILURES", tmp_path_factory.getbasetemp()))
         (keep / f"mismatch-{len(raw)}-{hash(raw) & 0xFFFFFF:06x}.nc").write_bytes(raw)
         raise AssertionError(f"refgrid and netCDF-C differ on {differ} (mutant kept in {keep})")
-    OUTCOMES["netcdf3"]["both read, equal"] += 1
+    _count("netcdf3", "both read, equal")
 
 
 # -- reference sets --------------------------------------------------------------------------
@@ -283,4 +293,4 @@ def test_reference_mutants_read_or_raise_refgrid_errors(reference_seeds, tmp_pat
         path.write_bytes(bytes(text))
         outcome = _exercise(path)
     _within_bounds(start)
-    OUTCOMES["references"][f"{kind}: {outcome}"] += 1
+    _count("references", f"{kind}: {outcome}")
