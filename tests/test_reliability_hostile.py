@@ -64,6 +64,9 @@ def _read(refs: Any) -> Callable[[], Any]:
 def test_a_grid_of_too_many_chunks_is_refused_at_open():
     """5x10^7 chunks declared in 500 bytes cost 6 s and 1.9 GB."""
     _bounded(_read(_refs(_array([10**9, 10**9], [1, 1]))))
+    runs = {"name": "rectilinear", "configuration": {"kind": "inline",
+                                                     "chunk_shapes": [[[1, 10**12]]]}}
+    _bounded(_read(_refs(_array([10**12], [1], grid=runs))))  # runs never expanded that far
     with refgrid.limits(max_chunks=10):
         _bounded(_read(_refs(_array([100], [1]))))
 

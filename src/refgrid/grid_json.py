@@ -195,6 +195,7 @@ def _expand(dim: int, spec: Any, what: str, rle_allowed: bool, *, reach: int | N
         taken = k + 1
         if (reach is not None and covered >= reach) or (count is not None and edges >= count):
             break
+    check_chunk_count([edges])  # before the edges are made
     out = np.repeat(np.asarray(values[:taken], dtype=np.int64), repeats[:taken])
     return out, declared
 
@@ -203,13 +204,11 @@ def _parse_axis(dim: int, length: int, spec: Any, encoded_spec: Any, rle: bool) 
     if _is_int(spec):
         if not 1 <= spec <= MAX_EDGE:
             raise GridError(f"dimension {dim}: chunk length {spec} must be >= 1 and <= 2**62")
-        check_chunk_count([-(-length // spec)])
-        regular = RectilinearGrid.regular([length], [int(spec)]).axes[0]
+        regular = RectilinearGrid.regular([length], [int(spec)]).axes[0]  # (checks the count)
         edges = regular.encoded
         declared = len(edges)
     else:
         edges, declared = _expand(dim, spec, "chunk lengths", rle, reach=length)
-    check_chunk_count([int(np.searchsorted(np.cumsum(edges) - edges, length))])
     total = int(edges.sum())
     if total < length:
         raise GridError(f"dimension {dim}: chunk lengths sum to {total}, shorter than the "
