@@ -17,12 +17,12 @@ from urllib.parse import urlsplit
 
 from refgrid.errors import AccessError
 from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.sources import is_local
 
 
 def default_allowed(references_url: str | None) -> list[str] | None:
     """The allow-list for references loaded from ``references_url`` (None: no restriction)."""
-    if references_url is None or "://" not in references_url \
-            or references_url.startswith("file://"):
+    if references_url is None or is_local(references_url):
         return None
     parts = urlsplit(references_url)
     return [f"{parts.scheme}://{parts.netloc}/"]
@@ -30,30 +30,29 @@ def default_allowed(references_url: str | None) -> list[str] | None:
 
 def normalized(url: str) -> str:
     """A URL with ``.``/``..`` segments resolved; local paths absolute, symlinks resolved."""
-    if "://" not in url or url.startswith("file://"):
+    if is_local(url):
         return os.path.realpath(url.removeprefix("file://"))
     parts = urlsplit(url)
-    path = posixpath.normpath(parts.path or "/") if parts.path else "/"
+    path = posixpath.normpath(parts.path) if parts.path else "/"
     query = f"?{parts.query}" if parts.query else ""
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}{path}{query}"
 
 
-def is_allowed(url: str, prefixes: Sequence[str]) -> bool:
+def is_allowed(url: str, bases: Sequence[str]) -> bool:
+    """Whether ``url`` lies under one of ``bases`` (prefixes already :func:`normalized`)."""
     target = normalized(url)
-    for prefix in prefixes:
-        base = normalized(prefix)
-        if target == base or target.startswith(base if base.endswith("/") else base + "/"):
-            return True
-    return False
+    return any(target == base or target.startswith(base if base.endswith("/") else base + "/")
+               for base in bases)
 
 
 def check_sources(group: VirtualGroup, prefixes: Sequence[str], where: str) -> None:
     """Raise :class:`AccessError` for the first array whose references name a file outside
     ``prefixes``."""
+    bases = [normalized(p) for p in prefixes]
     for path, node in group.walk():
         if isinstance(node, VirtualArray):
             for url in node.manifest.paths:
-                if not is_allowed(url, prefixes):
+                if not is_allowed(url, bases):
                     raise AccessError(where, path, f"references {url!r}, outside the allowed "
                                       f"sources {list(prefixes)} (pass allowed_sources=[...] "
                                       "to allow it)")
