@@ -6,13 +6,16 @@
     g = refgrid.combine([g1, g2, g3], concat_dim="time") # many files → one, irregular lengths
     ds = xr.open_dataset("out/refs.json", engine="refgrid", chunks={})
     ds = xr.open_dataset(refgrid.get_mapper("out/refs.json"), engine="zarr")  # stock zarr
+    refgrid.batch("s3://bucket/era5/*.nc", "era5.parq")  # whole archives on dask, resumable
 """
 
+from refgrid.archive import batch
 from refgrid.bounds import Limits, limits, set_limits
 from refgrid.combine import combine
 from refgrid.errors import (
     AccessError,
     ArgumentError,
+    BatchError,
     CombineError,
     FormatError,
     GridError,
@@ -33,9 +36,11 @@ from refgrid.write import to_kerchunk, write
 
 __version__ = "0.1.0"
 
+
 __all__ = [
     "AccessError",
     "ArgumentError",
+    "BatchError",
     "ChunkManifest",
     "CombineError",
     "FormatError",
@@ -52,6 +57,7 @@ __all__ = [
     "VirtualGroup",
     "WriteError",
     "__version__",
+    "batch",
     "combine",
     "get_mapper",
     "limits",

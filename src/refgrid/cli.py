@@ -133,11 +133,13 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
       refgrid combine data/tas_2001*.nc --concat-dim time -o tas_2001.json
       refgrid combine 'data/tas_*.nc' -o tas.parq
       refgrid combine s3://bucket/tas_*.nc -o tas.json -s anon=true
+      refgrid combine @files.txt -o tas.json        # one path or URL per line
     """
     import refgrid
+    from refgrid.archive.inputs import expand
 
     options = _storage_options(storage)
-    groups = _scan(_expand(sources, options), timeout, allowed_sources=list(allowed) or None,
+    groups = _scan(list(expand(sources, options)), timeout, allowed_sources=list(allowed) or None,
                    **options)
     group = refgrid.combine(groups, concat_dim, overlap="allow" if allow_overlap else "error",
                             others="stack" if stack_others else "identical",
@@ -147,28 +149,6 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
     if show_report:
         for entry in group.report:
             click.echo(f"  {entry}")
-
-
-def _expand(sources: tuple[str, ...], options: dict[str, object]) -> list[str]:
-    """Sources with glob patterns (``*``, ``?``, ``[abc]``, ``**``) expanded, local and
-    remote alike (through fsspec), sorted; a pattern that matches nothing is an error."""
-    import fsspec
-
-    out: list[str] = []
-    for source in sources:
-        if not any(ch in source for ch in "*?["):
-            out.append(source)
-            continue
-        try:
-            fs, _, _ = fsspec.get_fs_token_paths(source, storage_options=options)
-            found = [p for p in fs.glob(source) if not fs.isdir(p)]
-        except Exception as e:
-            raise click.ClickException(f"cannot expand {source!r}: {e}") from None
-        if not found:
-            raise click.ClickException(f"no file matches {source}")
-        prefix = source.split("://")[0] + "://" if "://" in source else ""
-        out.extend(sorted(p if p.startswith(prefix) else prefix + p for p in found))
-    return out
 
 
 def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]:
@@ -204,6 +184,77 @@ def _scan_here(source: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
         return "ok", refgrid.scan(source, **kwargs)
     except RefgridError as e:
         return "error", e
+
+
+@main.command()
+@click.argument("sources", nargs=-1, required=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Where to write the references: parquet (default), or JSON when the name "
+                   "ends in .json.")
+@click.option("--concat-dim", default="time", show_default=True,
+              help="Dimension to concatenate along.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Run the scans on a dask.distributed cluster (e.g. tcp://10.0.0.5:8786); "
+                   "default: one process per core on this machine.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Local worker processes (default: one per core).")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where each scanned file is recorded, to resume and append "
+                   "(default: OUTPUT.parts).")
+@click.option("--on-error", type=click.Choice(["raise", "report"]), default="report",
+              show_default=True, help="Stop at the first file that cannot be scanned, or list "
+                                      "it in the report and combine the others.")
+@click.option("--allow-failures", is_flag=True,
+              help="Exit with status 0 even when some files could not be scanned.")
+@click.option("--allow-overlap", is_flag=True,
+              help="Keep files whose concat coordinates overlap instead of failing.")
+@click.option("--recode", is_flag=True,
+              help="Re-encode (and inline) the chunks of files whose codecs differ from the "
+                   "first file's, instead of failing. Copies their data.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@allow_source
+@storage_option
+def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: str | None,
+          workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
+          allow_overlap: bool, recode: bool, quiet: bool, allowed: tuple[str, ...],
+          storage: tuple[str, ...]) -> None:
+    """Convert a whole archive: scan every file on dask, combine, write references.
+
+    SOURCES are paths, URLs, glob patterns (quoted: expanded by refgrid, remote ones too)
+    and @FILE lists (one source per line). Each scanned file is recorded in the work
+    directory: run the same command again to resume a killed batch or to add new files;
+    only files not yet recorded (or changed since) are scanned.
+
+    \b
+    Examples:
+      refgrid batch 'data/tas_*.nc' -o tas.parq
+      refgrid batch 's3://bucket/era5/*.nc' -o era5.parq -s anon=true
+      refgrid batch @files.txt -o tas.json --scheduler tcp://10.0.0.5:8786
+    """
+    from refgrid.archive import batch as run_batch
+
+    result = run_batch(list(sources), output, concat_dim=concat_dim, scheduler=scheduler,
+                       workers=workers, work_dir=work_dir,
+                       on_error="raise" if on_error == "raise" else "report",
+                       progress=False if quiet else None,
+                       overlap="allow" if allow_overlap else "error",
+                       codecs="recode" if recode else "error",
+                       allowed_sources=list(allowed) or None,
+                       storage_options=_storage_options(storage))
+    click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused "
+               f"(records in {result.work_dir})")
+    for change in result.changed:
+        click.echo(f"  rescanned, changed since recorded: {change}")
+    if result.dropped:
+        click.echo(f"  {result.dropped} recorded files are no longer among the sources (left "
+                   "out)")
+    click.echo(f"wrote {result.output} (report: {result.report_path})")
+    if result.failed:
+        for failure in result.failed:
+            click.echo(f"  failed: {failure.message}", err=True)
+        if not allow_failures:
+            raise click.ClickException(f"{len(result.failed)} of {result.files} files could "
+                                       "not be scanned (--allow-failures exits 0)")
 
 
 @main.command()

@@ -20,7 +20,7 @@ Policies, all reported rather than silent:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -49,6 +49,7 @@ def combine(
     others: Literal["identical", "stack"] = "identical",
     codecs: Literal["error", "recode"] = "error",
     storage_options: dict[str, Any] | None = None,
+    fingerprint: Callable[[VirtualArray], str | None] | None = None,
 ) -> VirtualGroup:
     """Concatenate scanned files along ``concat_dim`` (see the module docstring).
 
@@ -58,6 +59,9 @@ def combine(
     decoded, re-encoded with the first file's codecs and inlined — data is copied, and each
     such variable is reported. ``storage_options`` reach the source files, which are read
     for the concat coordinate and to compare variables without the concat dimension.
+    ``fingerprint`` gives a digest of an array's values where one is known without reading
+    (batch workers compute them where they scan): arrays without the concat dimension whose
+    digests are equal are identical and are not read.
     """
     if not groups:
         raise CombineError("nothing to combine: no groups given")
@@ -70,18 +74,43 @@ def combine(
         raise CombineError(f"no variable in any of the {len(groups)} files has the dimension "
                            f"{concat_dim!r} to combine along (dimensions: "
                            f"{', '.join(sorted(dims)) or 'none'})")
-    job = _Combine(concat_dim, overlap, others, codecs, storage_options or {})
+    job = _Combine(concat_dim, overlap, others, codecs, storage_options or {},
+                   fingerprint or _unknown)
     root = job.group(list(groups), labels, "")
     scanned = tuple(entry for g in groups for entry in g.report)
     identities = {url: identity for g in groups for url, identity in g.sources.items()}
     return replace(root, report=scanned + tuple(job.report), sources=identities)
 
 
+def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
+                            storage_options: dict[str, Any] | None = None) -> VirtualGroup:
+    """``group`` with each ``concat_dim`` coordinate read and inlined as :func:`combine`
+    stores it: batch workers do this where they scan, so that combining their records reads
+    no coordinate from the sources."""
+    job = _Combine(concat_dim, "error", "identical", "error", storage_options or {}, _unknown)
+    url = _label(group, 0)
+
+    def inline(g: VirtualGroup, path: str) -> VirtualGroup:
+        arrays = {name: job.coordinate([a], [url], _where(path, name))
+                  if a.dims == (concat_dim,) and a.name == concat_dim else a
+                  for name, a in g.arrays.items()}
+        groups = {name: inline(child, _where(path, name)) for name, child in g.groups.items()}
+        return replace(g, arrays=arrays, groups=groups)
+
+    return inline(group, "")
+
+
+def _unknown(array: VirtualArray) -> None:
+    return None
+
+
 class _Combine:
     def __init__(self, dim: str, overlap: str, others: str, codecs: str,
-                 storage_options: dict[str, Any]) -> None:
+                 storage_options: dict[str, Any],
+                 fingerprint: Callable[[VirtualArray], str | None]) -> None:
         self.dim, self.overlap, self.others, self.recode = dim, overlap, others, codecs == "recode"
         self.storage_options = storage_options
+        self.fingerprint = fingerprint
         self.report: list[ReportEntry] = []
         self.values: dict[int, np.ndarray] = {}
 
@@ -242,6 +271,9 @@ class _Combine:
         odd = []
         for p, lab in zip(parts[1:], labels[1:], strict=True):
             if p.manifest == first.manifest and p.grid == first.grid and p.dtype == first.dtype:
+                continue
+            digest = self.fingerprint(p)
+            if digest is not None and digest == self.fingerprint(first):
                 continue
             if reference is None:
                 reference = self.read(first)

@@ -73,3 +73,7 @@ class MissingExtraError(RefgridError, ImportError):
 
     def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
         return type(self), self._args
+
+
+class BatchError(RefgridError):
+    """A batch cannot use its work directory or output (locked, unreadable, damaged)."""

@@ -41,7 +41,12 @@ def identity_of(url: str, storage_options: Mapping[str, Any] | None = None) -> S
         stat = os.stat(url.removeprefix("file://"))
         return {"size": stat.st_size, "mtime": stat.st_mtime}
     fs, path = filesystem(url, dict(storage_options or {}))
-    info = fs.info(path)
+    return identity_from_info(fs.info(path))
+
+
+def identity_from_info(info: Mapping[str, Any]) -> SourceIdentity:
+    """The identity of a remote file from fsspec's ``info`` (or a ``glob``/``find`` listing
+    with ``detail=True``, which gives the same fields without a request per file)."""
     out: SourceIdentity = {"size": int(info["size"])}
     etag = info.get("ETag") or info.get("etag")
     if etag:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from refgrid.filesystems import filesystem
+from refgrid.prefetch import held
 from refgrid.sources import is_local
 
 LOCAL_GAP = 16 * 2**10
@@ -92,7 +93,11 @@ def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
     remote: dict[str, list[tuple[str, np.ndarray]]] = {}
     for members in np.split(order, cuts) if len(order) else ():
         url = paths[int(path_id[members[0]])]
-        if is_local(url):
+        kept = held(url)
+        if kept is not None:
+            for k in members.tolist():
+                out[k] = memoryview(kept[0])[int(offset[k]):int(offset[k] + length[k])]
+        elif is_local(url):
             _read_local(url, members, offset, length, out)
         else:
             remote.setdefault(url.split("://", 1)[0], []).append((url, members))

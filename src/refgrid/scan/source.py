@@ -20,6 +20,7 @@ import fsspec
 
 from refgrid.errors import ScanError
 from refgrid.filesystems import filesystem
+from refgrid.prefetch import held
 from refgrid.sources import SourceIdentity, identity_of
 
 WHOLE_FILE_LIMIT = 32 * 2**20
@@ -53,6 +54,9 @@ class Source:
     def identity(self) -> SourceIdentity:
         """Size, modification time or ETag (one ``stat`` or ``HEAD``, asked once): recorded
         so readers notice a change, and the size a scan needs."""
+        kept = held(self.url)
+        if kept is not None:
+            return kept[1]
         try:
             return identity_of(self.url, self.storage_options)
         except FileNotFoundError:
@@ -85,6 +89,9 @@ class Source:
 
     def read_at(self, offset: int, nbytes: int) -> bytes:
         """``nbytes`` of the file from ``offset`` (fewer, or none, past its end)."""
+        kept = held(self.url)
+        if kept is not None:
+            return kept[0][offset:offset + nbytes]
         try:
             if self.is_local:
                 with open(self.url, "rb") as f:
@@ -103,11 +110,15 @@ class Source:
         if self.is_local:
             yield self.url
             return
+        kept = held(self.url)
+        if kept is not None:
+            yield io.BytesIO(kept[0])
+            return
         fs, path = self.filesystem()
         size = self.identity["size"]
         try:
-            if size <= WHOLE_FILE_LIMIT:
-                yield io.BytesIO(fs.cat_file(path))
+            if size <= WHOLE_FILE_LIMIT:  # a range: without one, s3fs asks for the size again
+                yield io.BytesIO(fs.cat_file(path, start=0, end=size))
                 return
             with fs.open(path, "rb", block_size=BLOCK_SIZE, cache_type="blockcache",
                          cache_options={"maxblocks": 64}) as f:

@@ -1,0 +1,231 @@
+"""Batch conversion of whole archives: :func:`batch`.
+
+``batch(sources, output)`` lists the files (paths, globs, ``@list`` files), scans those not
+yet recorded in the work directory on dask (:mod:`.runner`), records each as it finishes
+(:mod:`.journal`), combines every recorded file (:mod:`.assemble`) and writes the
+references atomically, with a report beside them. Run again, it scans only new and changed
+files: that is how a killed batch resumes and how an archive that grows is appended to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from refgrid.archive.assemble import assemble
+from refgrid.archive.inputs import expand, identity
+from refgrid.archive.journal import Journal
+from refgrid.archive.runner import run
+from refgrid.archive.task import Failed, ScanJob, Scanned
+from refgrid.errors import ArgumentError, BatchError, ScanError
+from refgrid.sources import SourceIdentity
+from refgrid.write import write
+from refgrid.write.atomic import clean_leftovers, replace_file, temporary_for
+
+
+@dataclass(frozen=True)
+class FailedFile:
+    url: str
+    error: str
+    message: str
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What a batch did (also saved as JSON in :attr:`report_path`)."""
+
+    output: Path
+    report_path: Path
+    work_dir: Path
+    files: int
+    """Files the sources name now."""
+    scanned: int
+    """Files scanned by this run (new, changed, or failed before)."""
+    reused: int
+    """Files whose records from an earlier run were used."""
+    changed: list[str] = field(default_factory=list)
+    """Recorded files that changed since (rescanned), with what changed."""
+    failed: list[FailedFile] = field(default_factory=list)
+    dropped: int = 0
+    """Recorded files the sources no longer name (left out of the output)."""
+    notes: list[str] = field(default_factory=list)
+    """Scan and combine notes (inlined variables, attribute conflicts...)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def batch(
+    sources: str | Iterable[str],
+    output: str | os.PathLike[str],
+    *,
+    concat_dim: str = "time",
+    scheduler: Any = None,
+    workers: int | None = None,
+    work_dir: str | os.PathLike[str] | None = None,
+    on_error: Literal["raise", "report"] = "report",
+    progress: bool | None = None,
+    overlap: Literal["error", "allow"] = "error",
+    codecs: Literal["error", "recode"] = "error",
+    format: Literal["json", "parquet"] | None = None,
+    allowed_sources: list[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> BatchResult:
+    """Convert an archive: scan every file ``sources`` name, combine along ``concat_dim``,
+    write references at ``output``.
+
+    ``sources``: paths, URLs, glob patterns (local or remote, e.g. ``s3://b/era5/*.nc``) and
+    ``@FILE`` lists (one source per line). ``output``: parquet references, or JSON when the
+    name ends in ``.json`` (``format`` overrides). Scans run on dask: by default in one
+    process per core (``workers``) on this machine; ``scheduler`` may be a scheduler address
+    (``"tcp://HOST:8786"``) or a ``distributed.Client`` — the workers then open the sources.
+
+    Each scanned file is recorded in ``work_dir`` (default ``OUTPUT.parts``) as soon as its
+    scan ends, keyed by URL and identity (size and mtime, or ETag). A later run scans only
+    files not recorded or changed since, so a killed batch resumes where it stopped and a
+    grown archive is appended to; the output is the same as a run from scratch.
+
+    ``on_error="report"`` (default): files that cannot be scanned are listed in the result
+    and the report, and the others are combined; ``"raise"``: the first such file raises.
+    ``progress``: a progress bar on stderr (default: when stderr is a terminal).
+    ``overlap``, ``codecs``: as in :func:`refgrid.combine`.
+    """
+    if on_error not in ("raise", "report"):
+        raise ArgumentError(f"on_error must be 'raise' or 'report', not {on_error!r}")
+    target = Path(output)
+    chosen = format or ("json" if target.name.endswith(".json") else "parquet")
+    options = dict(storage_options or {})
+    listed = expand([sources] if isinstance(sources, str) else list(sources), options)
+    if not listed:
+        raise ArgumentError("no sources given")
+    show = sys.stderr.isatty() if progress is None else progress
+    work = Path(work_dir) if work_dir is not None else target.with_name(target.name + ".parts")
+    with Journal(work) as journal:
+        todo, reused, changed, failed = _plan(listed, journal, options)
+        job = ScanJob(concat_dim, options, allowed_sources)
+        failed += _scan(todo, job, journal, scheduler, workers, on_error, show)
+        bad = {f.url for f in failed}
+        good = [url for url in listed if url in journal.entries and url not in bad]
+        dropped = len(set(journal.entries) - set(listed))
+        report = target.with_name(target.name + ".report.json")
+        if not good:
+            _save(BatchResult(target, report, work, len(listed), len(todo), reused, changed, failed,
+                              dropped))
+            raise BatchError(f"no file could be scanned ({len(failed)} failed; see {report})")
+        group = _combine(journal, good, concat_dim, overlap, codecs, options, show)
+    result = BatchResult(target, report, work, len(listed), len(todo), reused, changed, failed,
+                         dropped, [str(entry) for entry in group.report])
+    write(group, target, format=chosen)
+    _save(result)
+    return result
+
+
+def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
+          options: dict[str, Any]) -> tuple[list[tuple[str, SourceIdentity | None]], int,
+                                            list[str], list[FailedFile]]:
+    """Which files to scan (those not recorded, and those changed since they were), how
+    many records are reused, what changed, and the recorded files now unreachable."""
+    todo: list[tuple[str, SourceIdentity | None]] = []
+    changed, failed = [], []
+    reused = 0
+    for url, known in listed.items():
+        entry = journal.entries.get(url)
+        if entry is None:
+            todo.append((url, known))
+            continue
+        try:
+            now = known if known is not None else identity(url, options)
+        except ScanError as e:
+            failed.append(FailedFile(url, type(e).__name__, str(e)))
+            continue
+        difference = _difference(entry.header["identity"], now)
+        if difference:
+            changed.append(f"{url}: {difference}")
+            todo.append((url, now))
+        else:
+            reused += 1
+    return todo, reused, changed, failed
+
+
+def _difference(was: SourceIdentity, now: SourceIdentity) -> str:
+    before, after = dict(was), dict(now)
+    return "; ".join(f"{key} was {before[key]!r}, is {after[key]!r}"
+                     for key in ("size", "etag", "version", "mtime")
+                     if key in before and key in after and before[key] != after[key])
+
+
+def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: Journal,
+          scheduler: Any, workers: int | None, on_error: str, show: bool) -> list[FailedFile]:
+    failed: list[FailedFile] = []
+    bar = _bar(len(todo), "scanning", show)
+
+    def on_result(outcomes: list[Scanned | Failed]) -> None:
+        for outcome in outcomes:
+            if isinstance(outcome, Scanned):
+                journal.append(outcome.header, outcome.references)
+            else:
+                failed.append(FailedFile(outcome.url, outcome.error, outcome.message))
+                if on_error == "raise":
+                    raise ScanError(outcome.url, None, f"{outcome.error}: {outcome.message}")
+        if bar is not None:
+            bar.update(len(outcomes))
+            if failed:
+                bar.set_postfix(failed=len(failed), refresh=False)
+
+    try:
+        run(todo, job, on_result, scheduler=scheduler, workers=workers)
+    finally:
+        if bar is not None:
+            bar.close()
+    return failed
+
+
+def _combine(journal: Journal, urls: list[str], concat_dim: str, overlap: Any, codecs: Any,
+             options: dict[str, Any], show: bool) -> Any:
+    bar = _bar(len(urls), "combining", show)
+    try:
+        return assemble(journal, urls, concat_dim, overlap=overlap, codecs=codecs,
+                        storage_options=options,
+                        advance=bar.update if bar is not None else lambda n: None)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _bar(total: int, what: str, show: bool) -> Any:
+    if not show or not total:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        from refgrid.errors import MissingExtraError
+
+        raise MissingExtraError("batch", "the batch progress bar", "tqdm") from None
+    return tqdm(total=total, desc=what, unit="file", file=sys.stderr, dynamic_ncols=True)
+
+
+def _save(result: BatchResult) -> None:
+    """The report beside the output, written atomically."""
+    path = result.report_path
+    document = {**asdict(result), "output": str(result.output), "report_path": str(path),
+                "work_dir": str(result.work_dir)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        clean_leftovers(path)
+        temporary = temporary_for(path)
+        try:
+            temporary.write_text(json.dumps(document, indent=1), encoding="utf-8")
+            replace_file(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+    except OSError as e:
+        raise BatchError(f"cannot write the batch report {path}: {e}") from None
+
+
+__all__ = ["BatchResult", "FailedFile", "batch"]

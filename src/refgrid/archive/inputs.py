@@ -1,0 +1,90 @@
+"""The files a batch or a combine names: paths, URLs, glob patterns and ``@list`` files.
+
+Patterns are expanded through fsspec, locally and remotely alike, with one listing per
+pattern whose details give every file's identity (size, and mtime or ETag) — so deciding
+which files a resumed batch must scan again costs no request per file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from refgrid.errors import ArgumentError, RefgridError, ScanError
+from refgrid.filesystems import filesystem
+from refgrid.sources import SourceIdentity, identity_from_info, identity_of, is_local
+
+GLOB_CHARACTERS = "*?["
+
+
+def is_pattern(source: str) -> bool:
+    return any(ch in source for ch in GLOB_CHARACTERS)
+
+
+def expand(sources: Iterable[str], storage_options: Mapping[str, Any] | None = None
+           ) -> dict[str, SourceIdentity | None]:
+    """Every file the sources name, in order (each pattern's matches sorted, duplicates
+    dropped), with its identity where a listing gave it without a request (``None``: ask
+    with :func:`identity`). ``@FILE`` names a text file of sources, one per line (blank lines
+    and lines starting with ``#`` are skipped). Local paths become absolute."""
+    options = dict(storage_options or {})
+    found: dict[str, SourceIdentity | None] = {}
+    for source in _with_lists(sources):
+        if is_pattern(source):
+            found.update(_glob(source, options))
+        elif is_local(source):
+            found.setdefault(os.path.abspath(source.removeprefix("file://")), None)
+        else:
+            found.setdefault(source, None)
+    return found
+
+
+def identity(url: str, storage_options: Mapping[str, Any] | None = None) -> SourceIdentity:
+    """The identity of one named file (a ``stat``, or one request), as a scan error when
+    it cannot be had."""
+    try:
+        return identity_of(url, storage_options)
+    except FileNotFoundError:
+        raise ScanError(url, None, "file not found") from None
+    except OSError as e:
+        raise ScanError(url, None, f"cannot read it ({type(e).__name__}: {e})") from None
+
+
+def _with_lists(sources: Iterable[str]) -> Iterable[str]:
+    for source in sources:
+        if not source.startswith("@"):
+            yield source
+            continue
+        try:
+            with open(source[1:], encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ArgumentError(f"cannot read the list of sources {source[1:]}: {e}") from None
+        yield from (line.strip() for line in lines
+                    if line.strip() and not line.lstrip().startswith("#"))
+
+
+def _glob(pattern: str, options: dict[str, Any]) -> dict[str, SourceIdentity]:
+    local = is_local(pattern)
+    target = os.path.abspath(pattern.removeprefix("file://")) if local else pattern
+    try:
+        fs, _ = filesystem(target, options)
+        listing = fs.glob(target, detail=True)
+    except RefgridError:
+        raise
+    except Exception as e:
+        raise ArgumentError(f"cannot expand {pattern!r}: {type(e).__name__}: {e}") from None
+    prefix = "" if local else pattern.split("://", 1)[0] + "://"
+    files = {(p if p.startswith(prefix) else prefix + p): info
+             for p, info in listing.items() if info.get("type") != "directory"}
+    if not files:
+        raise ArgumentError(f"no file matches {pattern}")
+    return {url: _listed_identity(url, files[url]) for url in sorted(files)}
+
+
+def _listed_identity(url: str, info: Mapping[str, Any]) -> SourceIdentity:
+    if is_local(url):  # a stat, as the scanner records it (fsspec's mtime is the same float)
+        stat = os.stat(url)
+        return {"size": stat.st_size, "mtime": stat.st_mtime}
+    return identity_from_info(info)

@@ -1,0 +1,134 @@
+"""What a batch worker does with one file: scan it and make its record.
+
+Everything that needs the source is done here, on the worker, so the client never opens a
+source: the concat coordinate is read and inlined (as the combine stores it), and each
+variable without the concat dimension is read once to a digest, which the combine compares
+instead of reading that variable from every file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from refgrid.archive.journal import Header
+from refgrid.combine import with_inline_coordinates
+from refgrid.errors import RefgridError, ScanError
+from refgrid.filesystems import filesystem
+from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.sources import SourceIdentity, is_local
+
+
+@dataclass(frozen=True)
+class ScanJob:
+    """How every file of a batch is scanned (sent to the workers once per task)."""
+
+    concat_dim: str
+    storage_options: dict[str, Any]
+    allowed_sources: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Scanned:
+    header: Header
+    references: bytes
+
+
+@dataclass(frozen=True)
+class Failed:
+    url: str
+    error: str
+    """The error's type name."""
+    message: str
+
+
+def scan_files(files: Sequence[tuple[str, SourceIdentity | None]], job: ScanJob
+               ) -> list[Scanned | Failed]:
+    """Scan each file; a file that fails is a :class:`Failed`, not an exception, so one
+    damaged file does not lose the records of the others in its task."""
+    return [_scan_one(url, known, job) for url, known in files]
+
+
+def _scan_one(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned | Failed:
+    from refgrid.archive.inputs import identity
+    from refgrid.scan import scan
+    from refgrid.write.refs import to_kerchunk
+
+    try:
+        recorded = known if known is not None else identity(url, job.storage_options)
+        with _fetched_whole(url, recorded, job):
+            group = scan(url, allowed_sources=job.allowed_sources, **job.storage_options)
+            group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
+            refs = to_kerchunk(group)
+            refs["digests"] = _digests(group, job)
+            first = _first(group, job.concat_dim)
+    except RefgridError as e:
+        return Failed(url, type(e).__name__, str(e))
+    except Exception as e:
+        return Failed(url, type(e).__name__, f"{url}: {e}")
+    header: Header = {"url": url, "identity": recorded}
+    if first is not None:
+        header["first"] = first
+    return Scanned(header, orjson.dumps(refs, option=orjson.OPT_SERIALIZE_NUMPY))
+
+
+def _fetched_whole(url: str, recorded: SourceIdentity, job: ScanJob
+                   ) -> AbstractContextManager[None]:
+    """A small remote file fetched in one request and held while the worker scans and reads
+    it (the scan alone would make three or four, and each read of a variable one more)."""
+    from refgrid.prefetch import held_file
+    from refgrid.scan.source import WHOLE_FILE_LIMIT
+
+    if is_local(url) or recorded["size"] > WHOLE_FILE_LIMIT:
+        return nullcontext()
+    fs, path = filesystem(url, job.storage_options)
+    try:
+        data = fs.cat_file(path, start=0, end=recorded["size"])
+    except FileNotFoundError:
+        raise ScanError(url, None, "file not found") from None
+    except OSError as e:
+        raise ScanError(url, None, f"cannot read it ({type(e).__name__}: {e})") from None
+    if len(data) != recorded["size"]:
+        raise ScanError(url, None, f"{len(data)} bytes read where its listing said "
+                        f"{recorded['size']}: it changed while the batch ran")
+    return held_file(url, data, recorded)
+
+
+def _digests(group: VirtualGroup, job: ScanJob) -> dict[str, str]:
+    """A digest of the values of every array without the concat dimension, by path."""
+    from refgrid.read.array import read
+
+    out = {}
+    for path, node in group.walk():
+        if isinstance(node, VirtualArray) and job.concat_dim not in node.dims:
+            out[path] = values_digest(read(node, storage_options=job.storage_options))
+    return out
+
+
+def values_digest(values: np.ndarray) -> str:
+    h = hashlib.sha256(f"{values.dtype.str}{values.shape}".encode())
+    if values.dtype.kind == "O":
+        h.update(repr(values.tolist()).encode())
+    else:
+        h.update(np.ascontiguousarray(values).tobytes())
+    return h.hexdigest()
+
+
+def _first(group: VirtualGroup, dim: str) -> list[Any] | None:
+    """``[first value, units, calendar]`` of the file's outermost concat coordinate."""
+    from refgrid.read.array import read
+
+    for _, node in group.walk():
+        if isinstance(node, VirtualArray) and node.dims == (dim,) and node.name == dim:
+            if not node.shape[0]:
+                return None
+            value = read(node, slice(0, 1))[0]
+            return [value.item() if isinstance(value, np.generic) else value,
+                    node.attrs.get("units"), node.attrs.get("calendar", "standard")]
+    return None

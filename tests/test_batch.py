@@ -1,0 +1,337 @@
+"""``refgrid batch``: whole archives on dask, resumable, appendable, with a failure report.
+
+Every output is read with the engine and compared with what xarray reads from the good
+source files (``xr.open_mfdataset``); the kill test SIGKILLs a real batch process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+import refgrid
+from archive_files import write_archive, write_corrupt
+from refgrid.archive.journal import RECORDS, Journal
+from refgrid.cli import main
+
+GOOD = 200
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory) -> tuple[Path, list[Path], list[Path]]:
+    """200 files of irregular lengths and 3 corrupt ones, all matching tas_*.nc."""
+    root = tmp_path_factory.mktemp("archive")
+    good = write_archive(root, range(GOOD))
+    return root, good, write_corrupt(root, good[0])
+
+
+@pytest.fixture(scope="module")
+def expected(archive) -> xr.Dataset:
+    """What xarray reads from the good files."""
+    _, good, _ = archive
+    with xr.open_mfdataset(good, combine="nested", concat_dim="time", data_vars="minimal",
+                           coords="minimal", compat="override") as ds:
+        return ds.load()
+
+
+def opened(output: Path) -> xr.Dataset:
+    with xr.open_dataset(output, engine="refgrid") as ds:
+        return ds.load()
+
+
+def tree_bytes(path: Path) -> dict[str, bytes]:
+    """Every file of an output (a JSON file or a parquet directory), by relative name."""
+    if path.is_file():
+        return {path.name: path.read_bytes()}
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_batch_equals_open_mfdataset_of_the_good_files_and_reports_the_corrupt(
+        archive, expected, tmp_path):
+    root, good, corrupt = archive
+    result = refgrid.batch(str(root / "tas_*.nc"), tmp_path / "tas.parq", progress=False)
+    assert (result.files, result.scanned, result.reused) == (GOOD + 3, GOOD + 3, 0)
+    assert sorted(f.url for f in result.failed) == sorted(str(p) for p in corrupt)
+    assert all(str(p) in f.message for f, p in zip(
+        sorted(result.failed, key=lambda f: f.url), sorted(corrupt), strict=True))
+    xr.testing.assert_identical(opened(tmp_path / "tas.parq"), expected)
+    grid = json.loads((tmp_path / "tas.parq" / ".zmetadata").read_text())["metadata"][
+        "tas/zarr.json"]["chunk_grid"]
+    assert grid["name"] == "rectilinear"  # files of 28-31 steps in chunks of 10
+    report = json.loads(result.report_path.read_text())
+    assert sorted(f["url"] for f in report["failed"]) == sorted(str(p) for p in corrupt)
+    assert report["scanned"] == GOOD + 3 and report["output"] == str(tmp_path / "tas.parq")
+
+
+def test_json_output_for_a_json_name_and_the_same_values(archive, expected, tmp_path):
+    root, good, _ = archive
+    result = refgrid.batch([str(p) for p in good[:40]], tmp_path / "tas.json",
+                           scheduler="synchronous", progress=False)
+    assert result.ok and (tmp_path / "tas.json").is_file()
+    first = int(sum(len(xr.open_dataset(p).time) for p in good[:40]))
+    xr.testing.assert_identical(opened(tmp_path / "tas.json"), expected.isel(time=slice(first)))
+
+
+def test_on_a_distributed_cluster_by_address(archive, expected, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    root, _, corrupt = archive
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        result = refgrid.batch(str(root / "tas_*.nc"), tmp_path / "tas.parq",
+                               scheduler=cluster.scheduler_address, progress=False)
+        with distributed.Client(cluster) as client:  # a Client object works too
+            again = refgrid.batch(str(root / "tas_*.nc"), tmp_path / "again.parq",
+                                  scheduler=client, progress=False)
+    assert sorted(f.url for f in result.failed) == sorted(str(p) for p in corrupt)
+    xr.testing.assert_identical(opened(tmp_path / "tas.parq"), expected)
+    assert again.scanned == GOOD + 3
+    assert tree_bytes(tmp_path / "again.parq") == tree_bytes(tmp_path / "tas.parq")
+
+
+def test_the_same_command_again_scans_nothing_and_writes_the_same_bytes(archive, tmp_path):
+    root, _, _ = archive
+    sources = str(root / "tas_000[0-4]*.nc")
+    first = refgrid.batch(sources, tmp_path / "tas.parq", progress=False)
+    before = tree_bytes(tmp_path / "tas.parq")
+    second = refgrid.batch(sources, tmp_path / "tas.parq", progress=False)
+    assert (first.scanned, second.scanned, second.reused) == (50, 0, 50)
+    assert tree_bytes(tmp_path / "tas.parq") == before
+
+
+def test_append_scans_only_the_new_files_and_equals_a_fresh_run(archive, tmp_path):
+    root, _, _ = archive
+    grown = tmp_path / "archive"
+    grown.mkdir()
+    for k in range(60):
+        shutil.copy2(root / f"tas_{k:05d}.nc", grown)
+    refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "tas.parq", progress=False)
+    write_archive(grown, range(60, 70))  # ten more days... months arrive
+    appended = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "tas.parq", progress=False)
+    fresh = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "fresh.parq", progress=False)
+    assert (appended.scanned, appended.reused, fresh.scanned) == (10, 60, 70)
+    assert tree_bytes(tmp_path / "tas.parq") == tree_bytes(tmp_path / "fresh.parq")
+    with xr.open_mfdataset(sorted(grown.glob("*.nc")), combine="nested", concat_dim="time",
+                           data_vars="minimal", coords="minimal", compat="override") as ds:
+        xr.testing.assert_identical(opened(tmp_path / "tas.parq"), ds.load())
+
+
+def test_a_changed_file_is_rescanned_and_the_report_says_what_changed(archive, tmp_path):
+    root, _, _ = archive
+    copy = tmp_path / "archive"
+    copy.mkdir()
+    for k in range(8):
+        shutil.copy2(root / f"tas_{k:05d}.nc", copy)
+    refgrid.batch(str(copy / "*.nc"), tmp_path / "tas.json", progress=False)
+    target = copy / "tas_00003.nc"
+    with __import__("netCDF4").Dataset(target, "a") as ds:
+        ds["tas"][0, 0, 0] = 1.5  # same size, new data: the mtime tells
+    os.utime(target, (time.time() + 5, time.time() + 5))
+    result = refgrid.batch(str(copy / "*.nc"), tmp_path / "tas.json", progress=False)
+    assert result.scanned == 1 and result.reused == 7
+    assert len(result.changed) == 1 and str(target) in result.changed[0]
+    assert "mtime was" in result.changed[0]
+    assert float(opened(tmp_path / "tas.json").tas.isel(time=sum(
+        xr.open_dataset(copy / f"tas_{k:05d}.nc").sizes["time"] for k in range(3)))[0, 0]) \
+        == 1.5
+
+
+def test_files_gone_from_the_sources_are_left_out(archive, tmp_path):
+    root, good, _ = archive
+    refgrid.batch([str(p) for p in good[:6]], tmp_path / "tas.json", progress=False)
+    result = refgrid.batch([str(p) for p in good[:4]], tmp_path / "tas.json", progress=False)
+    assert (result.scanned, result.reused, result.dropped) == (0, 4, 2)
+    ds = opened(tmp_path / "tas.json")
+    assert ds.sizes["time"] == sum(xr.open_dataset(p).sizes["time"] for p in good[:4])
+
+
+def test_on_error_raise_stops_at_a_corrupt_file_and_keeps_the_records(archive, tmp_path):
+    root, good, corrupt = archive
+    with pytest.raises(refgrid.ScanError, match="tas_90002.nc"):
+        refgrid.batch([str(good[0]), str(corrupt[1]), str(good[1])], tmp_path / "t.json",
+                      scheduler="synchronous", on_error="raise", progress=False)
+    assert not (tmp_path / "t.json").exists()
+    with Journal(tmp_path / "t.json.parts") as journal:
+        assert str(good[0]) in journal.entries
+
+
+def test_only_corrupt_files_is_an_error_with_the_report_written(archive, tmp_path):
+    _, _, corrupt = archive
+    with pytest.raises(refgrid.BatchError, match="no file could be scanned"):
+        refgrid.batch([str(p) for p in corrupt], tmp_path / "t.parq", progress=False,
+                      scheduler="synchronous")
+    report = json.loads((tmp_path / "t.parq.report.json").read_text())
+    assert len(report["failed"]) == 3 and not (tmp_path / "t.parq").exists()
+
+
+def test_incompatible_files_name_the_files(archive, tmp_path):
+    root, good, _ = archive
+    odd = tmp_path / "odd.nc"
+    with xr.open_dataset(good[1]) as ds:
+        ds.load().rename({"tas": "pr"}).to_netcdf(odd)
+    with pytest.raises(refgrid.CombineError, match="odd.nc") as info:
+        refgrid.batch([str(good[0]), str(odd)], tmp_path / "t.json", progress=False,
+                      scheduler="synchronous")
+    assert "tas" in str(info.value)
+
+
+def test_a_list_file_names_the_sources(archive, expected, tmp_path):
+    _, good, _ = archive
+    listing = tmp_path / "files.txt"
+    listing.write_text("# the first three\n" + "\n".join(str(p) for p in good[:3]) + "\n\n")
+    result = refgrid.batch(f"@{listing}", tmp_path / "t.json", progress=False,
+                           scheduler="synchronous")
+    assert result.files == 3 and result.ok
+
+
+def test_a_pattern_matching_nothing_and_a_missing_list_are_argument_errors(tmp_path):
+    with pytest.raises(refgrid.ArgumentError, match="no file matches"):
+        refgrid.batch(str(tmp_path / "*.nc"), tmp_path / "t.json")
+    with pytest.raises(refgrid.ArgumentError, match="list of sources"):
+        refgrid.batch(f"@{tmp_path / 'absent.txt'}", tmp_path / "t.json")
+    with pytest.raises(refgrid.ArgumentError, match="scheduler"):
+        refgrid.batch(str(__file__), tmp_path / "t.json", scheduler=42)
+
+
+def test_a_work_directory_is_used_by_one_batch_at_a_time(tmp_path):
+    with Journal(tmp_path / "w"), pytest.raises(refgrid.BatchError, match="another batch"):
+        Journal(tmp_path / "w")
+
+
+def test_a_torn_last_record_is_dropped_and_that_file_scanned_again(archive, tmp_path):
+    _, good, _ = archive
+    refgrid.batch([str(p) for p in good[:3]], tmp_path / "t.json", scheduler="synchronous",
+                  progress=False)
+    records = tmp_path / "t.json.parts" / RECORDS
+    data = records.read_bytes()
+    records.write_bytes(data[: len(data) - 100])  # the last line cut, as by a kill
+    result = refgrid.batch([str(p) for p in good[:3]], tmp_path / "t.json",
+                           scheduler="synchronous", progress=False)
+    assert (result.scanned, result.reused) == (1, 2)
+    assert records.read_bytes().count(b"\n") == 3
+
+
+def test_kill_minus_nine_then_rerun_scans_only_the_rest_and_writes_the_same(archive,
+                                                                           tmp_path):
+    root, _, _ = archive
+    pattern = str(root / "tas_00*.nc")  # the 200 good files
+    reference = refgrid.batch(pattern, tmp_path / "reference.parq", progress=False)
+    assert reference.scanned == GOOD
+    output, work = tmp_path / "killed.parq", tmp_path / "killed.parq.parts"
+    command = [sys.executable, "-m", "refgrid.cli", "batch", pattern, "-o", str(output),
+               "--quiet", "--workers", "2"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    records, deadline = work / RECORDS, time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if records.exists() and records.read_bytes().count(b"\n") >= 0.3 * GOOD:
+            break
+        time.sleep(0.002)
+    assert process.poll() is None, "the batch ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not output.exists()
+    with Journal(work) as journal:  # also what the rerun sees: torn lines dropped
+        recorded = len(journal.entries)
+    assert 0.3 * GOOD <= recorded < GOOD
+    rerun = refgrid.batch(pattern, output, progress=False)
+    assert (rerun.scanned, rerun.reused) == (GOOD - recorded, recorded)
+    assert tree_bytes(output) == tree_bytes(tmp_path / "reference.parq")
+
+
+def test_cli_exit_status_report_and_allow_failures(archive, tmp_path):
+    root, _, corrupt = archive
+    sources = [str(root / "tas_0000[0-3].nc"), *(str(p) for p in corrupt)]
+    runner = CliRunner()
+    failed = runner.invoke(main, ["batch", *sources, "-o", str(tmp_path / "t.parq"), "-q"])
+    assert failed.exit_code == 1, failed.output
+    assert "3 of 7 files could not be scanned" in failed.output
+    assert "Traceback" not in failed.output and (tmp_path / "t.parq").is_dir()
+    allowed = runner.invoke(main, ["batch", *sources, "-o", str(tmp_path / "t.parq"), "-q",
+                                   "--allow-failures"])
+    assert allowed.exit_code == 0, allowed.output
+    assert "7 files: 3 scanned, 4 reused" in allowed.output
+
+
+def test_without_dask_the_batch_extra_is_named(monkeypatch, archive, tmp_path):
+    _, good, _ = archive
+    monkeypatch.setitem(sys.modules, "dask", None)
+    with pytest.raises(refgrid.MissingExtraError, match="'batch' extra"):
+        refgrid.batch([str(good[0])], tmp_path / "t.json", progress=False)
+
+
+def test_progress_bar_counts_files_and_failures(archive, tmp_path, capsys):
+    _, good, corrupt = archive
+    refgrid.batch([str(good[0]), str(corrupt[2])], tmp_path / "t.json", progress=True,
+                  scheduler="synchronous")
+    err = capsys.readouterr().err
+    assert "scanning" in err and "2/2" in err and "failed=1" in err
+
+
+def test_stored_values_match_netcdf4_everywhere(archive, tmp_path):
+    """Differential, below xarray: every element against netCDF4 on the source."""
+    import netCDF4
+
+    _, good, _ = archive
+    refgrid.batch([str(p) for p in good[:25]], tmp_path / "t.parq", progress=False,
+                  scheduler="synchronous")
+    values = xr.open_dataset(tmp_path / "t.parq", engine="refgrid", mask_and_scale=False,
+                             decode_times=False)
+    parts = []
+    for p in good[:25]:
+        with netCDF4.Dataset(p) as ds:
+            ds.set_auto_mask(False)
+            parts.append(ds["tas"][:])
+    np.testing.assert_array_equal(values.tas.values, np.concatenate(parts))
+
+
+def _s3_filesystems() -> int:
+    import s3fs
+
+    return len(s3fs.S3FileSystem._cache)
+
+
+def test_an_s3_glob_is_scanned_by_the_workers_in_few_requests_with_one_pool_each(
+        archive, expected, s3_server, tmp_path, monkeypatch):
+    """200 files on moto's S3, scanned on a LocalCluster: at most 4 requests per file (one
+    here: a listed file is fetched whole, once), the client only lists, and each worker
+    holds one filesystem — one connection pool — for all its files."""
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    root, good, _ = archive
+    for path in good:
+        s3_server.upload(path, f"batch/{path.name}")
+    s3_server.counter.reset()
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
+                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        result = refgrid.batch(f"s3://{s3_server.bucket}/batch/tas_*.nc", tmp_path / "s3.parq",
+                               storage_options=s3_server.storage_options, scheduler=client,
+                               progress=False)
+        pools = client.run(_s3_filesystems)
+    assert result.ok and result.scanned == GOOD
+    per_file: dict[str, int] = {}
+    others = []
+    for request in s3_server.counter.requests:
+        method, path, _ = request.split(" ", 2)
+        if path.startswith(f"/{s3_server.bucket}/batch/tas_"):
+            per_file[path] = per_file.get(path, 0) + 1
+        else:
+            others.append(request)
+    assert len(per_file) == GOOD and set(per_file.values()) == {1}, sorted(
+        per_file.items(), key=lambda kv: -kv[1])[:3]
+    assert others == [f"GET /{s3_server.bucket} "], others  # the client's one listing
+    assert sorted(pools.values()) == [1, 1], pools
+    with xr.open_dataset(tmp_path / "s3.parq", engine="refgrid",
+                         storage_options=s3_server.storage_options) as ds:
+        xr.testing.assert_identical(ds.load(), expected)
