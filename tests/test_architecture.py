@@ -35,7 +35,8 @@ def _module_name(path: Path) -> str:
 
 def _part(module: str) -> str:
     """``scan``, ``read``, ``write``, ``archive`` for subpackages, the module name for
-    ``combine``/``cli``/``demo``, ``__init__`` for the package, ``core`` for the other top-level modules."""
+    ``combine``/``cli``/``demo``, ``__init__`` for the package, ``core`` for the other
+    top-level modules."""
     parts = module.split(".")
     if len(parts) == 1:
         return "__init__"

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import refgrid
 from archive_files import write_archive, write_corrupt
-from refgrid.archive.journal import RECORDS, Journal
+from refgrid.archive.journal import RECORDS, Journal, read_entries
 from refgrid.cli import main
 
 GOOD = 200
@@ -60,7 +60,7 @@ def tree_bytes(path: Path) -> dict[str, bytes]:
 
 def test_a_batch_equals_open_mfdataset_of_the_good_files_and_reports_the_corrupt(
         archive, expected, tmp_path):
-    root, good, corrupt = archive
+    root, _good, corrupt = archive
     result = refgrid.batch(str(root / "tas_*.nc"), tmp_path / "tas.parq", progress=False)
     assert (result.files, result.scanned, result.reused) == (GOOD + 3, GOOD + 3, 0)
     assert sorted(f.url for f in result.failed) == sorted(str(p) for p in corrupt)
@@ -76,7 +76,7 @@ def test_a_batch_equals_open_mfdataset_of_the_good_files_and_reports_the_corrupt
 
 
 def test_json_output_for_a_json_name_and_the_same_values(archive, expected, tmp_path):
-    root, good, _ = archive
+    _, good, _ = archive
     result = refgrid.batch([str(p) for p in good[:40]], tmp_path / "tas.json",
                            scheduler="synchronous", progress=False)
     assert result.ok and (tmp_path / "tas.json").is_file()
@@ -148,7 +148,7 @@ def test_a_changed_file_is_rescanned_and_the_report_says_what_changed(archive, t
 
 
 def test_files_gone_from_the_sources_are_left_out(archive, tmp_path):
-    root, good, _ = archive
+    _, good, _ = archive
     refgrid.batch([str(p) for p in good[:6]], tmp_path / "tas.json", progress=False)
     result = refgrid.batch([str(p) for p in good[:4]], tmp_path / "tas.json", progress=False)
     assert (result.scanned, result.reused, result.dropped) == (0, 4, 2)
@@ -157,8 +157,8 @@ def test_files_gone_from_the_sources_are_left_out(archive, tmp_path):
 
 
 def test_on_error_raise_stops_at_a_corrupt_file_and_keeps_the_records(archive, tmp_path):
-    root, good, corrupt = archive
-    with pytest.raises(refgrid.ScanError, match="tas_90002.nc"):
+    _, good, corrupt = archive
+    with pytest.raises(refgrid.ScanError, match=r"tas_90002\.nc"):
         refgrid.batch([str(good[0]), str(corrupt[1]), str(good[1])], tmp_path / "t.json",
                       scheduler="synchronous", on_error="raise", progress=False)
     assert not (tmp_path / "t.json").exists()
@@ -176,11 +176,11 @@ def test_only_corrupt_files_is_an_error_with_the_report_written(archive, tmp_pat
 
 
 def test_incompatible_files_name_the_files(archive, tmp_path):
-    root, good, _ = archive
+    _, good, _ = archive
     odd = tmp_path / "odd.nc"
     with xr.open_dataset(good[1]) as ds:
         ds.load().rename({"tas": "pr"}).to_netcdf(odd)
-    with pytest.raises(refgrid.CombineError, match="odd.nc") as info:
+    with pytest.raises(refgrid.CombineError, match=r"odd\.nc") as info:
         refgrid.batch([str(good[0]), str(odd)], tmp_path / "t.json", progress=False,
                       scheduler="synchronous")
     assert "tas" in str(info.value)
@@ -215,11 +215,42 @@ def test_a_torn_last_record_is_dropped_and_that_file_scanned_again(archive, tmp_
                   progress=False)
     records = tmp_path / "t.json.parts" / RECORDS
     data = records.read_bytes()
-    records.write_bytes(data[: len(data) - 100])  # the last line cut, as by a kill
+    records.write_bytes(data[: len(data) - 100])  # the last record cut, as by a kill
+    assert len(read_entries(records)[0]) == 2
     result = refgrid.batch([str(p) for p in good[:3]], tmp_path / "t.json",
                            scheduler="synchronous", progress=False)
     assert (result.scanned, result.reused) == (1, 2)
-    assert records.read_bytes().count(b"\n") == 3
+    assert read_entries(records) == (read_entries(records)[0], True)
+    assert len(read_entries(records)[0]) == 3
+
+
+def test_a_damaged_record_is_dropped_and_its_file_scanned_again(archive, tmp_path):
+    _, good, _ = archive
+    refgrid.batch([str(p) for p in good[:3]], tmp_path / "t.json", scheduler="synchronous",
+                  progress=False)
+    records = tmp_path / "t.json.parts" / RECORDS
+    entries, _ = read_entries(records)
+    data = bytearray(records.read_bytes())
+    data[entries[str(good[1])].offset + 40] ^= 0xFF  # one bit pattern changed on disk
+    records.write_bytes(bytes(data))
+    result = refgrid.batch([str(p) for p in good[:3]], tmp_path / "t.json",
+                           scheduler="synchronous", progress=False)
+    assert (result.scanned, result.reused) == (1, 2)
+
+
+def test_a_record_naming_code_to_run_is_refused(tmp_path):
+    """Records are pickles of plain data: one that names any other global never loads."""
+    import pickle
+
+    from refgrid.archive.record import loads
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("echo hacked > " + str(tmp_path / "hacked"),))
+
+    with pytest.raises(refgrid.BatchError, match="not plain data"):
+        loads(pickle.dumps({"group": Boom(), "digests": {}}), "test record")
+    assert not (tmp_path / "hacked").exists()
 
 
 def test_kill_minus_nine_then_rerun_scans_only_the_rest_and_writes_the_same(archive,
@@ -234,7 +265,7 @@ def test_kill_minus_nine_then_rerun_scans_only_the_rest_and_writes_the_same(arch
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     records, deadline = work / RECORDS, time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        if records.exists() and records.read_bytes().count(b"\n") >= 0.3 * GOOD:
+        if len(read_entries(records)[0]) >= 0.3 * GOOD:
             break
         time.sleep(0.002)
     assert process.poll() is None, "the batch ended before it could be killed"
@@ -308,7 +339,7 @@ def test_an_s3_glob_is_scanned_by_the_workers_in_few_requests_with_one_pool_each
     holds one filesystem — one connection pool — for all its files."""
     distributed = pytest.importorskip("distributed")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    root, good, _ = archive
+    _, good, _ = archive
     for path in good:
         s3_server.upload(path, f"batch/{path.name}")
     s3_server.counter.reset()
@@ -323,7 +354,7 @@ def test_an_s3_glob_is_scanned_by_the_workers_in_few_requests_with_one_pool_each
     per_file: dict[str, int] = {}
     others = []
     for request in s3_server.counter.requests:
-        method, path, _ = request.split(" ", 2)
+        _method, path, _ = request.split(" ", 2)
         if path.startswith(f"/{s3_server.bucket}/batch/tas_"):
             per_file[path] = per_file.get(path, 0) + 1
         else:

@@ -168,7 +168,7 @@ def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: 
     def on_result(outcomes: list[Scanned | Failed]) -> None:
         for outcome in outcomes:
             if isinstance(outcome, Scanned):
-                journal.append(outcome.header, outcome.references)
+                journal.append(outcome.header, outcome.record)
             else:
                 failed.append(FailedFile(outcome.url, outcome.error, outcome.message))
                 if on_error == "raise":

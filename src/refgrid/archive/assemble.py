@@ -20,8 +20,9 @@ from typing import Any, Literal
 import numpy as np
 
 from refgrid.archive.journal import Journal
+from refgrid.archive.record import loads
 from refgrid.combine import combine
-from refgrid.errors import CombineError
+from refgrid.errors import BatchError, CombineError
 from refgrid.model import VirtualArray, VirtualGroup
 
 SLICE_FILES = 2000
@@ -85,13 +86,14 @@ def order(journal: Journal, urls: Sequence[str]) -> list[str]:
 
 
 def _load(journal: Journal, url: str, digests: dict[str, str]) -> VirtualGroup:
-    from refgrid.scan.json_refs import reference_dict_to_group
-
-    refs = journal.references(url)
-    recorded = refs.pop("digests", {})
-    group = reference_dict_to_group(refs, f"{journal.path} (record of {url})")
+    group, recorded = loads(journal.record(url), f"{journal.path}: record of {url}")
     for path, digest in recorded.items():
-        node = group[path]
+        try:
+            node = group[path]
+        except KeyError:
+            raise BatchError(f"{journal.path}: the record of {url} has a digest of {path!r}, "
+                             "which it does not hold; delete the work directory to scan "
+                             "again") from None
         if isinstance(node, VirtualArray):
             digests[_content_key(node)] = digest
     return group

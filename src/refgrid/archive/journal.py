@@ -1,19 +1,21 @@
 """The work directory of a batch: one record per scanned file, appended as scans finish.
 
-``records.jsonl`` holds a line per file: a small JSON header (URL, identity, the first value
-of the concat coordinate), a tab, and the file's references (refgrid JSON, with the concat
-coordinate inlined and digests of the variables without the concat dimension). A batch reads
-the headers to know what is done, and each file's references only when it combines them.
+``records.bin`` is a sequence of records, each a JSON header line — URL, identity, the first
+value of the concat coordinate, the record's length and CRC — followed by the record
+(:mod:`.record`) and a newline. A batch reads the headers to know what is done, and a file's
+record only when it combines it.
 
-A killed batch leaves at most one torn line at the end, which the next run drops. Lines are
-flushed one by one, so a record written before a kill is kept; a file is recorded only once
-its scan has succeeded. The directory is locked while a batch uses it.
+A killed batch leaves at most one torn record at the end, which the next run drops; a record
+whose CRC does not match is dropped too (its file is scanned again). Records are flushed one
+by one, so a record written before a kill is kept; a file is recorded only once its scan has
+succeeded. The directory is locked while a batch uses it.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +23,13 @@ from typing import IO, Any, NotRequired, TypedDict
 
 import orjson
 
+from refgrid.archive.record import FORMAT
 from refgrid.errors import BatchError
 from refgrid.sources import SourceIdentity
 from refgrid.write.atomic import clean_leftovers, replace_file, temporary_for
 
-RECORDS = "records.jsonl"
+RECORDS = "records.bin"
 LOCK = "lock"
-SEPARATOR = b"\t"
-"""Between a line's header and its references (JSON escapes tabs inside strings)."""
 
 
 class Header(TypedDict):
@@ -36,12 +37,16 @@ class Header(TypedDict):
     identity: SourceIdentity
     first: NotRequired[list[Any]]
     """``[value, units, calendar]``: the concat coordinate's first value, to order files."""
+    format: NotRequired[int]
+    bytes: NotRequired[int]
+    crc: NotRequired[int]
 
 
 @dataclass(frozen=True)
 class Entry:
     header: Header
     offset: int
+    """Where the record (after its header line) starts."""
     length: int
 
 
@@ -63,8 +68,13 @@ class Journal:
                              "for it, or give this one its own --work-dir") from None
         self.path = directory / RECORDS
         self.entries: dict[str, Entry] = {}
-        self._load()
-        self._out: IO[bytes] = open(self.path, "ab")  # noqa: SIM115 - held until close
+        try:
+            self._load()
+            self._out: IO[bytes] = open(self.path, "ab")  # noqa: SIM115 - held until close
+            self._in: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - held until close
+        except OSError as e:
+            self._lock.close()
+            raise BatchError(f"cannot use the batch records {self.path}: {e}") from None
 
     def __enter__(self) -> Journal:
         return self
@@ -76,82 +86,94 @@ class Journal:
         self._out.flush()
         os.fsync(self._out.fileno())
         self._out.close()
+        self._in.close()
         self._lock.close()
 
     def _load(self) -> None:
-        """Index the records; drop a torn last line and superseded or damaged records."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            raise BatchError(f"cannot read the batch records {self.path}: {e}") from None
-        lines = 0
-        for offset, line in _lines(data):
-            lines += 1
-            head, sep, _ = line.partition(SEPARATOR)
-            try:
-                header = orjson.loads(head)
-                url = header["url"]
-            except (orjson.JSONDecodeError, TypeError, KeyError):
-                continue  # torn or damaged: that file is scanned again
-            if sep and isinstance(url, str) and isinstance(header.get("identity"), dict):
-                self.entries[url] = Entry(header, offset, len(line))
-        if lines != len(self.entries) or not data.endswith(b"\n"):
-            self._compact(data)
+        """Index the records; drop a torn tail and superseded, damaged or foreign ones."""
+        self.entries, clean = read_entries(self.path)
+        if not clean:
+            self._compact()
 
-    def _compact(self, data: bytes) -> None:
+    def _compact(self) -> None:
         """Rewrite the records with only the current ones (atomically)."""
         clean_leftovers(self.path)
         temporary = temporary_for(self.path)
         entries: dict[str, Entry] = {}
         try:
-            with open(temporary, "wb") as f:
+            with open(self.path, "rb") as old, open(temporary, "wb") as new:
                 for url, entry in self.entries.items():
-                    entries[url] = Entry(entry.header, f.tell(), entry.length)
-                    f.write(data[entry.offset:entry.offset + entry.length] + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
+                    old.seek(entry.offset)
+                    head = orjson.dumps(entry.header) + b"\n"
+                    entries[url] = Entry(entry.header, new.tell() + len(head), entry.length)
+                    new.write(head + old.read(entry.length) + b"\n")
+                new.flush()
+                os.fsync(new.fileno())
             replace_file(temporary, self.path)
-        except OSError as e:
-            raise BatchError(f"cannot rewrite the batch records {self.path}: {e}") from None
         finally:
             temporary.unlink(missing_ok=True)
         self.entries = entries
 
-    def append(self, header: Header, references: bytes) -> None:
+    def append(self, header: Header, record: bytes) -> None:
         """Record one scanned file (it supersedes an earlier record of the same URL)."""
-        line = orjson.dumps(header) + SEPARATOR + references
-        offset = self._out.tell()
+        header = {**header, "format": FORMAT, "bytes": len(record), "crc": zlib.crc32(record)}
+        head = orjson.dumps(header) + b"\n"
+        offset = self._out.tell() + len(head)
         try:
-            self._out.write(line + b"\n")
+            self._out.write(head + record + b"\n")
             self._out.flush()
         except OSError as e:
             raise BatchError(f"cannot write the batch records {self.path}: {e}") from None
-        self.entries[header["url"]] = Entry(header, offset, len(line))
+        self.entries[header["url"]] = Entry(header, offset, len(record))
 
-    def references(self, url: str) -> dict[str, Any]:
-        """The recorded references of ``url``."""
+    def record(self, url: str) -> bytes:
+        """The recorded bytes of ``url``."""
         entry = self.entries[url]
-        with open(self.path, "rb") as f:
-            f.seek(entry.offset)
-            line = f.read(entry.length)
-        try:
-            refs = orjson.loads(line.partition(SEPARATOR)[2])
-        except orjson.JSONDecodeError as e:
-            raise BatchError(f"{self.path}: the record of {url} is damaged ({e}); delete "
-                             "the work directory to scan every file again") from None
-        if not isinstance(refs, dict):
-            raise BatchError(f"{self.path}: the record of {url} is not a reference set")
-        return refs
+        self._in.seek(entry.offset)
+        return self._in.read(entry.length)
 
 
-def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """Each complete line with its offset (a last line without its newline is torn)."""
-    offset = 0
+def read_entries(path: Path) -> tuple[dict[str, Entry], bool]:
+    """The usable records of a records file by URL (the last of each), and whether the
+    file holds nothing else. Takes no lock: it may watch a batch that is running."""
+    entries: dict[str, Entry] = {}
+    records, clean = 0, True
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return entries, True
+    with f:
+        for entry in _scan_records(f):
+            records += 1
+            if entry is None:
+                clean = False
+            else:
+                entries[entry.header["url"]] = entry
+        clean = clean and f.tell() == os.fstat(f.fileno()).st_size
+    return entries, clean and records == len(entries)
+
+
+def _scan_records(f: IO[bytes]) -> Iterator[Entry | None]:
+    """Each record in turn (``None`` for one that cannot be used); stops at a torn tail,
+    leaving the file position after the last whole record."""
     while True:
-        end = data.find(b"\n", offset)
-        if end < 0:
+        start = f.tell()
+        head = f.readline()
+        if not head.endswith(b"\n"):
+            f.seek(start)
             return
-        yield offset, data[offset:end]
-        offset = end + 1
+        try:
+            header = orjson.loads(head)
+            length, crc = int(header["bytes"]), int(header["crc"])
+        except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
+            f.seek(start)
+            return  # the framing is lost: what follows is scanned again
+        offset = f.tell()
+        body = f.read(length + 1)
+        if len(body) != length + 1 or body[-1:] != b"\n":
+            f.seek(start)
+            return
+        usable = (zlib.crc32(body[:-1]) == crc and header.get("format") == FORMAT
+                  and isinstance(header.get("url"), str)
+                  and isinstance(header.get("identity"), dict))
+        yield Entry(header, offset, length) if usable else None

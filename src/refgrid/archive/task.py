@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
 from refgrid.archive.journal import Header
+from refgrid.archive.record import dumps
 from refgrid.combine import with_inline_coordinates
 from refgrid.errors import RefgridError, ScanError
 from refgrid.filesystems import filesystem
@@ -37,7 +37,7 @@ class ScanJob:
 @dataclass(frozen=True)
 class Scanned:
     header: Header
-    references: bytes
+    record: bytes
 
 
 @dataclass(frozen=True)
@@ -58,15 +58,13 @@ def scan_files(files: Sequence[tuple[str, SourceIdentity | None]], job: ScanJob
 def _scan_one(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned | Failed:
     from refgrid.archive.inputs import identity
     from refgrid.scan import scan
-    from refgrid.write.refs import to_kerchunk
 
     try:
         recorded = known if known is not None else identity(url, job.storage_options)
         with _fetched_whole(url, recorded, job):
             group = scan(url, allowed_sources=job.allowed_sources, **job.storage_options)
             group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
-            refs = to_kerchunk(group)
-            refs["digests"] = _digests(group, job)
+            record = dumps(group, _digests(group, job))
             first = _first(group, job.concat_dim)
     except RefgridError as e:
         return Failed(url, type(e).__name__, str(e))
@@ -75,7 +73,7 @@ def _scan_one(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned |
     header: Header = {"url": url, "identity": recorded}
     if first is not None:
         header["first"] = first
-    return Scanned(header, orjson.dumps(refs, option=orjson.OPT_SERIALIZE_NUMPY))
+    return Scanned(header, record)
 
 
 def _fetched_whole(url: str, recorded: SourceIdentity, job: ScanJob
