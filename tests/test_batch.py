@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 import refgrid
 from archive_files import write_archive, write_corrupt
+from helpers import FIXTURES
 from refgrid.archive.journal import RECORDS, Journal, read_entries
 from refgrid.cli import main
 
@@ -184,6 +185,34 @@ def test_incompatible_files_name_the_files(archive, tmp_path):
         refgrid.batch([str(good[0]), str(odd)], tmp_path / "t.json", progress=False,
                       scheduler="synchronous")
     assert "tas" in str(info.value)
+    report = json.loads((tmp_path / "t.json.report.json").read_text())
+    assert report["error"] == str(info.value) and not (tmp_path / "t.json").exists()
+
+
+def test_combining_a_slice_at_a_time_writes_what_one_combine_writes(archive, monkeypatch,
+                                                                   tmp_path):
+    """Slices of 7 files (hourly and daily units among them), then the slices combined:
+    the same bytes as the 200 files in one combine."""
+    root, _, _ = archive
+    pattern = str(root / "tas_00*.nc")
+    refgrid.batch(pattern, tmp_path / "one.json", progress=False)
+    monkeypatch.setattr("refgrid.archive.assemble.SLICE_FILES", 7)
+    refgrid.batch(pattern, tmp_path / "sliced.json", progress=False)
+    assert (tmp_path / "sliced.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
+def test_nested_groups_and_several_variables_as_combine_does(tmp_path):
+    files = sorted((FIXTURES / "groups").glob("*.nc"))
+    refgrid.batch([str(f) for f in files], tmp_path / "b.json", progress=False,
+                  scheduler="synchronous")
+    combined = refgrid.combine([refgrid.scan(f) for f in files], "time")
+    assert refgrid.to_kerchunk(refgrid.scan(tmp_path / "b.json")) == refgrid.to_kerchunk(
+        combined)
+    for group in (None, "surface", "surface/upper"):
+        with xr.open_mfdataset(files, group=group, combine="nested", concat_dim="time",
+                               data_vars="minimal", compat="equals") as expected, \
+                xr.open_dataset(tmp_path / "b.json", engine="refgrid", group=group) as ours:
+            xr.testing.assert_equal(ours.load(), expected.load())
 
 
 def test_a_list_file_names_the_sources(archive, expected, tmp_path):

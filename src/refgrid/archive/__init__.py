@@ -13,16 +13,16 @@ import json
 import os
 import sys
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from refgrid.archive.assemble import assemble
+from refgrid.archive.assemble import combine_records
 from refgrid.archive.inputs import expand, identity
 from refgrid.archive.journal import Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
-from refgrid.errors import ArgumentError, BatchError, ScanError
+from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
 from refgrid.sources import SourceIdentity
 from refgrid.write import write
 from refgrid.write.atomic import clean_leftovers, replace_file, temporary_for
@@ -55,6 +55,8 @@ class BatchResult:
     """Recorded files the sources no longer name (left out of the output)."""
     notes: list[str] = field(default_factory=list)
     """Scan and combine notes (inlined variables, attribute conflicts...)."""
+    error: str | None = None
+    """Why the recorded files could not be combined (then there is no output)."""
 
     @property
     def ok(self) -> bool:
@@ -118,9 +120,14 @@ def batch(
             _save(BatchResult(target, report, work, len(listed), len(todo), reused, changed, failed,
                               dropped))
             raise BatchError(f"no file could be scanned ({len(failed)} failed; see {report})")
-        group = _combine(journal, good, concat_dim, overlap, codecs, options, show)
-    result = BatchResult(target, report, work, len(listed), len(todo), reused, changed, failed,
-                         dropped, [str(entry) for entry in group.report])
+        result = BatchResult(target, report, work, len(listed), len(todo), reused, changed,
+                             failed, dropped)
+        try:
+            group = _combine(journal, good, concat_dim, overlap, codecs, options, show)
+        except RefgridError as e:
+            _save(replace(result, error=str(e)))
+            raise
+    result = replace(result, notes=[str(entry) for entry in group.report])
     write(group, target, format=chosen)
     _save(result)
     return result
@@ -190,9 +197,9 @@ def _combine(journal: Journal, urls: list[str], concat_dim: str, overlap: Any, c
              options: dict[str, Any], show: bool) -> Any:
     bar = _bar(len(urls), "combining", show)
     try:
-        return assemble(journal, urls, concat_dim, overlap=overlap, codecs=codecs,
-                        storage_options=options,
-                        advance=bar.update if bar is not None else lambda n: None)
+        return combine_records(journal, urls, concat_dim, overlap=overlap, codecs=codecs,
+                               storage_options=options,
+                               advance=bar.update if bar is not None else lambda n: None)
     finally:
         if bar is not None:
             bar.close()

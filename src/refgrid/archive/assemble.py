@@ -28,11 +28,10 @@ from refgrid.model import VirtualArray, VirtualGroup
 SLICE_FILES = 2000
 
 
-def assemble(journal: Journal, urls: Sequence[str], concat_dim: str, *,
+def combine_records(journal: Journal, urls: Sequence[str], concat_dim: str, *,
              overlap: Literal["error", "allow"] = "error",
              codecs: Literal["error", "recode"] = "error",
              storage_options: dict[str, Any] | None = None,
-             slice_files: int = SLICE_FILES,
              advance: Callable[[int], None] = lambda n: None) -> VirtualGroup:
     """The combined dataset of the recorded ``urls``; ``advance(n)`` after n more files."""
     ordered = order(journal, urls)
@@ -44,8 +43,8 @@ def assemble(journal: Journal, urls: Sequence[str], concat_dim: str, *,
     options = {"overlap": overlap, "codecs": codecs, "storage_options": storage_options,
                "fingerprint": fingerprint}
     slices, labels = [], []
-    for first in range(0, len(ordered), slice_files):
-        part = ordered[first:first + slice_files]
+    for first in range(0, len(ordered), SLICE_FILES):
+        part = ordered[first:first + SLICE_FILES]
         groups = [_load(journal, url, digests) for url in part]
         slices.append(combine(groups, concat_dim, sources=part, **options))  # type: ignore[arg-type]
         labels.append(part[0])
