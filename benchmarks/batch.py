@@ -72,11 +72,23 @@ def child_kerchunk(files: list[Path], out: Path) -> None:
 
 
 def child_virtualizarr(files: list[Path], out: Path) -> None:
+    import dask
+    from obstore.store import LocalStore
     from virtualizarr import open_virtual_mfdataset
+    from virtualizarr.parsers import HDFParser
 
-    ds = open_virtual_mfdataset([str(p) for p in files], concat_dim="time",
-                                combine="nested", parallel="dask")
-    ds.virtualize.to_kerchunk(str(out / "refs.json"), format="json")
+    try:
+        from obspec_utils.registry import ObjectStoreRegistry
+    except ImportError:
+        from virtualizarr.registry import ObjectStoreRegistry  # older releases
+
+    registry = ObjectStoreRegistry({"file://": LocalStore()})
+    with dask.config.set(scheduler="processes", num_workers=WORKERS):
+        ds = open_virtual_mfdataset([f"file://{p}" for p in files], registry=registry,
+                                    parser=HDFParser(), concat_dim="time", combine="nested",
+                                    data_vars="minimal", coords="minimal", compat="override",
+                                    parallel="dask")
+    ds.vz.to_kerchunk(str(out / "refs.json"), format="json")
 
 
 CHILDREN = {"refgrid": child_refgrid, "kerchunk": child_kerchunk,
@@ -93,7 +105,7 @@ def contender(name: str, files_dir: Path) -> dict[str, float] | str:
 
 
 def run_child(name: str, files_dir: Path, out: Path) -> None:
-    files = sorted(files_dir.glob("tas_*.nc"))
+    files = sorted(files_dir.resolve().glob("tas_*.nc"))
     if name == "virtualizarr":
         import importlib.util
 

@@ -150,8 +150,9 @@ class _FileScan:
         lengths: list[int] = []
         is_scale = h5py.h5ds.is_scale(d.id)
         dimids = _netcdf_dimids(d) if is_scale and len(d.shape) > 1 else None
+        scales = [None] * len(d.shape) if is_scale else _first_scales(d)
         for axis, n in enumerate(d.shape):
-            scale = None if is_scale else _first_scale(d, axis)
+            scale = scales[axis]
             by_id = self._dimid_name(dimids[axis]) if dimids is not None else None
             if is_scale and axis == 0:  # a coordinate: as long as its (unlimited) dimension
                 names.append(name)
@@ -206,8 +207,10 @@ class _FileScan:
         if key not in self.dim_lengths:
             length = scale.shape[0] if scale.shape else 0
             try:
-                for ref, axis in scale.attrs.get("REFERENCE_LIST", ()):
-                    shape = scale.file[ref].shape
+                references = scale.attrs.get("REFERENCE_LIST", ())
+                f = scale.file  # one File object for every reference
+                for ref, axis in references:
+                    shape = f[ref].shape
                     if shape is not None and axis < len(shape):
                         length = max(length, shape[axis])
             except (OSError, KeyError, TypeError, ValueError):
@@ -504,17 +507,24 @@ def _netcdf_dimids(d: h5py.Dataset) -> list[int] | None:
     return ids if len(ids) == len(d.shape) else None
 
 
-def _first_scale(d: h5py.Dataset, axis: int) -> h5py.Dataset | None:
-    """The first dimension scale attached to ``axis``, read from ``DIMENSION_LIST`` itself:
-    h5py's ``d.dims`` iterates scales in libhdf5, which can hang on damaged metadata."""
+def _first_scales(d: h5py.Dataset) -> list[h5py.Dataset | None]:
+    """The first dimension scale attached to each axis, read from ``DIMENSION_LIST`` itself
+    (once: h5py's ``d.dims`` iterates scales in libhdf5, which can hang on damaged metadata,
+    and reads the attribute again for every axis)."""
+    out: list[h5py.Dataset | None] = [None] * len(d.shape)
     try:
-        entries = d.attrs["DIMENSION_LIST"][axis]
-        if not len(entries):
-            return None
-        scale = d.file[entries[0]]
-    except (KeyError, IndexError, OSError, RuntimeError, TypeError, ValueError):
-        return None
-    return scale if isinstance(scale, h5py.Dataset) else None
+        entries = d.attrs["DIMENSION_LIST"]
+        f = d.file
+    except (KeyError, OSError, RuntimeError, TypeError, ValueError):
+        return out
+    for axis in range(len(out)):
+        try:
+            refs = entries[axis]
+            scale = f[refs[0]] if len(refs) else None
+        except (KeyError, IndexError, OSError, RuntimeError, TypeError, ValueError):
+            continue
+        out[axis] = scale if isinstance(scale, h5py.Dataset) else None
+    return out
 
 
 def _holds(dtype: np.dtype, test: Any) -> bool:
