@@ -182,8 +182,7 @@ class _Combine:
                 odd = [lab for lab, u in zip(labels, units, strict=True) if u != units[0]]
                 raise CombineError(f"{where}: units differ ({', '.join(odd)} vs {labels[0]}) "
                                    "and are not CF time units that can be re-encoded")
-            values = [_reencode(v, p, first, lab, where)
-                      for v, p, lab in zip(values, parts, labels, strict=True)]
+            values = _reencoded(values, parts, labels, where)
         data = np.concatenate(values).astype(first.dtype)
         grid = RectilinearGrid.regular([len(data)], [max(1, len(data))])
         stored = data.astype(first.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
@@ -268,12 +267,12 @@ class _Combine:
             stacked = [_with_leading_axis(p, "file") for p in parts]
             return VirtualArray.concat([replace(s, attrs=first.attrs) for s in stacked], "file")
         reference = None
+        first_digest = self.fingerprint(first)
         odd = []
         for p, lab in zip(parts[1:], labels[1:], strict=True):
-            if p.manifest == first.manifest and p.grid == first.grid and p.dtype == first.dtype:
+            if first_digest is not None and self.fingerprint(p) == first_digest:
                 continue
-            digest = self.fingerprint(p)
-            if digest is not None and digest == self.fingerprint(first):
+            if p.manifest == first.manifest and p.grid == first.grid and p.dtype == first.dtype:
                 continue
             if reference is None:
                 reference = self.read(first)
@@ -363,6 +362,32 @@ def _bounds(values: list[np.ndarray], coords: list[VirtualArray]) -> list[Any]:
             stacked = np.asarray(decode_cf_datetime(stacked, units, calendar))
         for j, k in enumerate(members):
             out[k] = (stacked[2 * j], stacked[2 * j + 1])
+    return out
+
+
+def _reencoded(values: list[np.ndarray], parts: list[VirtualArray], labels: list[str],
+               where: str) -> list[np.ndarray]:
+    """Each file's times in the first file's units: one decode and encode per distinct
+    units and calendar (10^5 files in two kinds of units are two re-encodings, not 10^5)."""
+    first = parts[0]
+    kinds: dict[tuple[Any, Any], list[int]] = {}
+    for k, p in enumerate(parts):
+        kinds.setdefault((p.attrs.get("units"), p.attrs.get("calendar", "standard")),
+                         []).append(k)
+    out = list(values)
+    for members in kinds.values():
+        if members[0] == 0:
+            continue  # the first file's own units
+        joined = np.concatenate([values[k] for k in members])
+        try:
+            encoded = _reencode(joined, parts[members[0]], first, labels[members[0]], where)
+        except CombineError:  # name the very file whose times do not fit
+            for k in members:
+                _reencode(values[k], parts[k], first, labels[k], where)
+            raise
+        for k, piece in zip(members, np.split(encoded, np.cumsum(
+                [len(values[k]) for k in members])[:-1]), strict=True):
+            out[k] = piece
     return out
 
 

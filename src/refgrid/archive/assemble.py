@@ -13,7 +13,6 @@ variable without the concat dimension, which the combine compares instead of rea
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -103,8 +102,8 @@ def _content_key(array: VirtualArray) -> str:
     grid (the digest of one file's array is found again for the same array in a slice's
     combined result, which keeps the first file's references)."""
     m, grid = array.manifest, array.grid
-    h = hashlib.sha256(json.dumps([array.name, array.dtype.str, repr(array.fill_value),
-                                   list(array.codecs), m.paths, grid.shape]).encode())
+    h = hashlib.sha256(repr((array.name, array.dtype.str, repr(array.fill_value),
+                             array.codecs, m.paths, grid.shape)).encode())
     axes = [grid.lengths(d) for d in range(grid.ndim)]
     axes += [grid.encoded_lengths(d) for d in range(grid.ndim)]
     for column in (m.path_id, m.offset, m.length, *axes):
