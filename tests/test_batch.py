@@ -157,14 +157,20 @@ def test_files_gone_from_the_sources_are_left_out(archive, tmp_path):
     assert ds.sizes["time"] == sum(xr.open_dataset(p).sizes["time"] for p in good[:4])
 
 
-def test_on_error_raise_stops_at_a_corrupt_file_and_keeps_the_records(archive, tmp_path):
+@pytest.mark.parametrize("scheduler", ["synchronous", None])
+def test_on_error_raise_stops_at_a_corrupt_file_and_keeps_the_records(archive, tmp_path,
+                                                                     scheduler):
     _, good, corrupt = archive
     with pytest.raises(refgrid.ScanError, match=r"tas_90002\.nc"):
         refgrid.batch([str(good[0]), str(corrupt[1]), str(good[1])], tmp_path / "t.json",
-                      scheduler="synchronous", on_error="raise", progress=False)
+                      scheduler=scheduler, on_error="raise", progress=False, workers=1)
     assert not (tmp_path / "t.json").exists()
     with Journal(tmp_path / "t.json.parts") as journal:
-        assert str(good[0]) in journal.entries
+        recorded = set(journal.entries)
+    assert recorded <= {str(good[0]), str(good[1])}
+    rerun = refgrid.batch([str(good[0]), str(good[1])], tmp_path / "t.json",
+                          scheduler=scheduler, progress=False)
+    assert (rerun.scanned, rerun.reused) == (2 - len(recorded), len(recorded))
 
 
 def test_only_corrupt_files_is_an_error_with_the_report_written(archive, tmp_path):

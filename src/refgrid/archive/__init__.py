@@ -173,13 +173,13 @@ def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: 
     bar = _bar(len(todo), "scanning", show)
 
     def on_result(outcomes: list[Scanned | Failed]) -> None:
-        for outcome in outcomes:
+        for outcome in outcomes:  # every scanned file of the task is recorded, then a raise
             if isinstance(outcome, Scanned):
                 journal.append(outcome.header, outcome.record)
             else:
                 failed.append(FailedFile(outcome.url, outcome.error, outcome.message))
-                if on_error == "raise":
-                    raise ScanError(outcome.url, None, f"{outcome.error}: {outcome.message}")
+        if on_error == "raise" and failed:
+            raise ScanError(failed[0].url, None, f"{failed[0].error}: {failed[0].message}")
         if bar is not None:
             bar.update(len(outcomes))
             if failed:
