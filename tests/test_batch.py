@@ -51,6 +51,17 @@ def opened(output: Path) -> xr.Dataset:
         return ds.load()
 
 
+def steps(paths: list[Path]) -> int:
+    """The number of time steps in the files, as netCDF4 reads them."""
+    import netCDF4
+
+    total = 0
+    for path in paths:
+        with netCDF4.Dataset(path) as ds:
+            total += len(ds.dimensions["time"])
+    return total
+
+
 def tree_bytes(path: Path) -> dict[str, bytes]:
     """Every file of an output (a JSON file or a parquet directory), by relative name."""
     if path.is_file():
@@ -81,7 +92,7 @@ def test_json_output_for_a_json_name_and_the_same_values(archive, expected, tmp_
     result = refgrid.batch([str(p) for p in good[:40]], tmp_path / "tas.json",
                            scheduler="synchronous", progress=False)
     assert result.ok and (tmp_path / "tas.json").is_file()
-    first = int(sum(len(xr.open_dataset(p).time) for p in good[:40]))
+    first = steps(good[:40])
     xr.testing.assert_identical(opened(tmp_path / "tas.json"), expected.isel(time=slice(first)))
 
 
@@ -143,9 +154,8 @@ def test_a_changed_file_is_rescanned_and_the_report_says_what_changed(archive, t
     assert result.scanned == 1 and result.reused == 7
     assert len(result.changed) == 1 and str(target) in result.changed[0]
     assert "mtime was" in result.changed[0]
-    assert float(opened(tmp_path / "tas.json").tas.isel(time=sum(
-        xr.open_dataset(copy / f"tas_{k:05d}.nc").sizes["time"] for k in range(3)))[0, 0]) \
-        == 1.5
+    start = steps([copy / f"tas_{k:05d}.nc" for k in range(3)])
+    assert float(opened(tmp_path / "tas.json").tas.isel(time=start)[0, 0]) == 1.5
 
 
 def test_files_gone_from_the_sources_are_left_out(archive, tmp_path):
@@ -154,7 +164,7 @@ def test_files_gone_from_the_sources_are_left_out(archive, tmp_path):
     result = refgrid.batch([str(p) for p in good[:4]], tmp_path / "tas.json", progress=False)
     assert (result.scanned, result.reused, result.dropped) == (0, 4, 2)
     ds = opened(tmp_path / "tas.json")
-    assert ds.sizes["time"] == sum(xr.open_dataset(p).sizes["time"] for p in good[:4])
+    assert ds.sizes["time"] == steps(good[:4])
 
 
 @pytest.mark.parametrize("scheduler", ["synchronous", None])
