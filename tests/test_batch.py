@@ -51,6 +51,14 @@ def opened(output: Path) -> xr.Dataset:
         return ds.load()
 
 
+def copied(root: Path, count: int, directory: Path) -> Path:
+    """A copy of the first ``count`` files of the archive, to grow or change."""
+    directory.mkdir()
+    for k in range(count):
+        shutil.copy2(root / f"tas_{k:05d}.nc", directory)
+    return directory
+
+
 def steps(paths: list[Path]) -> int:
     """The number of time steps in the files, as netCDF4 reads them."""
     import netCDF4
@@ -123,11 +131,7 @@ def test_the_same_command_again_scans_nothing_and_writes_the_same_bytes(archive,
 
 
 def test_append_scans_only_the_new_files_and_equals_a_fresh_run(archive, tmp_path):
-    root, _, _ = archive
-    grown = tmp_path / "archive"
-    grown.mkdir()
-    for k in range(60):
-        shutil.copy2(root / f"tas_{k:05d}.nc", grown)
+    grown = copied(archive[0], 60, tmp_path / "archive")
     refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "tas.parq", progress=False)
     write_archive(grown, range(60, 70))  # ten more days... months arrive
     appended = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "tas.parq", progress=False)
@@ -140,14 +144,12 @@ def test_append_scans_only_the_new_files_and_equals_a_fresh_run(archive, tmp_pat
 
 
 def test_a_changed_file_is_rescanned_and_the_report_says_what_changed(archive, tmp_path):
-    root, _, _ = archive
-    copy = tmp_path / "archive"
-    copy.mkdir()
-    for k in range(8):
-        shutil.copy2(root / f"tas_{k:05d}.nc", copy)
+    copy = copied(archive[0], 8, tmp_path / "archive")
     refgrid.batch(str(copy / "*.nc"), tmp_path / "tas.json", progress=False)
     target = copy / "tas_00003.nc"
-    with __import__("netCDF4").Dataset(target, "a") as ds:
+    import netCDF4
+
+    with netCDF4.Dataset(target, "a") as ds:
         ds["tas"][0, 0, 0] = 1.5  # same size, new data: the mtime tells
     os.utime(target, (time.time() + 5, time.time() + 5))
     result = refgrid.batch(str(copy / "*.nc"), tmp_path / "tas.json", progress=False)
