@@ -1,7 +1,8 @@
 """The work directory of a batch: one record per scanned file, appended as scans finish.
 
 ``records.bin`` is a sequence of records, each a JSON header line — URL, identity, the first
-value of the concat coordinate, the record's length and CRC — followed by the record
+value of the concat coordinate, the record's length and a CRC of header and record —
+followed by the record
 (:mod:`.record`) and a newline. A batch reads the headers to know what is done, and a file's
 record only when it combines it.
 
@@ -116,7 +117,8 @@ class Journal:
 
     def append(self, header: Header, record: bytes) -> None:
         """Record one scanned file (it supersedes an earlier record of the same URL)."""
-        header = {**header, "format": FORMAT, "bytes": len(record), "crc": zlib.crc32(record)}
+        header = {**header, "format": FORMAT, "bytes": len(record)}
+        header["crc"] = _crc(header, record)
         head = orjson.dumps(header) + b"\n"
         offset = self._out.tell() + len(head)
         try:
@@ -173,7 +175,14 @@ def _scan_records(f: IO[bytes]) -> Iterator[Entry | None]:
         if len(body) != length + 1 or body[-1:] != b"\n":
             f.seek(start)
             return
-        usable = (zlib.crc32(body[:-1]) == crc and header.get("format") == FORMAT
+        usable = (_crc(header, body[:-1]) == crc and header.get("format") == FORMAT
                   and isinstance(header.get("url"), str)
                   and isinstance(header.get("identity"), dict))
         yield Entry(header, offset, length) if usable else None
+
+
+def _crc(header: Any, record: bytes) -> int:
+    """The CRC of a record and its header (all but the CRC itself): a damaged URL or
+    identity never attributes a record to another file."""
+    fields = {k: v for k, v in header.items() if k != "crc"}
+    return zlib.crc32(record, zlib.crc32(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)))
