@@ -251,6 +251,10 @@ def test_a_pattern_matching_nothing_and_a_missing_list_are_argument_errors(tmp_p
         refgrid.batch(f"@{tmp_path / 'absent.txt'}", tmp_path / "t.json")
     with pytest.raises(refgrid.ArgumentError, match="scheduler"):
         refgrid.batch(str(__file__), tmp_path / "t.json", scheduler=42)
+    with pytest.raises(refgrid.ArgumentError, match="must be a local path"):
+        refgrid.batch(str(__file__), "s3://bucket/out.parq")
+    with pytest.raises(refgrid.ArgumentError, match="format"):
+        refgrid.batch(str(__file__), tmp_path / "t.json", format="zarr")  # type: ignore
 
 
 def test_a_work_directory_is_used_by_one_batch_at_a_time(tmp_path):

@@ -100,8 +100,13 @@ def batch(
     """
     if on_error not in ("raise", "report"):
         raise ArgumentError(f"on_error must be 'raise' or 'report', not {on_error!r}")
+    if "://" in os.fspath(output):
+        raise ArgumentError(f"the output {os.fspath(output)} must be a local path (the "
+                            "sources may be remote)")
     target = Path(output)
     chosen = format or ("json" if target.name.endswith(".json") else "parquet")
+    if chosen not in ("json", "parquet"):
+        raise ArgumentError(f"format must be 'json' or 'parquet', not {chosen!r}")
     options = dict(storage_options or {})
     listed = expand([sources] if isinstance(sources, str) else list(sources), options)
     if not listed:
@@ -116,12 +121,11 @@ def batch(
         good = [url for url in listed if url in journal.entries and url not in bad]
         dropped = len(set(journal.entries) - set(listed))
         report = target.with_name(target.name + ".report.json")
-        if not good:
-            _save(BatchResult(target, report, work, len(listed), len(todo), reused, changed, failed,
-                              dropped))
-            raise BatchError(f"no file could be scanned ({len(failed)} failed; see {report})")
         result = BatchResult(target, report, work, len(listed), len(todo), reused, changed,
                              failed, dropped)
+        if not good:
+            _save(result)
+            raise BatchError(f"no file could be scanned ({len(failed)} failed; see {report})")
         try:
             group = _combine(journal, good, concat_dim, overlap, codecs, options, show)
         except RefgridError as e:
@@ -137,7 +141,7 @@ def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
           options: dict[str, Any]) -> tuple[list[tuple[str, SourceIdentity | None]], int,
                                             list[str], list[FailedFile]]:
     """Which files to scan (those not recorded, and those changed since they were), how
-    many records are reused, what changed, and the recorded files now unreachable."""
+    many records are reused, what changed, and the files whose identity cannot be had."""
     todo: list[tuple[str, SourceIdentity | None]] = []
     changed, failed = [], []
     reused = 0
