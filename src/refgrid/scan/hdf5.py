@@ -87,6 +87,7 @@ class _FileScan:
         arrays: dict[str, VirtualArray] = {}
         groups: dict[str, VirtualGroup] = {}
         unlimited: list[str] = []
+        members = []
         for name in h5:
             where = f"{path}/{name}".lstrip("/")
             try:
@@ -97,6 +98,9 @@ class _FileScan:
             if obj is None:  # h5py's get() hides why: dangling link, damaged header, ...
                 self._problem(where, f"cannot be opened ({_why_not(h5, name)})")
                 continue
+            members.append((name, where, obj))
+        self.scale_names[h5.id] = {obj.id: name for name, _, obj in members if _is_scale(obj)}
+        for name, where, obj in members:
             try:  # damaged metadata fails in h5py with any error: each is this object's
                 if isinstance(obj, h5py.Group):
                     groups[name] = self.group(obj, where)
@@ -174,15 +178,12 @@ class _FileScan:
         """A dimension scale's name. Not ``scale.name``: for an object reached through a
         reference HDF5 searches the whole file for its path (12 ms per call on a file of
         2000 datasets). NetCDF dimensions live in the variable's group or an ancestor, so
-        those groups' scales are listed once each and looked up by object identity."""
+        those groups' scales are listed as each group is entered and looked up by object
+        identity."""
         for group in reversed(self.lineage):
-            key = group.id
-            if key not in self.scale_names:
-                members = ((n, group.get(n)) for n in group)
-                self.scale_names[key] = {obj.id: n for n, obj in members if isinstance(
-                    obj, h5py.Dataset) and h5py.h5ds.is_scale(obj.id)}
-            if scale.id in self.scale_names[key]:
-                return self.scale_names[key][scale.id]
+            found = self.scale_names.get(group.id, {}).get(scale.id)
+            if found is not None:
+                return found
         return scale.name.rsplit("/", 1)[-1]
 
     def _dimid_name(self, dimid: int) -> str | None:
@@ -490,6 +491,15 @@ def _type_name(d: h5py.Dataset) -> str | None:
         return None
     name = h5py.h5i.get_name(tid)
     return name.decode("utf-8", "replace").rsplit("/", 1)[-1] if name else None
+
+
+def _is_scale(obj: Any) -> bool:
+    """Whether ``obj`` is a dimension scale (False for one whose metadata cannot be read:
+    its own scan reports that)."""
+    try:
+        return isinstance(obj, h5py.Dataset) and bool(h5py.h5ds.is_scale(obj.id))
+    except (OSError, RuntimeError, ValueError, TypeError):
+        return False
 
 
 def _is_hidden_dimension(d: h5py.Dataset) -> bool:
