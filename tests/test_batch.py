@@ -221,6 +221,16 @@ def test_combining_a_slice_at_a_time_writes_what_one_combine_writes(archive, mon
     assert (tmp_path / "sliced.json").read_bytes() == (tmp_path / "one.json").read_bytes()
 
 
+@pytest.mark.parametrize("kind", ["netcdf3/classic", "netcdf3/offset64", "monthly/contiguous"])
+def test_other_formats_and_layouts_read_as_xarray_reads_the_files(kind, tmp_path):
+    files = sorted((FIXTURES / kind).glob("*.nc"))
+    refgrid.batch(str(FIXTURES / kind / "*.nc"), tmp_path / "b.json", progress=False,
+                  scheduler="synchronous")
+    with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal",
+                           coords="minimal", compat="override") as expected:
+        xr.testing.assert_identical(opened(tmp_path / "b.json"), expected.load())
+
+
 def test_nested_groups_and_several_variables_as_combine_does(tmp_path):
     files = sorted((FIXTURES / "groups").glob("*.nc"))
     refgrid.batch([str(f) for f in files], tmp_path / "b.json", progress=False,
