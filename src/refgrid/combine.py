@@ -357,12 +357,24 @@ def _bounds(values: list[np.ndarray], coords: list[VirtualArray]) -> list[Any]:
         stacked = np.concatenate([ends[k] for k in members])
         units, calendar = key
         if isinstance(units, str) and " since " in units:
-            from xarray.coding.times import decode_cf_datetime
-
-            stacked = np.asarray(decode_cf_datetime(stacked, units, calendar))
+            stacked = decode_times(stacked, units, calendar)
         for j, k in enumerate(members):
             out[k] = (stacked[2 * j], stacked[2 * j + 1])
     return out
+
+
+def decode_times(values: np.ndarray, units: str, calendar: str) -> np.ndarray:
+    """CF times decoded as xarray decodes them, for ordering and re-encoding. Quietly:
+    xarray warns when dates beyond 2262 come back as cftime objects, which is a matter of
+    representation here, not of the values."""
+    import warnings
+
+    from xarray.coding.times import decode_cf_datetime
+    from xarray.coding.variables import SerializationWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SerializationWarning)
+        return np.asarray(decode_cf_datetime(values, units, calendar))
 
 
 def _reencoded(values: list[np.ndarray], parts: list[VirtualArray], labels: list[str],
@@ -393,14 +405,12 @@ def _reencoded(values: list[np.ndarray], parts: list[VirtualArray], labels: list
 
 def _reencode(values: np.ndarray, part: VirtualArray, first: VirtualArray, label: str,
               where: str) -> np.ndarray:
-    from xarray.coding.times import decode_cf_datetime, encode_cf_datetime
+    from xarray.coding.times import encode_cf_datetime
 
-    dates = decode_cf_datetime(values, part.attrs["units"], part.attrs.get("calendar",
-                                                                          "standard"))
+    dates = decode_times(values, part.attrs["units"], part.attrs.get("calendar", "standard"))
     encoded, _, _ = encode_cf_datetime(dates, first.attrs["units"],
                                        first.attrs.get("calendar", "standard"), first.dtype)
-    back = decode_cf_datetime(encoded, first.attrs["units"],
-                              first.attrs.get("calendar", "standard"))
+    back = decode_times(encoded, first.attrs["units"], first.attrs.get("calendar", "standard"))
     if not np.array_equal(np.asarray(back), np.asarray(dates)):
         raise CombineError(f"{where}: times of {label} cannot be encoded exactly in "
                            f"{first.attrs['units']!r}")

@@ -20,7 +20,7 @@ import numpy as np
 
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
-from refgrid.combine import combine
+from refgrid.combine import combine, decode_times
 from refgrid.errors import BatchError, CombineError
 from refgrid.model import VirtualArray, VirtualGroup
 
@@ -65,10 +65,8 @@ def order(journal: Journal, urls: Sequence[str]) -> list[str]:
     for (units, calendar), members in by_units.items():
         values = np.asarray([firsts[url][0] for url in members])  # type: ignore[index]
         if isinstance(units, str) and " since " in units:
-            from xarray.coding.times import decode_cf_datetime
-
             try:
-                values = np.asarray(decode_cf_datetime(values, units, calendar))
+                values = decode_times(values, units, calendar)
             except Exception as e:
                 raise CombineError(f"cannot decode the times of {members[0]} ({units!r}, "
                                    f"{calendar!r}): {e}") from None
