@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from refgrid.archive.assemble import combine_records
-from refgrid.archive.inputs import expand, identity
+from refgrid.archive.inputs import expand
 from refgrid.archive.journal import Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
+from refgrid.scan.source import Source
 from refgrid.sources import SourceIdentity
 from refgrid.write import write
 from refgrid.write.atomic import clean_leftovers, replace_file, temporary_for
@@ -151,7 +152,7 @@ def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
             todo.append((url, known))
             continue
         try:
-            now = known if known is not None else identity(url, options)
+            now = known if known is not None else Source.of(url, options).identity
         except ScanError as e:
             failed.append(FailedFile(url, type(e).__name__, str(e)))
             continue

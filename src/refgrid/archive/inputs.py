@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from refgrid.errors import ArgumentError, RefgridError, ScanError
+from refgrid.errors import ArgumentError, RefgridError
 from refgrid.filesystems import filesystem
 from refgrid.sources import SourceIdentity, identity_from_info, identity_of, is_local
 
@@ -26,8 +26,9 @@ def expand(sources: Iterable[str], storage_options: Mapping[str, Any] | None = N
            ) -> dict[str, SourceIdentity | None]:
     """Every file the sources name, in order (each pattern's matches sorted, duplicates
     dropped), with its identity where a listing gave it without a request (``None``: ask
-    with :func:`identity`). ``@FILE`` names a text file of sources, one per line (blank lines
-    and lines starting with ``#`` are skipped). Local paths become absolute."""
+    the file, through :attr:`refgrid.scan.source.Source.identity`). ``@FILE`` names a text
+    file of sources, one per line (blank lines and lines starting with ``#`` are skipped).
+    Local paths become absolute."""
     options = dict(storage_options or {})
     found: dict[str, SourceIdentity | None] = {}
     for source in _with_lists(sources):
@@ -38,17 +39,6 @@ def expand(sources: Iterable[str], storage_options: Mapping[str, Any] | None = N
         else:
             found.setdefault(source, None)
     return found
-
-
-def identity(url: str, storage_options: Mapping[str, Any] | None = None) -> SourceIdentity:
-    """The identity of one named file (a ``stat``, or one request), as a scan error when
-    it cannot be had."""
-    try:
-        return identity_of(url, storage_options)
-    except FileNotFoundError:
-        raise ScanError(url, None, "file not found") from None
-    except OSError as e:
-        raise ScanError(url, None, f"cannot read it ({type(e).__name__}: {e})") from None
 
 
 def _with_lists(sources: Iterable[str]) -> Iterable[str]:
@@ -84,7 +74,6 @@ def _glob(pattern: str, options: dict[str, Any]) -> dict[str, SourceIdentity]:
 
 
 def _listed_identity(url: str, info: Mapping[str, Any]) -> SourceIdentity:
-    if is_local(url):  # a stat, as the scanner records it (fsspec's mtime is the same float)
-        stat = os.stat(url)
-        return {"size": stat.st_size, "mtime": stat.st_mtime}
+    if is_local(url):  # a stat, as the scanner records it
+        return identity_of(url)
     return identity_from_info(info)

@@ -20,7 +20,6 @@ from refgrid.archive.journal import Header
 from refgrid.archive.record import dumps
 from refgrid.combine import with_inline_coordinates
 from refgrid.errors import RefgridError, ScanError
-from refgrid.filesystems import filesystem
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.sources import SourceIdentity, is_local
 
@@ -56,11 +55,11 @@ def scan_files(files: Sequence[tuple[str, SourceIdentity | None]], job: ScanJob
 
 
 def _scan_one(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned | Failed:
-    from refgrid.archive.inputs import identity
     from refgrid.scan import scan
+    from refgrid.scan.source import Source
 
     try:
-        recorded = known if known is not None else identity(url, job.storage_options)
+        recorded = known if known is not None else Source.of(url, job.storage_options).identity
         with _fetched_whole(url, recorded, job):
             group = scan(url, allowed_sources=job.allowed_sources, **job.storage_options)
             group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
@@ -81,17 +80,11 @@ def _fetched_whole(url: str, recorded: SourceIdentity, job: ScanJob
     """A small remote file fetched in one request and held while the worker scans and reads
     it (the scan alone would make three or four, and each read of a variable one more)."""
     from refgrid.prefetch import held_file
-    from refgrid.scan.source import WHOLE_FILE_LIMIT
+    from refgrid.scan.source import WHOLE_FILE_LIMIT, Source
 
     if is_local(url) or recorded["size"] > WHOLE_FILE_LIMIT:
         return nullcontext()
-    fs, path = filesystem(url, job.storage_options)
-    try:
-        data = fs.cat_file(path, start=0, end=recorded["size"])
-    except FileNotFoundError:
-        raise ScanError(url, None, "file not found") from None
-    except OSError as e:
-        raise ScanError(url, None, f"cannot read it ({type(e).__name__}: {e})") from None
+    data = Source.of(url, job.storage_options).read_at(0, recorded["size"])
     if len(data) != recorded["size"]:
         raise ScanError(url, None, f"{len(data)} bytes read where its listing said "
                         f"{recorded['size']}: it changed while the batch ran")
