@@ -23,6 +23,7 @@ from refgrid.archive.journal import Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
+from refgrid.extras import import_extra
 from refgrid.scan.source import Source
 from refgrid.sources import SourceIdentity
 from refgrid.write import write
@@ -213,12 +214,7 @@ def _combine(journal: Journal, urls: list[str], concat_dim: str, overlap: Any, c
 def _bar(total: int, what: str, show: bool) -> Any:
     if not show or not total:
         return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        from refgrid.errors import MissingExtraError
-
-        raise MissingExtraError("batch", "the batch progress bar", "tqdm") from None
+    tqdm = import_extra("tqdm.auto", "batch", "the batch progress bar").tqdm
     return tqdm(total=total, desc=what, unit="file", file=sys.stderr, dynamic_ncols=True)
 
 

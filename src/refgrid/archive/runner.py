@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from refgrid.archive.task import Failed, ScanJob, Scanned, scan_files
-from refgrid.errors import ArgumentError, MissingExtraError
+from refgrid.errors import ArgumentError
+from refgrid.extras import import_extra
 from refgrid.sources import SourceIdentity
 
 Files = list[tuple[str, SourceIdentity | None]]
@@ -48,7 +49,7 @@ def run(files: Files, job: ScanJob, on_result: OnResult, *, scheduler: Any = Non
         for task in tasks_of(files, 1):
             on_result(scan_files(task, job))
     elif isinstance(scheduler, str):
-        distributed = _distributed()
+        distributed = import_extra("distributed", "batch", "batch conversion on a dask cluster")
         try:
             client = distributed.Client(scheduler, timeout="30s")
         except OSError as e:
@@ -66,7 +67,7 @@ def run(files: Files, job: ScanJob, on_result: OnResult, *, scheduler: Any = Non
 def _run_local(files: Files, job: ScanJob, on_result: OnResult, workers: int) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
-    dask = _dask()
+    dask = import_extra("dask", "batch", "batch conversion")
     from dask.callbacks import Callback
 
     def posttask(key: Any, result: Any, *_: Any) -> None:
@@ -91,7 +92,7 @@ def _waves(tasks: list[Files]) -> Iterator[list[tuple[int, Files]]]:
 
 
 def _run_distributed(client: Any, files: Files, job: ScanJob, on_result: OnResult) -> None:
-    distributed = _distributed()
+    distributed = import_extra("distributed", "batch", "batch conversion on a dask cluster")
     workers = max(1, len(client.scheduler_info().get("workers", {})))
     tasks = tasks_of(files, workers)
     futures = client.map(scan_files, tasks, job=job, pure=False,
@@ -103,19 +104,3 @@ def _run_distributed(client: Any, files: Files, job: ScanJob, on_result: OnResul
     finally:
         client.cancel([f for f in futures if not f.done()])
 
-
-def _dask() -> Any:
-    try:
-        import dask
-    except ImportError as e:
-        raise MissingExtraError("batch", "batch conversion", e.name or "dask") from None
-    return dask
-
-
-def _distributed() -> Any:
-    try:
-        import distributed
-    except ImportError as e:
-        raise MissingExtraError("batch", "batch conversion on a dask cluster",
-                                e.name or "distributed") from None
-    return distributed
