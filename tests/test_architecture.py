@@ -204,7 +204,7 @@ def test_the_dispatcher_names_what_it_found(inputs, tmp_path):
 
 
 def test_groups_are_opened_from_one_scan(monkeypatch):
-    import refgrid.read.backend as backend
+    import refgrid.read.dataset as backend
 
     source = FIXTURES / "groups" / next(p.name for p in (FIXTURES / "groups").iterdir())
     calls = []
@@ -217,6 +217,48 @@ def test_groups_are_opened_from_one_scan(monkeypatch):
     for path in expected.groups:
         for name, var in expected[path].dataset.data_vars.items():
             np.testing.assert_array_equal(tree[path].dataset[name].values, var.values)
+
+
+HEAVY = ("dask", "distributed", "pandas", "pyarrow", "zarr", "xarray", "h5py", "fsspec",
+         "numcodecs", "imagecodecs", "netCDF4", "click")
+
+
+@pytest.mark.parametrize("statement", ["import refgrid",
+                                       "import refgrid; refgrid.RefgridError; dir(refgrid)",
+                                       "import refgrid.errors, refgrid.bounds"])
+def test_importing_refgrid_loads_no_heavy_library(statement):
+    """``import refgrid`` stays cheap: each library is imported by what first needs it."""
+    code = f"{statement}; import sys; print(sorted({{m.partition('.')[0] for m in sys.modules}}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    loaded = set(ast.literal_eval(done.stdout.strip()))
+    assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_xarray_discovers_the_engine_without_loading_refgrid():
+    """xarray imports every engine's entry point whenever it opens anything: refgrid's costs
+    it no more than the entry point."""
+    code = ("import xarray as xr, sys; xr.backends.list_engines(); "
+            "print(sorted(m for m in sys.modules if m.startswith(('refgrid', 'zarr', 'h5py', "
+            "'pyarrow')) ))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    loaded = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert [m for m in loaded if m.startswith("refgrid")] == [
+        "refgrid", "refgrid.errors", "refgrid.read", "refgrid.read.backend"]
+
+
+def test_public_functions_survive_their_subpackages_being_imported():
+    code = ("import refgrid, refgrid.scan.hdf5, refgrid.write.parquet, refgrid.combine, "
+            "refgrid.archive.task; import types; "
+            "print([isinstance(getattr(refgrid, n), types.FunctionType) "
+            "for n in ('scan', 'write', 'combine', 'batch', 'get_mapper')])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[True, True, True, True, True]"
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        refgrid.nothing  # noqa: B018
+    assert {"scan", "batch", "VirtualGroup"} <= set(dir(refgrid))
 
 
 def test_type_checker_is_clean():

@@ -13,13 +13,16 @@ from ground_truth import ground_truth, restore, same
 from helpers import FIXTURES
 from test_combine import ARCHIVES, _combined
 
+VIEWS = ["auto", "native", {"time": 4}]
 
+
+@pytest.mark.parametrize("chunks", VIEWS, ids=["auto", "native", "time4"])
 @pytest.mark.parametrize("archive", [a for a, (_, _, same_units) in ARCHIVES.items()
                                      if same_units])
-def test_combined_archives_raw_values_with_stock_xarray(archive, tmp_path):
+def test_combined_archives_raw_values_with_stock_xarray(archive, chunks, tmp_path):
     _, refs, files = _combined(archive, tmp_path)
     raw = {"mask_and_scale": False, "decode_times": False}
-    ours = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr", **raw)
+    ours = xr.open_dataset(refgrid.get_mapper(refs, chunks=chunks), engine="zarr", **raw)
     expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
                                  data_vars="minimal", compat="equals", **raw)
     for key, want in expected.variables.items():
@@ -27,13 +30,15 @@ def test_combined_archives_raw_values_with_stock_xarray(archive, tmp_path):
         np.testing.assert_array_equal(ours[key].values, want.values, err_msg=key)
 
 
+@pytest.mark.parametrize("chunks", VIEWS, ids=["auto", "native", "time4"])
 @pytest.mark.parametrize("archive", ARCHIVES)
-def test_combined_archives_read_with_stock_xarray(archive, tmp_path):
+def test_combined_archives_read_with_stock_xarray(archive, chunks, tmp_path):
     _, refs, files = _combined(archive, tmp_path)
     expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
                                  data_vars="minimal", compat="equals")
-    unpacked = xr.open_dataset(refgrid.get_mapper(refs, unpack=True), engine="zarr")
-    ours = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr")
+    unpacked = xr.open_dataset(refgrid.get_mapper(refs, chunks=chunks, unpack=True),
+                               engine="zarr")
+    ours = xr.open_dataset(refgrid.get_mapper(refs, chunks=chunks), engine="zarr")
     for key, want in expected.variables.items():
         assert unpacked[key].dtype == want.dtype, key  # exact, packed variables included
         np.testing.assert_array_equal(unpacked[key].values, want.values, err_msg=key)
@@ -48,7 +53,7 @@ def test_combined_archives_read_with_stock_xarray(archive, tmp_path):
 def test_regular_arrays_keep_their_native_chunks_served_decoded(tmp_path):
     source = FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"
     group = refgrid.scan(source)
-    mapper = refgrid.get_mapper(refgrid.to_kerchunk(group))
+    mapper = refgrid.get_mapper(refgrid.to_kerchunk(group), chunks="native")
     doc = mapper.fs.documents["tas"]
     assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [10, 6, 8]
     assert doc["codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}]
@@ -67,14 +72,15 @@ def test_a_chunk_that_does_not_decode_is_a_read_error_naming_it(tmp_path):
     start = int(tas.manifest.offset[1, 0, 0])
     data[start:start + 16] = bytes(16)
     source.write_bytes(bytes(data))
-    mapper = refgrid.get_mapper(refgrid.to_kerchunk(group), verify_sources=False)
+    mapper = refgrid.get_mapper(refgrid.to_kerchunk(group), chunks="native",
+                                verify_sources=False)
     with pytest.raises(refgrid.ReadError, match=r"tas/c/1/0/0"):
         xr.open_dataset(mapper, engine="zarr", consolidated=True)["tas"].values  # noqa: B018
 
 
 def test_irregular_arrays_get_a_regular_view_of_the_most_common_length(tmp_path):
     _, refs, _ = _combined("monthly/chunkfile", tmp_path)
-    view = refgrid.get_mapper(refs).fs.documents["tas"]
+    view = refgrid.get_mapper(refs, chunks="native").fs.documents["tas"]
     assert view["chunk_grid"] == {"name": "regular", "configuration": {
         "chunk_shape": [31, 6, 8]}}
     assert view["codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}]
@@ -82,12 +88,14 @@ def test_irregular_arrays_get_a_regular_view_of_the_most_common_length(tmp_path)
         "configuration"]["chunk_shape"] == [7, 6, 8]
 
 
-def test_every_fixture_variable_through_the_view():
+@pytest.mark.parametrize("chunks", ["auto", "native"])
+def test_every_fixture_variable_through_the_view(chunks):
     for name in ("features/netcdf4_features.nc", "features/shrunk_variable.nc",
                  "features/hdf5_filters.h5", "features/hdf5_layouts_latest.h5",
                  "netcdf3/cdf5.nc"):
         group = refgrid.scan(FIXTURES / name, on_error="report")
-        root = zarr.open_group(refgrid.get_mapper(refgrid.to_kerchunk(group)), mode="r")
+        root = zarr.open_group(refgrid.get_mapper(refgrid.to_kerchunk(group), chunks=chunks),
+                               mode="r")
         truth = ground_truth(FIXTURES / name)
         for path, node in group.walk():
             if isinstance(node, refgrid.VirtualArray) and path in truth:
@@ -113,7 +121,81 @@ def test_missing_source_is_an_error_not_fill_values(tmp_path):
     shutil.copy(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc", source)
     refs = refgrid.to_kerchunk(refgrid.scan(source))
     source.unlink()
-    tas = zarr.open_group(refgrid.get_mapper(refs), mode="r")["tas"]  # passed through
+    tas = zarr.open_group(refgrid.get_mapper(refs, chunks="native"), mode="r")["tas"]
     with pytest.raises(refgrid.RefgridError, match=r"array 'tas': source file not found: "
                                                    r".*tas\.nc \(chunk tas/c/0/0/0"):
         tas[0]
+
+
+# -- assembled view chunks --------------------------------------------------------------------
+
+def _small_chunks(path, shape=(120, 40, 30), chunks=(1, 10, 10), skip_every=0):
+    """A zlib NetCDF4 variable of many small chunks; with ``skip_every`` some time steps are
+    never written (missing chunks, read as the fill value)."""
+    values = np.random.default_rng(1).random(shape, dtype="f4")
+    with netCDF4.Dataset(path, "w") as nc:
+        for k, n in enumerate(shape):
+            nc.createDimension(f"d{k}", n)
+        v = nc.createVariable("v", "f4", tuple(f"d{k}" for k in range(len(shape))),
+                              zlib=True, chunksizes=chunks, fill_value=-9.0)
+        for t in range(shape[0]):
+            if not skip_every or t % skip_every:
+                v[t] = values[t]
+    return path
+
+
+def test_auto_view_assembles_whole_native_chunks_into_fewer_larger_ones(tmp_path):
+    source = _small_chunks(tmp_path / "small.nc")
+    refs = refgrid.to_kerchunk(refgrid.scan(source))
+    auto = refgrid.get_mapper(refs)
+    block = auto.fs.documents["v"]["chunk_grid"]["configuration"]["chunk_shape"]
+    assert block != [1, 10, 10]
+    assert all(b % n == 0 or b == size
+               for b, n, size in zip(block, (1, 10, 10), (120, 40, 30), strict=True))
+    with netCDF4.Dataset(source) as nc:
+        truth = nc["v"][...].filled()
+    calls = {}
+    for chunks in ("auto", "native"):
+        mapper = refgrid.get_mapper(refs, chunks=chunks)
+        served = []
+        real = mapper.fs._chunk
+        mapper.fs._chunk = lambda p, c, real=real, served=served: served.append(c) or real(p, c)
+        v = zarr.open_group(mapper, mode="r")["v"]
+        for selection in (np.s_[:, 17, 21], np.s_[55], np.s_[3:9, 5:35, :], np.s_[...]):
+            np.testing.assert_array_equal(v[selection], truth[selection])
+        calls[chunks] = len(served)
+    assert calls["auto"] < calls["native"] / 4
+
+
+def test_auto_view_fills_missing_native_chunks(tmp_path):
+    source = _small_chunks(tmp_path / "holes.nc", shape=(40, 20, 20), skip_every=3)
+    refs = refgrid.to_kerchunk(refgrid.scan(source))
+    assert (refgrid.scan(source)["v"].manifest.path_id < 0).any()
+    ours = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr")["v"].values
+    np.testing.assert_array_equal(ours, xr.open_dataset(source)["v"].values)
+
+
+def test_view_chunk_choice():
+    from refgrid.read.view_chunks import MAX_BLOCK_BYTES, view_chunks
+
+    def array(shape, chunks, dtype="f4"):
+        grid = refgrid.RectilinearGrid.regular(shape, chunks)
+        return refgrid.VirtualArray("t", ("time", "lat", "lon"), np.dtype(dtype), grid,
+                                    refgrid.ChunkManifest.empty(grid.chunk_counts))
+
+    small = array((10_000, 100, 100), (1, 10, 10))
+    shape, native = view_chunks(small, "auto")
+    assert not native and np.prod(shape) > 100 and np.prod(shape) * 4 <= MAX_BLOCK_BYTES
+    assert [s % n for s, n in zip(shape, (1, 10, 10), strict=True)] == [0, 0, 0]
+    maps = array((2000, 720, 1440), (1, 720, 1440), "f8")  # 8 MiB chunks: already large
+    assert view_chunks(maps, "auto") == ((1, 720, 1440), True)
+    huge = array((4, 4000, 4000), (1, 4000, 4000), "f8")  # a native chunk over the cap
+    assert view_chunks(huge, "auto") == ((1, 4000, 4000), True)
+    assert view_chunks(small, "native") == ((1, 10, 10), True)
+    assert view_chunks(small, {"time": 5}) == ((5, 10, 10), False)
+    strings = refgrid.VirtualArray("s", ("time",), np.dtypes.StringDType(),
+                                   refgrid.RectilinearGrid.regular((500,), (1,)),
+                                   refgrid.ChunkManifest.empty((500,)))
+    assert view_chunks(strings, "auto") == ((1,), True)  # vlen: served as stored
+    with pytest.raises(refgrid.ArgumentError, match="chunks must be 'auto', 'native'"):
+        view_chunks(small, "large")

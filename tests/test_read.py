@@ -166,11 +166,12 @@ def test_fletcher32_mismatch_is_detected(tmp_path):
         read(array, np.s_[:16, :5])
 
 
+@pytest.mark.parametrize("chunks", ["auto", "native"])
 @pytest.mark.parametrize("name", sorted(str(p.relative_to(FIXTURES)) for p in
                                         FIXTURES.rglob("*.nc")))
-def test_every_fixture_file_decodes_through_the_mapper_like_xarray_on_the_source(name):
+def test_every_fixture_file_decodes_through_the_mapper_like_xarray_on_the_source(name, chunks):
     mapper = refgrid.get_mapper(refgrid.to_kerchunk(refgrid.scan(FIXTURES / name)),
-                                unpack=True)
+                                chunks=chunks, unpack=True)
     ours, source = xr.open_dataset(mapper, engine="zarr"), xr.open_dataset(FIXTURES / name)
     assert set(ours.variables) == set(source.variables)
     for key, expected in source.variables.items():

@@ -1,13 +1,15 @@
 """A read-only fsspec filesystem serving a *regular-grid* Zarr v3 view of any refgrid dataset.
 
-Stock zarr 3.1 cannot read rectilinear grids. Through this view it reads every refgrid
-dataset:
+Stock zarr 3.1 cannot read rectilinear grids, and reads archives of small chunks slowly. Through
+this view it reads every refgrid dataset, fast: each view chunk is decoded and assembled by
+refgrid's read path from the native chunks it covers and served uncompressed. View chunks are
 
-* arrays whose native grid is regular are passed through: the view's chunks are the native
-  chunks, served as stored bytes with the native codecs (no decoding);
-* other arrays get a regular view grid — along each irregular dimension a chunk length chosen
-  as the most common native length, or the caller's — and each view chunk is assembled from
-  the native chunks it overlaps (refgrid's read path) and served uncompressed.
+* by default (``chunks="auto"``) blocks of whole native chunks sized by a cost model
+  (:mod:`refgrid.read.view_chunks`), so zarr makes few calls without decoding much it was
+  not asked for;
+* with ``chunks="native"`` the native chunks themselves (along an irregular dimension the
+  most common native length), a missing native chunk a missing view chunk;
+* with ``chunks={"time": 30}`` the lengths given, the other dimensions as ``"native"``.
 
 The root ``zarr.json`` carries consolidated metadata, so opening costs one request.
 
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,7 @@ from refgrid.keys import chunk_of_key, document_node
 from refgrid.manifest import MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.read.array import read, read_fill
+from refgrid.read.view_chunks import ViewChunks, view_chunks
 from refgrid.scan import Input, scan
 from refgrid.sources import SourceCheck
 from refgrid.zarr_json import ArrayDocument, Document, array_document, group_document
@@ -120,28 +122,13 @@ def _empty_manifest(shape: tuple[int, ...], chunks: tuple[int, ...]) -> ChunkMan
     return ChunkManifest.empty(RectilinearGrid.regular(shape, chunks).chunk_counts)
 
 
-def _view_chunks(array: VirtualArray, chunks: Mapping[str, int]) -> tuple[tuple[int, ...], bool]:
-    grid = array.grid
-    if grid.is_regular and not any(d in chunks for d in array.dims):
-        return tuple(grid.chunk_shape or ()), True
-    shape = []
-    for dim, axis in zip(array.dims, grid.axes, strict=True):
-        if dim in chunks:
-            shape.append(max(1, int(chunks[dim])))
-        elif axis.regular_size is not None:
-            shape.append(axis.regular_size)
-        else:
-            shape.append(int(Counter(axis.logical.tolist()).most_common(1)[0][0]))
-    return tuple(shape), False
-
-
 class RegularViewFileSystem(AbstractFileSystem):
     """``zarr.json`` documents and chunks of the regular view, as files (read-only)."""
 
     protocol = "refgrid-view"
     cachable = False
 
-    def __init__(self, group: VirtualGroup, chunks: Mapping[str, int] | None = None,
+    def __init__(self, group: VirtualGroup, chunks: ViewChunks = "auto",
                  storage_options: dict[str, Any] | None = None, unpack: bool = False,
                  verify_sources: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -154,7 +141,7 @@ class RegularViewFileSystem(AbstractFileSystem):
             if isinstance(node, VirtualGroup):
                 self.groups[path] = node
             else:
-                shape, native = _view_chunks(node, chunks or {})
+                shape, native = view_chunks(node, chunks)
                 records = zarr_records(original_dtype(node.attrs, node.value_dtype)) \
                     if DTYPE_ATTR in node.attrs else None
                 self.views[path] = _View(node, shape, native, unpack and _packed(node), records)
@@ -248,19 +235,20 @@ class RegularViewFileSystem(AbstractFileSystem):
         return entries if detail else [e["name"] for e in entries]
 
 
-def get_mapper(refs: Input, chunks: Mapping[str, int] | None = None,
+def get_mapper(refs: Input, chunks: ViewChunks = "auto",
                storage_options: dict[str, Any] | None = None, unpack: bool = False,
                allowed_sources: Sequence[str] | None = None,
                verify_sources: bool = True) -> FSMap:
     """An fsspec mapper with a regular-grid Zarr v3 view of a refgrid dataset.
 
     ``refs``: a reference dict, or a path/URL to JSON or parquet references or a Zarr v3
-    store. ``chunks``: view chunk length per dimension name for arrays that are re-chunked
-    (default: the most common native length). ``storage_options`` reach the references and the
-    source files. ``unpack=True`` serves packed variables (``scale_factor``/``add_offset``)
-    already unpacked and masked, exactly as xarray unpacks the source files: stock xarray
-    cannot do that itself, since JSON attributes lose their float32 type and it would unpack
-    in float64. Their raw values are then not available through the view.
+    store. ``chunks``: the view's chunks — ``"auto"`` (blocks of native chunks sized for
+    stock zarr), ``"native"``, or a length per dimension name (see the module docstring).
+    ``storage_options`` reach the references and the source files. ``unpack=True`` serves
+    packed variables (``scale_factor``/``add_offset``) already unpacked and masked, exactly
+    as xarray unpacks the source files: stock xarray cannot do that itself, since JSON
+    attributes lose their float32 type and it would unpack in float64. Their raw values are
+    then not available through the view.
     ``allowed_sources``: prefixes the files named by references must lie under (see
     :func:`refgrid.scan`). ``verify_sources``: check each source's recorded identity before
     its first read (see the engine).

@@ -35,26 +35,35 @@ from refgrid.errors import (
 )
 from refgrid.model import VirtualGroup
 from refgrid.scan.allowed import check_sources, default_allowed
-from refgrid.scan.hdf5 import scan_hdf5
-from refgrid.scan.json_refs import reference_dict_to_group, scan_json
-from refgrid.scan.netcdf3 import scan_netcdf3
 from refgrid.scan.options import OnError, ScanOptions
-from refgrid.scan.parquet import ZMETADATA, is_parquet_references, scan_parquet
 from refgrid.scan.source import Source
-from refgrid.scan.zarr_store import is_zarr_store, scan_zarr_store
 
 Format = Literal["hdf5", "netcdf3", "json", "parquet", "zarr"]
 Scanner = Callable[[Source, ScanOptions], VirtualGroup]
 Input = str | os.PathLike[str] | Mapping[str, Any]
 """What :func:`scan` accepts: a path or URL, or a loaded reference dict."""
 
-SCANNERS: Mapping[Format, Scanner] = {
-    "hdf5": scan_hdf5,
-    "netcdf3": scan_netcdf3,
-    "json": scan_json,
-    "parquet": scan_parquet,
-    "zarr": scan_zarr_store,
-}
+
+
+def scanner(kind: Format) -> Scanner:
+    """The scanner of ``kind``, imported when first asked for: reading references needs
+    neither h5py nor, for JSON, pyarrow."""
+    if kind == "hdf5":
+        from refgrid.scan.hdf5 import scan_hdf5
+        return scan_hdf5
+    if kind == "netcdf3":
+        from refgrid.scan.netcdf3 import scan_netcdf3
+        return scan_netcdf3
+    if kind == "json":
+        from refgrid.scan.json_refs import scan_json
+        return scan_json
+    if kind == "parquet":
+        from refgrid.scan.parquet import scan_parquet
+        return scan_parquet
+    from refgrid.scan.zarr_store import scan_zarr_store
+    return scan_zarr_store
+
+
 REFERENCE_FORMATS = frozenset({"json", "parquet"})
 """Inputs whose chunks may live anywhere: the ones the allow-list applies to."""
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -92,12 +101,14 @@ def scan(
     where = "<references>" if isinstance(source, Mapping) else os.fspath(source)
     try:
         if isinstance(source, Mapping):
+            from refgrid.scan.json_refs import reference_dict_to_group
+
             group = reference_dict_to_group(source, where, storage_options)
             kind: Format = "json"
         else:
             resolved = Source.of(source, storage_options)
             kind = detect_format(resolved)
-            group = SCANNERS[kind](resolved, options)
+            group = scanner(kind)(resolved, options)
         prefixes = allowed_sources if allowed_sources is not None else default_allowed(
             None if isinstance(source, Mapping) else where)
         if kind in REFERENCE_FORMATS and prefixes is not None:
@@ -164,6 +175,9 @@ def _hdf5_after_user_block(source: Source) -> bool:
 
 def _directory_format(source: Source) -> Format | None:
     """The format of a directory input, from the marker file it holds (None: neither)."""
+    from refgrid.scan.parquet import is_parquet_references
+    from refgrid.scan.zarr_store import is_zarr_store
+
     if is_zarr_store(source):
         return "zarr"
     if is_parquet_references(source):
@@ -172,6 +186,8 @@ def _directory_format(source: Source) -> Format | None:
 
 
 def _not_an_input_directory(source: Source) -> NoReturn:
+    from refgrid.scan.parquet import ZMETADATA
+
     if not source.is_local and not source.is_directory():
         raise ScanError(source.url, None, "file not found")
     raise FormatError(source.url, None, f"a directory with no zarr.json (not a Zarr v3 store) "
