@@ -59,26 +59,7 @@ def read(array: VirtualArray, selection: Any = ..., *,
          check: SourceCheck | None = None) -> np.ndarray:
     """``array[selection]`` (orthogonal indexing) read through the references; ``check``
     verifies each source file's identity before its first read."""
-    chosen = array.grid.select(selection)
-    out = np.empty(chosen.kept_shape, dtype=array.value_dtype)
-    reader = _Reader(array, path or array.name, storage_options, check)
-    threads = WORKERS if chosen.nchunks * reader.chunk_nbytes >= PARALLEL_BYTES else 1
-    boxes = [_Box(reader, tiles) for tiles in chosen.boxes(reader.slot_dtype.itemsize,
-                                                             BOX_BYTES, threads)]
-    remote = [b for b in boxes if b.remote]
-    if remote:
-        reader.prefetch(remote)
-    if len(boxes) == 1:
-        boxes[0].read_into(out)
-    elif boxes:
-        futures = [_executor().submit(box.read_into, out) for box in boxes]
-        try:
-            for future in futures:
-                future.result()
-        finally:
-            for future in futures:
-                future.cancel()
-    return out.reshape(chosen.shape)
+    return Reader(array, path or array.name, storage_options, check).read(selection)
 
 
 def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
@@ -118,8 +99,9 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
     return blobs
 
 
-class _Reader:
-    """What every box of one read shares: the array, its decoder, names for messages."""
+class Reader:
+    """What every read of one array shares: the array, its decoder, names for messages.
+    Kept by callers that read one array many times in small pieces (the mapper's view)."""
 
     def __init__(self, array: VirtualArray, name: str,
                  storage_options: dict[str, Any] | None, check: SourceCheck | None) -> None:
@@ -148,6 +130,28 @@ class _Reader:
         self.path_id = manifest.path_id.reshape(-1)
         self.offset = manifest.offset.reshape(-1)
         self.length = manifest.length.reshape(-1)
+
+    def read(self, selection: Any = ...) -> np.ndarray:
+        """``array[selection]``, as :func:`read`."""
+        chosen = self.array.grid.select(selection)
+        out = np.empty(chosen.kept_shape, dtype=self.array.value_dtype)
+        threads = WORKERS if chosen.nchunks * self.chunk_nbytes >= PARALLEL_BYTES else 1
+        boxes = [_Box(self, tiles) for tiles in chosen.boxes(self.slot_dtype.itemsize,
+                                                             BOX_BYTES, threads)]
+        remote = [b for b in boxes if b.remote]
+        if remote:
+            self.prefetch(remote)
+        if len(boxes) == 1:
+            boxes[0].read_into(out)
+        elif boxes:
+            futures = [_executor().submit(box.read_into, out) for box in boxes]
+            try:
+                for future in futures:
+                    future.result()
+            finally:
+                for future in futures:
+                    future.cancel()
+        return out.reshape(chosen.shape)
 
     def key(self, flat: int) -> str:
         return chunk_key(self.name, chunk_coords(flat, self.array.manifest.shape))
@@ -179,7 +183,7 @@ class _Reader:
 class _Box:
     """One box of chunks: fetched, decoded into tiles, copied into the output."""
 
-    def __init__(self, reader: _Reader, tiles: tuple[AxisTile, ...]) -> None:
+    def __init__(self, reader: Reader, tiles: tuple[AxisTile, ...]) -> None:
         self.reader = reader
         self.tiles = tiles
         manifest = reader.array.manifest

@@ -11,12 +11,12 @@ import base64
 import binascii
 import json
 import math
+import operator
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from refgrid.errors import FormatError
 from refgrid.gc_pause import gc_paused
@@ -78,14 +78,14 @@ def chunk_manifest(grid: RectilinearGrid, chunks: ChunkRefs, templates: Mapping[
     keep = flat >= 0  # a key outside the grid holds no data of this array
     refs = np.flatnonzero(ranged & keep)
     if len(refs):
-        table = np.empty((len(refs), 3), dtype=object)
-        try:
-            table[...] = [values[k] for k in refs.tolist()]
-        except ValueError:
+        rows = [values[k] for k in refs.tolist()] if len(refs) < len(values) else values
+        if set(map(len, rows)) != {3}:
             bad = next(k for k in refs.tolist() if len(values[k]) != 3)
             raise FormatError(where, chunks[bad][0], "whole-file references are not supported "
                               "for chunks") from None
-        codes, names = pd.factorize(table[:, 0])
+        names: dict[Any, int] = {}
+        codes = np.fromiter((names.setdefault(r[0], len(names)) for r in rows), np.int32,
+                            len(rows))
         if not all(isinstance(n, str) for n in names):
             bad = next(k for k in refs.tolist() if not isinstance(values[k][0], str))
             raise FormatError(where, chunks[bad][0], f"reference {values[bad]!r:.80} names "
@@ -93,8 +93,8 @@ def chunk_manifest(grid: RectilinearGrid, chunks: ChunkRefs, templates: Mapping[
         remap = np.array([urls.setdefault(_render(n, templates), len(urls)) for n in names],
                          np.int32)
         path_id[flat[refs]] = remap[codes]
-        offset[flat[refs]] = _byte_counts(table[:, 1], "offset", chunks, refs, where)
-        length[flat[refs]] = _byte_counts(table[:, 2], "length", chunks, refs, where)
+        offset[flat[refs]] = _byte_counts([r[1] for r in rows], "offset", chunks, refs, where)
+        length[flat[refs]] = _byte_counts([r[2] for r in rows], "length", chunks, refs, where)
     for k in np.flatnonzero(~ranged & keep).tolist():
         value = values[k]
         try:
@@ -113,27 +113,36 @@ MAX_BYTES = 2**62
 """The largest offset or length accepted (sums of them stay within int64)."""
 
 
-def _byte_counts(column: np.ndarray, what: str, chunks: ChunkRefs, rows: np.ndarray,
+def _byte_counts(column: list[Any], what: str, chunks: ChunkRefs, rows: np.ndarray,
                  where: str) -> np.ndarray:
     """An offset or length column as uint64, every entry an integer in [0, 2**62]."""
+    if set(map(type, column)) <= {int}:  # the JSON case: checked in bulk
+        values = np.array(column)  # int64, or object beyond it
+        if values.dtype.kind == "i" and values.min() >= 0 and values.max() <= MAX_BYTES:
+            return values.astype(np.uint64)
     ok = [isinstance(v, int | np.integer) and not isinstance(v, bool) and 0 <= v <= MAX_BYTES
-          for v in column.tolist()]
+          for v in column]
     if not all(ok):
         k = ok.index(False)
         raise FormatError(where, chunks[int(rows[k])][0], f"chunk {what} {column[k]!r:.40} is "
                           "not an integer in [0, 2**62]")
-    return column.astype(np.uint64)
+    return np.array([int(v) for v in column], dtype=np.uint64)
 
 
 def _flat_indices(tails: list[str], counts: tuple[int, ...]) -> np.ndarray:
     """C-order chunk index of each key tail (``"0/3/1"``), -1 where it is not in the grid."""
     if not counts:
         return np.where(np.array([t == "" for t in tails], bool), 0, -1)
-    parts = "/".join(tails).split("/") if tails else []
+    text = "/".join(tails)
+    digits = text.replace("/", "")
     try:
-        if len(parts) != len(tails) * len(counts):
-            raise ValueError("keys of another rank")
-        coords = np.array(parts, dtype=np.int64).reshape(len(tails), len(counts))
+        if not (digits.isascii() and digits.isdigit()) or set(
+                map(operator.methodcaller("count", "/"), tails)) != {len(counts) - 1}:
+            raise ValueError("keys of another rank, or not numeric")
+        coords = np.fromstring(text.replace("/", " "), dtype=np.int64, sep=" ")
+        if len(coords) != len(tails) * len(counts):  # an empty part ("1//2")
+            raise ValueError("empty coordinates")
+        coords = coords.reshape(len(tails), len(counts))
     except ValueError:  # some keys of another rank or not numeric: parse one by one
         coords = np.array([[int(c) for c in t.split("/")] if _is_key(t, len(counts)) else
                            [-1] * len(counts) for t in tails], np.int64).reshape(-1, len(counts))
