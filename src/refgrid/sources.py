@@ -6,18 +6,21 @@ each source's identity — its size always, its modification time locally, its E
 version) where the store gives one — and writers keep the table beside the references. A
 reader checks a file's identity once per open, the first time it reads from it, and raises a
 :class:`~refgrid.errors.ReadError` naming the file and what changed (``verify_sources=False``
-skips the check).
+skips the check). Remote files are checked concurrently with each other and with the data
+requests of that first read, whose bytes are handed out only once the check has passed: the
+check costs no round trip of its own.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NotRequired, TypedDict
 
 from refgrid.errors import ReadError
 from refgrid.filesystems import filesystem
+from refgrid.pools import thread_pool
 
 SOURCES_KEY = "refgrid"
 """Top-level key of JSON references (and of parquet's ``.zmetadata``) holding
@@ -73,6 +76,14 @@ def stored_identities(container: Any) -> dict[str, SourceIdentity]:
     return out
 
 
+CHECK_WORKERS = 16
+"""Identity requests in flight at once."""
+
+
+def _nothing() -> None:
+    pass
+
+
 class SourceCheck:
     """Checks each recorded source once, the first time a read touches it."""
 
@@ -90,11 +101,33 @@ class SourceCheck:
         self.__init__(state["recorded"], state["storage_options"])  # type: ignore[misc]
 
     def __call__(self, urls: Iterable[str]) -> None:
-        todo = [u for u in urls if u in self.recorded and u not in self.checked]
+        self.start(urls)()
+
+    def start(self, urls: Iterable[str]) -> Callable[[], None]:
+        """Begin checking those of ``urls`` not checked yet: local files now, remote ones
+        concurrently in the background. Returns the function that waits for them (and
+        raises for a changed source)."""
+        todo = [u for u in dict.fromkeys(urls) if u in self.recorded and u not in self.checked]
+        remote = [u for u in todo if not is_local(u)]
         for url in todo:
-            self._check(url)
-            with self.lock:
-                self.checked.add(url)
+            if is_local(url):
+                self._check(url)
+                self._done(url)
+        if not remote:
+            return _nothing
+        pool = thread_pool("refgrid-check", CHECK_WORKERS)
+        futures = [pool.submit(self._check, url) for url in remote]
+
+        def wait() -> None:
+            for url, future in zip(remote, futures, strict=True):
+                future.result()
+                self._done(url)
+
+        return wait
+
+    def _done(self, url: str) -> None:
+        with self.lock:
+            self.checked.add(url)
 
     def _check(self, url: str) -> None:
         expected = self.recorded[url]

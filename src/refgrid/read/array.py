@@ -25,6 +25,7 @@ from refgrid.errors import ReadError, RefgridError
 from refgrid.keys import chunk_key
 from refgrid.manifest import INLINE, MISSING, chunk_coords
 from refgrid.model import VirtualArray
+from refgrid.pools import thread_pool
 from refgrid.read.decode import ChunkDecodeError, chunk_decoder
 from refgrid.read.fetch import FetchError, is_local, read_ranges
 from refgrid.selection import AxisTile, orthogonal_index
@@ -36,15 +37,8 @@ PARALLEL_BYTES = 256 * 2**10
 """Reads decoding less than this stay in the calling thread (a thread hop costs more)."""
 WORKERS = max(2, min(8, os.cpu_count() or 1))
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-
-
 def _executor() -> ThreadPoolExecutor:
-    """The readers' thread pool (a fresh one in a forked child, whose threads are gone)."""
-    global _pool
-    if _pool is None or _pool[0] != os.getpid():
-        _pool = (os.getpid(), ThreadPoolExecutor(WORKERS, thread_name_prefix="refgrid-read"))
-    return _pool[1]
+    return thread_pool("refgrid-read", WORKERS)
 
 
 def read_fill(array: VirtualArray) -> Any:
@@ -71,10 +65,14 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
     manifest = array.manifest
     offset, length = manifest.offset.reshape(-1)[flat], manifest.length.reshape(-1)[flat]
     path_id = manifest.path_id.reshape(-1)[flat]
-    if check is not None:
-        check(manifest.paths[int(i)] for i in np.unique(path_id[path_id >= 0]))
+    checked = check.start(manifest.paths[int(i)] for i in np.unique(path_id[path_id >= 0])) \
+        if check is not None else None
     try:
-        blobs = read_ranges(manifest.paths, path_id, offset, length, storage_options)
+        try:
+            blobs = read_ranges(manifest.paths, path_id, offset, length, storage_options)
+        finally:  # no bytes handed out, nor a failed read reported, before the check is done
+            if checked is not None:
+                checked()
     except FetchError as e:
         key = chunk_key(name, chunk_coords(int(flat[e.index]), manifest.shape))
         span = f"bytes {int(offset[e.index])}-{int(offset[e.index] + length[e.index])}"

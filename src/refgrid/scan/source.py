@@ -21,7 +21,7 @@ import fsspec
 from refgrid.errors import ScanError
 from refgrid.filesystems import filesystem
 from refgrid.prefetch import held
-from refgrid.sources import SourceIdentity, identity_of
+from refgrid.sources import SourceIdentity, identity_from_info, identity_of
 
 WHOLE_FILE_LIMIT = 32 * 2**20
 """Remote files up to this size are fetched in one request."""
@@ -58,11 +58,20 @@ class Source:
         if kept is not None:
             return kept[1]
         try:
+            if not self.is_local:
+                return identity_from_info(self.remote_info)
             return identity_of(self.url, self.storage_options)
         except FileNotFoundError:
             raise ScanError(self.url, None, "file not found") from None
         except OSError as e:
             raise ScanError(self.url, None, f"cannot read: {e}") from None
+
+    @cached_property
+    def remote_info(self) -> dict[str, Any]:
+        """fsspec's ``info`` of a remote file (one ``HEAD``), kept: the identity comes from
+        it, and a file object opened on it is handed it rather than asking again."""
+        fs, path = self.filesystem()
+        return dict(fs.info(path))
 
     def has_member(self, name: str) -> bool:
         """Whether this URL is a directory (or prefix) holding a file ``name``."""
@@ -121,7 +130,9 @@ class Source:
                 yield io.BytesIO(fs.cat_file(path, start=0, end=size))
                 return
             with fs.open(path, "rb", block_size=BLOCK_SIZE, cache_type="blockcache",
-                         cache_options={"maxblocks": 64}) as f:
+                         cache_options={"maxblocks": 64}, size=size) as f:
+                if isinstance(getattr(type(f), "details", None), property):
+                    f.details = self.remote_info  # s3fs asks again at the first read otherwise
                 yield f
         except FileNotFoundError:
             raise ScanError(self.url, None, "file not found") from None
