@@ -79,19 +79,24 @@ def s3_server(counter: Counter) -> Iterator[str]:
 
 @contextmanager
 def latency_proxy(upstream: str, delay: float) -> Iterator[str]:
-    """A TCP proxy on 127.0.0.1 holding every client transmission (a request: headers and
-    body arrive together for GET/HEAD) ``delay`` seconds; yields its endpoint."""
+    """A TCP proxy on 127.0.0.1 holding every request ``delay`` seconds before passing it
+    on (answers pass at once); yields its endpoint."""
     host, port = upstream.removeprefix("http://").split(":")
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     holder: dict[str, Any] = {}
 
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                   hold: float) -> None:
+                   state: dict[str, bool], upstream: bool) -> None:
+        """Copy one direction; a request (the client's first bytes since the last answer)
+        is held ``delay`` first, however many segments it comes in."""
         try:
             while data := await reader.read(2**16):
-                if hold:
-                    await asyncio.sleep(hold)
+                if upstream and state["answered"]:
+                    state["answered"] = False
+                    await asyncio.sleep(delay)
+                elif not upstream:
+                    state["answered"] = True
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
@@ -101,7 +106,9 @@ def latency_proxy(upstream: str, delay: float) -> Iterator[str]:
 
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection(host, int(port))
-        await asyncio.gather(pipe(client_r, server_w, delay), pipe(server_r, client_w, 0))
+        state = {"answered": True}
+        await asyncio.gather(pipe(client_r, server_w, state, True),
+                             pipe(server_r, client_w, state, False))
 
     async def start() -> None:
         holder["server"] = await asyncio.start_server(handle, "127.0.0.1", 0)

@@ -199,3 +199,19 @@ def test_view_chunk_choice():
     assert view_chunks(strings, "auto") == ((1,), True)  # vlen: served as stored
     with pytest.raises(refgrid.ArgumentError, match="chunks must be 'auto', 'native'"):
         view_chunks(small, "large")
+
+
+def test_zarr_awaits_the_view_directly_and_sync_use_still_works(tmp_path):
+    """zarr wraps a sync filesystem to run each chunk in a thread; the view is awaited."""
+    source = FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"
+    mapper = refgrid.get_mapper(refgrid.to_kerchunk(refgrid.scan(source)), chunks="native")
+    store = zarr.storage.FsspecStore.from_mapper(mapper, read_only=True)
+    assert store.fs is mapper.fs
+    with netCDF4.Dataset(source) as nc:
+        expected = nc["tas"][10:20].filled().astype("<f4").tobytes()
+    assert mapper["tas/c/1/0/0"] == expected  # the mapping, as before
+    assert mapper.fs.cat_file("tas/c/1/0/0", 4, 12) == expected[4:12]
+    assert "tas/c/9/0/0" not in mapper
+    tas = zarr.open_group(store, mode="r")["tas"]
+    np.testing.assert_array_equal(tas[10:20], np.frombuffer(expected, "<f4").reshape(10, 6, 8))
+    assert sorted(mapper.fs.find("")) == sorted(mapper.fs.find("", detail=False))

@@ -29,3 +29,26 @@ def test_unusable_record_size_is_a_format_error(tmp_path, record_size):
     (refs / ".zmetadata").write_text(json.dumps({**meta, "record_size": record_size}))
     with pytest.raises(refgrid.FormatError, match="record_size"):
         refgrid.scan(refs)
+
+
+def test_chunk_keys_of_another_rank_are_not_read_as_this_arrays():
+    """Keys are parsed in bulk: "1/2/3/4" next to "5/6" has as many parts as two 3-d keys,
+    and must not become chunks (1, 2, 3) and (4, 5, 6)."""
+    from refgrid.scan.v3_refs import _flat_indices
+
+    counts = (8, 8, 8)
+    assert _flat_indices(["1/2/3/4", "5/6", "0/0/1"], counts).tolist() == [-1, -1, 1]
+    assert _flat_indices(["1//2", "0/0/9", "0/-1/0", "1/\u00b2/0", "01/0/0", " 1/0/0"],
+                         counts).tolist() == [-1, -1, -1, -1, 64, -1]
+    assert _flat_indices(["3/4/5"] * 3, counts).tolist() == [229] * 3
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, -1, 2**63, "12", None])
+def test_unusable_offsets_and_lengths_are_named(bad):
+    refs = refgrid.to_kerchunk(refgrid.scan(SOURCE))
+    key = next(k for k in refs["refs"] if k.startswith("tas/c/"))
+    url, offset, length = refs["refs"][key]
+    for broken in ([url, bad, length], [url, offset, bad]):
+        damaged = {**refs, "refs": {**refs["refs"], key: broken}}
+        with pytest.raises(refgrid.FormatError, match=r"tas.*0/0/0.*not an integer"):
+            refgrid.scan(damaged)

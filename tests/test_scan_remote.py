@@ -53,6 +53,8 @@ def test_large_remote_files_are_read_through_a_block_cache(s3_server, monkeypatc
     remote = refgrid.scan(url, **s3_server.storage_options)
     size = (FIXTURES / name).stat().st_size
     assert len(s3_server.counter) <= 3 + size // 8192 + 1, s3_server.counter.requests
+    heads = [r for r in s3_server.counter.requests if r.startswith("HEAD")]
+    assert len(heads) == 1, s3_server.counter.requests  # the file object is handed it
     _same_model_except_urls(remote, refgrid.scan(FIXTURES / name), url)
 
 

@@ -154,7 +154,7 @@ def _flat_indices(tails: list[str], counts: tuple[int, ...]) -> np.ndarray:
 
 def _is_key(tail: str, ndim: int) -> bool:
     parts = tail.split("/")
-    return len(parts) == ndim and all(p.isdigit() for p in parts)
+    return len(parts) == ndim and all(p.isascii() and p.isdigit() for p in parts)
 
 
 def _render(url: str, templates: Mapping[str, str]) -> str:
