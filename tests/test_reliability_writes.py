@@ -28,6 +28,9 @@ WRITER = textwrap.dedent("""
     from refgrid.cli import main
     target, fmt, sources = sys.argv[1], sys.argv[2], sys.argv[3:]
     groups = [refgrid.scan(p) for p in sources]
+    import contextlib, io, tempfile  # one quiet write elsewhere first: imports are lazy
+    with tempfile.TemporaryDirectory() as warm, contextlib.redirect_stdout(io.StringIO()):
+        main(["scan", sources[0], "-o", f"{warm}/{fmt}.parq"], standalone_mode=False)
     print("ready", flush=True)
     k = 0
     while True:
