@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import xarray as xr
 from click.testing import CliRunner
@@ -332,9 +333,13 @@ def test_kill_minus_nine_then_rerun_scans_only_the_rest_and_writes_the_same(arch
             break
         time.sleep(0.002)
     assert process.poll() is None, "the batch ended before it could be killed"
+    workers = psutil.Process(process.pid).children(recursive=True)
+    assert workers
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not output.exists()
+    _, alive = psutil.wait_procs(workers, timeout=10)  # they follow their parent
+    assert not alive, alive
     with Journal(work) as journal:  # also what the rerun sees: torn lines dropped
         recorded = len(journal.entries)
     assert 0.3 * GOOD <= recorded < GOOD

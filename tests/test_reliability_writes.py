@@ -65,7 +65,11 @@ def _writer(target: Path, fmt: str) -> subprocess.Popen:
         [sys.executable, "-c", WRITER, str(target), fmt, *map(str, MONTHS)],
         stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert process.stdout is not None
-    assert process.stdout.readline().strip() == b"ready"
+    line = process.stdout.readline().strip()
+    if line != b"ready":  # no runaway writer left behind a failed test
+        process.kill()
+        process.wait()
+        raise AssertionError(f"the writer said {line!r}")
     return process
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +27,8 @@ WAVE_TASKS = 256
 """Tasks per local wave: dask keeps a wave's results until the wave ends."""
 MAX_TASK_FILES = 16
 """Files per task at most: tasks amortise dask's overhead, yet progress moves often."""
+PARENT_POLL = 0.5
+"""Seconds between a worker's looks at whether the batch process still runs."""
 
 
 def tasks_of(files: Files, workers: int) -> list[Files]:
@@ -76,13 +80,26 @@ def _run_local(files: Files, job: ScanJob, on_result: OnResult, workers: int) ->
 
     tasks = tasks_of(files, workers)
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads
-    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context) as pool, \
+    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context,
+                             initializer=follow_parent, initargs=(os.getpid(),)) as pool, \
             Callback(posttask=posttask):
         for wave in _waves(tasks):
             jobs = [dask.delayed(scan_files, pure=False)(task, job,
                                                          dask_key_name=f"refgrid-scan-{k}")
                     for k, task in wave]
             dask.compute(*jobs, scheduler="processes", pool=pool)
+
+
+def follow_parent(parent: int) -> None:
+    """(Run in each worker.) Exit once the batch process is gone — killed with SIGKILL, say —
+    rather than wait forever for work from it."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="refgrid-follow-parent", daemon=True).start()
 
 
 def _waves(tasks: list[Files]) -> Iterator[list[tuple[int, Files]]]:
