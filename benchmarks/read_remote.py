@@ -260,6 +260,16 @@ def main() -> None:
                   + f"  {speedup:.1f}x faster (>= {SPEEDUP_TARGET}x: "
                     f"{'met' if met[0] else 'MISSED'}), {ratio:.2f}x fewest (<= "
                     f"{REQUEST_TARGET}x: {'met' if met[1] else 'MISSED'})")
+        fs = s3fs.S3FileSystem(**options)
+        array = group["v"]
+        assert isinstance(array, refgrid.VirtualArray)
+        start = int(array.manifest.offset[10].min())
+        end = int((array.manifest.offset[10] + array.manifest.length[10]).max())
+        bare, _, _ = measure(counter, lambda: np.frombuffer(fs.cat_file(
+            f"{BUCKET}/{local.name}", start=start, end=end), np.uint8))
+        print(f"floor: one bare s3fs request for the map's {end - start:,d} bytes takes "
+              f"{bare:.3f} s (3x faster than kerchunk on the map would need "
+              f"{results['kerchunk+zarr'][0] / 3:.3f} s in all)")
         before = counter.n
         t0 = time.perf_counter()
         scanned = refgrid.scan(f"s3://{BUCKET}/{appended.name}", **options)
