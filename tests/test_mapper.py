@@ -191,6 +191,8 @@ def test_view_chunk_choice():
     assert view_chunks(maps, "auto") == ((1, 720, 1440), True)
     huge = array((4, 4000, 4000), (1, 4000, 4000), "f8")  # a native chunk over the cap
     assert view_chunks(huge, "auto") == ((1, 4000, 4000), True)
+    overhang = array((4, 3000, 3000), (1, 4000, 4000), "f8")  # chunks past the array's end
+    assert view_chunks(overhang, "auto") == ((1, 3000, 3000), False)
     assert view_chunks(small, "native") == ((1, 10, 10), True)
     assert view_chunks(small, {"time": 5}) == ((5, 10, 10), False)
     strings = refgrid.VirtualArray("s", ("time",), np.dtypes.StringDType(),

@@ -76,6 +76,14 @@ def stored_identities(container: Any) -> dict[str, SourceIdentity]:
     return out
 
 
+def identity_difference(was: SourceIdentity, now: SourceIdentity) -> str:
+    """What differs between two identities of a file (``""``: nothing they both record)."""
+    before, after = dict(was), dict(now)
+    return "; ".join(f"{key} was {before[key]!r}, is {after[key]!r}"
+                     for key in ("size", "etag", "version", "mtime")
+                     if key in before and key in after and before[key] != after[key])
+
+
 CHECK_WORKERS = 16
 """Identity requests in flight at once."""
 
@@ -99,9 +107,6 @@ class SourceCheck:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["recorded"], state["storage_options"])  # type: ignore[misc]
-
-    def __call__(self, urls: Iterable[str]) -> None:
-        self.start(urls)()
 
     def start(self, urls: Iterable[str]) -> Callable[[], None]:
         """Begin checking those of ``urls`` not checked yet: local files now, remote ones
@@ -137,11 +142,7 @@ class SourceCheck:
             return  # the read that follows names the missing file and the chunk
         except OSError as e:
             raise ReadError(f"{url}: cannot check the source: {e}") from None
-        was, now_ = dict(expected), dict(now)
-        changed = [f"{key} was {was[key]!r}, is {now_[key]!r}"
-                   for key in ("size", "etag", "version", "mtime")
-                   if key in was and key in now_ and was[key] != now_[key]]
+        changed = identity_difference(expected, now)
         if changed:
-            raise ReadError(f"{url}: the source changed since it was scanned ("
-                            f"{'; '.join(changed)}); scan it again, or pass "
-                            "verify_sources=False to read it anyway")
+            raise ReadError(f"{url}: the source changed since it was scanned ({changed}); "
+                            "scan it again, or pass verify_sources=False to read it anyway")

@@ -25,7 +25,7 @@ from refgrid.archive.task import Failed, ScanJob, Scanned
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
 from refgrid.extras import import_extra
 from refgrid.scan.source import Source
-from refgrid.sources import SourceIdentity
+from refgrid.sources import SourceIdentity, identity_difference
 from refgrid.write import write
 from refgrid.write.atomic import clean_leftovers, replace_file, temporary_for
 
@@ -157,20 +157,13 @@ def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
         except ScanError as e:
             failed.append(FailedFile(url, type(e).__name__, str(e)))
             continue
-        difference = _difference(entry.header["identity"], now)
+        difference = identity_difference(entry.header["identity"], now)
         if difference:
             changed.append(f"{url}: {difference}")
             todo.append((url, now))
         else:
             reused += 1
     return todo, reused, changed, failed
-
-
-def _difference(was: SourceIdentity, now: SourceIdentity) -> str:
-    before, after = dict(was), dict(now)
-    return "; ".join(f"{key} was {before[key]!r}, is {after[key]!r}"
-                     for key in ("size", "etag", "version", "mtime")
-                     if key in before and key in after and before[key] != after[key])
 
 
 def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: Journal,

@@ -1,14 +1,15 @@
 """The chunk shape of the regular view an array is served in to stock zarr (the mapper).
 
-Stock zarr 3.1 spends ~60-100 µs of its own on every chunk it reads, several times what
-refgrid's batch decoder needs for a small native chunk: served in native chunks, an archive of
-small chunks reads 10-40 times slower through zarr than through h5py. The view therefore serves
-*assembled* chunks — each a block of whole native chunks, decoded by refgrid and served
-uncompressed — chosen by a cost model: for the whole array, a line along each dimension (a
-time series) and a slab across each (a map), the time zarr and refgrid would take, as a
-multiple of what reading just the native chunks touched takes; the shape with the smallest
-worst multiple wins, the larger one on ties. Larger blocks mean fewer zarr calls; blocks that
-overshoot a selection decode native chunks nobody asked for.
+Stock zarr 3.1 spends ~250 µs of its own on every chunk it reads and refgrid about as much
+assembling one — many times what a small native chunk costs to decode: served in native
+chunks, an archive of small chunks reads 10-40 times slower through zarr than through h5py.
+The view therefore serves *assembled* chunks — each a block of whole native chunks, decoded
+by refgrid and served uncompressed — chosen by a cost model: for the whole array, a line along
+the first dimension (a time series) and a slab one index thick across it (a map), the time
+zarr and refgrid would take, as a multiple of what reading just the native chunks touched
+takes; the shape with the smallest worst multiple wins, the larger one on ties. Larger blocks
+mean fewer zarr calls; blocks that overshoot a selection decode native chunks nobody asked
+for.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ where the grid is regular (the most common native length along an irregular dime
 ``{dim: length}``: those lengths, the others as ``"native"``."""
 
 ZARR_CALL = 500e-6
-"""Seconds stock zarr (and the view) spend per chunk besides decoding, measured on 2 cores."""
+"""Seconds stock zarr and the view spend per view chunk besides decoding (measured on 2
+cores: ~250 µs each)."""
 NATIVE_CALL = 8e-6
 """Seconds a direct reader (h5py, refgrid's engine) spends per native chunk besides decoding."""
 DECODE_FIXED, DECODE_BYTE = 3e-6, 1.2e-9
@@ -83,10 +85,11 @@ def _best(native: tuple[int, ...], shape: tuple[int, ...], itemsize: int) -> tup
         longest = max(options, key=len)
         del longest[-2]  # the largest multiple short of the whole dimension
     patterns = _patterns(len(shape))
+    smallest = tuple(o[0] for o in options)  # the native chunk (cut to the array): always
     best: tuple[float, int, tuple[int, ...]] | None = None
     for block in itertools.product(*options):
         nbytes = math.prod(block) * itemsize
-        if nbytes > MAX_BLOCK_BYTES and block != native:
+        if nbytes > MAX_BLOCK_BYTES and block != smallest:
             continue
         worst = max(_ratio(block, native, shape, itemsize, p) for p in patterns)
         key = (round(worst, 3), -nbytes, block)
