@@ -208,3 +208,25 @@ def test_a_packed_float_without_fill_value_is_not_masked_at_the_default_fill(tmp
                  xr.open_dataset(refgrid.get_mapper(refs, unpack=True), engine="zarr")["p"]):
         assert ours.dtype == expected.dtype
         np.testing.assert_array_equal(ours.values, expected.values)
+
+
+def test_the_engine_keeps_one_prepared_reader_per_variable_and_pickles_without_it():
+    import pickle
+
+    import netCDF4
+
+    source = FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"
+    ds = xr.open_dataset(source, engine="refgrid", cache=False)
+    backend = ds.tas.variable._data
+    while not hasattr(backend, "reader"):
+        backend = backend.array
+    assert backend.reader is None  # nothing decoded at open
+    first = ds.tas[3].values
+    reader = backend.reader
+    assert reader is not None and ds.tas[:, 2].values is not None and backend.reader is reader
+    copy = pickle.loads(pickle.dumps(backend))
+    assert copy.reader is None
+    with netCDF4.Dataset(source) as nc:
+        expected = nc["tas"][...].filled()
+    np.testing.assert_array_equal(first, expected[3])
+    np.testing.assert_array_equal(copy._read((slice(None),) * 3), expected)

@@ -11,6 +11,8 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any, Literal, TypedDict
 
 METADATA = "zarr.json"
+ZMETADATA = ".zmetadata"
+"""The consolidated metadata of parquet references (kerchunk's and refgrid's)."""
 
 
 class ChunkKeyEncodingJSON(TypedDict):

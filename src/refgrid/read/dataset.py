@@ -27,7 +27,7 @@ from refgrid.dtypes import (
 )
 from refgrid.errors import ArgumentError, FormatError, GroupError
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.read.array import read
+from refgrid.read.array import Reader
 from refgrid.scan import Input, scan
 from refgrid.sources import SourceCheck
 
@@ -39,8 +39,10 @@ class RefgridBackendArray(BackendArray):
                  storage_options: dict[str, Any] | None, check: SourceCheck | None) -> None:
         self.virtual = virtual
         """(Not ``array``: xarray's helpers walk an ``array`` attribute as a wrapped array.)"""
-        self.read_options: dict[str, Any] = {"storage_options": storage_options, "path": path,
-                                             "check": check}
+        self.read_options = (path, storage_options, check)
+        self.reader: Reader | None = None
+        """Made at the first read (a codec refgrid cannot decode fails the read, not the
+        open) and kept for the next ones; not pickled (dask sends arrays to workers)."""
         self.shape = virtual.shape
         self.records = original_dtype(virtual.attrs, virtual.value_dtype)
         """Records refgrid stored as raw bytes come back with their fields ..."""
@@ -59,8 +61,13 @@ class RefgridBackendArray(BackendArray):
         return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.OUTER, self._read)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "reader": None}
+
     def _read(self, key: tuple[Any, ...]) -> np.ndarray:
-        values = read(self.virtual, key, **self.read_options)
+        if self.reader is None:
+            self.reader = Reader(self.virtual, *self.read_options)
+        values = self.reader.read(key)
         if self.element is not None:
             return _sequences(values, self.element)
         if values.dtype == self.dtype or values.dtype.kind == "O":

@@ -33,6 +33,7 @@ from refgrid.errors import (
     RefgridError,
     ScanError,
 )
+from refgrid.keys import METADATA, ZMETADATA
 from refgrid.model import VirtualGroup
 from refgrid.scan.allowed import check_sources, default_allowed
 from refgrid.scan.options import OnError, ScanOptions
@@ -174,20 +175,16 @@ def _hdf5_after_user_block(source: Source) -> bool:
 
 
 def _directory_format(source: Source) -> Format | None:
-    """The format of a directory input, from the marker file it holds (None: neither)."""
-    from refgrid.scan.parquet import is_parquet_references
-    from refgrid.scan.zarr_store import is_zarr_store
-
-    if is_zarr_store(source):
+    """The format of a directory input, from the marker file it holds (None: neither); no
+    scanner is imported to look."""
+    if source.has_member(METADATA):
         return "zarr"
-    if is_parquet_references(source):
+    if source.has_member(ZMETADATA):
         return "parquet"
     return None
 
 
 def _not_an_input_directory(source: Source) -> NoReturn:
-    from refgrid.scan.parquet import ZMETADATA
-
     if not source.is_local and not source.is_directory():
         raise ScanError(source.url, None, "file not found")
     raise FormatError(source.url, None, f"a directory with no zarr.json (not a Zarr v3 store) "

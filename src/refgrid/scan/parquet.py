@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from refgrid.errors import FormatError
 from refgrid.filesystems import filesystem
-from refgrid.keys import METADATA, document_keys
+from refgrid.keys import METADATA, ZMETADATA, document_keys
 from refgrid.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
 from refgrid.model import VirtualGroup
 from refgrid.scan.kerchunk import v2_group
@@ -33,8 +33,6 @@ from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source, file_sizes
 from refgrid.sources import SourceIdentity, stored_identities
 from refgrid.zarr_json import group_from_documents
-
-ZMETADATA = ".zmetadata"
 
 
 @dataclass(frozen=True)
@@ -84,11 +82,6 @@ class ParquetReferences:
                              length.reshape(counts), inline)
 
 
-def is_parquet_references(source: Source) -> bool:
-    """Whether ``source`` is a directory holding parquet references' ``.zmetadata``."""
-    return source.has_member(ZMETADATA)
-
-
 def scan_parquet(source: Source, options: ScanOptions) -> VirtualGroup:
     """The model of a parquet reference set: refgrid's own (Zarr v3 documents) or kerchunk's
     (Zarr v2 documents, translated)."""
@@ -107,7 +100,7 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
     fs, root = filesystem(url, storage_options)
     root = root.rstrip("/")
     try:
-        meta = json.loads(fs.cat_file(f"{root}/.zmetadata"))
+        meta = json.loads(fs.cat_file(f"{root}/{ZMETADATA}"))
         documents = {k: json.loads(v) if isinstance(v, str) else v
                      for k, v in meta["metadata"].items()}
         record_size = int(meta["record_size"])
@@ -117,7 +110,7 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
         raise FormatError(url, None, "no .zmetadata: not kerchunk parquet references (nor "
                           "an HDF5/NetCDF file)") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise FormatError(url, ".zmetadata", f"not kerchunk parquet metadata: {e}") from None
+        raise FormatError(url, ZMETADATA, f"not kerchunk parquet metadata: {e}") from None
     return ParquetReferences(url, documents, record_size, stored_identities(meta), fs, root,
                              storage_options)
 

@@ -8,18 +8,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from refgrid.gc_pause import gc_paused
-from refgrid.keys import METADATA, chunk_finder, document_keys
+from refgrid.keys import chunk_finder, document_keys
 from refgrid.model import VirtualGroup
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
 from refgrid.scan.v3_refs import ChunkRefs, chunk_manifest, document
 from refgrid.scan.zarr_shards import is_sharded, unshard
 from refgrid.zarr_json import group_from_documents
-
-
-def is_zarr_store(source: Source) -> bool:
-    """Whether ``source`` is a directory holding a root ``zarr.json``."""
-    return source.has_member(METADATA)
 
 
 def scan_zarr_store(source: Source, options: ScanOptions) -> VirtualGroup:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refgrid.grid import GridForm
+from refgrid.keys import ZMETADATA
 from refgrid.manifest import flat_index
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.sources import SOURCES_KEY
@@ -44,7 +45,7 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
     temporary = temporary_for(target)
     try:
         temporary.mkdir(parents=True)
-        (temporary / ".zmetadata").write_text(
+        (temporary / ZMETADATA).write_text(
             json.dumps({"metadata": documents(group, grid_form), "record_size": record_size,
                         SOURCES_KEY: {"sources": dict(group.sources)}}),
             encoding="utf-8")
