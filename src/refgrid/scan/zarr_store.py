@@ -6,6 +6,7 @@ listing of the tree, one request for all documents, one batch for all shard inde
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from refgrid.gc_pause import gc_paused
 from refgrid.keys import chunk_finder, document_keys
@@ -22,6 +23,7 @@ def scan_zarr_store(source: Source, options: ScanOptions) -> VirtualGroup:
     fs, root = source.filesystem()
     root = root.rstrip("/")
     files = {path[len(root) + 1:]: info for path, info in fs.find(root, detail=True).items()}
+    _add_sizes(fs, root, files)
     names = document_keys(files)
     texts = fs.cat([f"{root}/{k}" for k in names.values()])
     documents = {node: document(texts[f"{root}/{k}"], source.url, k) for node, k in names.items()}
@@ -42,3 +44,12 @@ def scan_zarr_store(source: Source, options: ScanOptions) -> VirtualGroup:
                                                     f"{source.url}:{path}")
     return group_from_documents(documents, lambda path, grid: chunk_manifest(
         grid, chunks.get(path, []), {}, f"{source.url}:{path}"), source.url)
+
+
+def _add_sizes(fs: Any, root: str, files: dict[str, dict[str, Any]]) -> None:
+    """Sizes for a listing without them: an HTTP server's directory pages (a static server's,
+    or ``refgrid serve``'s) list names only, so the sizes are asked for, concurrently."""
+    unsized = [key for key, info in files.items() if info.get("size") is None]
+    if unsized:
+        for key, size in zip(unsized, fs.sizes([f"{root}/{k}" for k in unsized]), strict=True):
+            files[key] = {**files[key], "size": size}

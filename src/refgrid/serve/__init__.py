@@ -1,0 +1,34 @@
+"""``refgrid serve``: every reference set and Zarr v3 store under a root, served read-only as
+Zarr v3 over HTTP — in its native form and as a regular grid stock zarr reads — so anyone can
+read an archive from any language with no refgrid installed.
+
+    app = refgrid.serve.make_app("/data/refs", allow_sources=("/data/archive",))
+    refgrid.serve.run("/data/refs", port=8000)
+
+Needs the ``serve`` extra (aiohttp).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from refgrid.extras import import_extra
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+
+def make_app(root: str, allow_sources: tuple[str, ...] = (), **options: Any) -> web.Application:
+    """The aiohttp application serving ``root`` (see :func:`refgrid.serve.app.make_app`)."""
+    import_extra("aiohttp", "serve", "refgrid serve")
+    from refgrid.serve.app import make_app as make
+
+    return make(root, allow_sources, **options)
+
+
+def run(root: str, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
+    """Serve ``root`` until interrupted (see :func:`refgrid.serve.app.run`)."""
+    import_extra("aiohttp", "serve", "refgrid serve")
+    from refgrid.serve.app import run as serve
+
+    serve(root, host, port, **options)

@@ -1,0 +1,437 @@
+"""The aiohttp application: URLs → catalog → views, with HTTP's caching and range rules.
+
+URL layout::
+
+    /                                 the datasets (HTML)
+    /healthz                          liveness and the dataset count (JSON)
+    /<name>/                          one dataset: arrays, chunk pictures, how to open it
+    /<name>/native/<key>              the dataset as it is (Zarr v3 keys)
+    /<name>/regular/<key>             the regular-grid view stock zarr 3.1 reads
+    /<name>/regular;chunks=time:30;unpack=true/<key>
+                                      another regular view (also as ?chunks=...&unpack=...)
+
+The event loop only routes and answers: opening a dataset, fetching and assembling chunks run
+on a bounded thread pool, native chunk reads of concurrent requests gathered into batched
+fetches (:mod:`refgrid.serve.batching`). Absent chunks are 404, which Zarr reads as the fill
+value, exactly as from a store on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from refgrid.errors import AccessError, ArgumentError, ReadError, RefgridError
+from refgrid.serve.batching import ChunkBatcher
+from refgrid.serve.catalog import Catalog, Dataset, Entry, ViewLimits
+from refgrid.serve.pages import dataset_page, index_page, listing_page
+from refgrid.serve.views import (
+    Assembled,
+    Bytes,
+    Listing,
+    Metadata,
+    NativeView,
+    RegularView,
+    StoredChunk,
+    ViewSpec,
+)
+
+log = logging.getLogger("refgrid.serve")
+CATALOG: web.AppKey[Catalog] = web.AppKey("catalog", Catalog)
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
+POOL: web.AppKey[ThreadPoolExecutor] = web.AppKey("pool", ThreadPoolExecutor)
+STATE: web.AppKey[State] = web.AppKey("state")
+INDEX_DETAILS = 50
+"""The index opens (and describes) at most this many datasets; the rest are listed by name."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a deployment tunes (see :func:`make_app`)."""
+
+    request_timeout: float = 60.0
+    max_pending: int = 4096
+    max_age: int = 60
+    index_details: int = INDEX_DETAILS
+
+
+class State:
+    """Per-app mutable state: the batchers of the datasets' native views, in-flight count."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self.pool = pool
+        self.batchers: dict[int, tuple[NativeView, ChunkBatcher]] = {}
+        self.pending = 0
+
+    def batcher(self, view: NativeView) -> ChunkBatcher:
+        found = self.batchers.get(id(view))
+        if found is None or found[0] is not view:
+            if len(self.batchers) > 256:  # views of datasets closed or reopened since
+                self.batchers.clear()
+            found = self.batchers[id(view)] = (view, ChunkBatcher(view.fetch, self.pool))
+        return found[1]
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.headers = headers or {}
+
+
+def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
+             storage_options: dict[str, Any] | None = None, workers: int = 8,
+             capacity: int = 32, recheck: float = 1.0, request_timeout: float = 60.0,
+             max_pending: int = 4096, max_age: int = 60,
+             limits: ViewLimits = ViewLimits()) -> web.Application:
+    """The service for the datasets under ``root``, as an aiohttp application to run or embed.
+
+    ``allow_sources``: prefixes (paths or URLs) source files may lie under besides ``root``.
+    ``workers``: threads that open datasets and fetch, decode and assemble chunks.
+    ``capacity``: opened datasets kept; ``recheck``: seconds between checks that a dataset's
+    file is unchanged (a changed one is reopened). ``request_timeout``: seconds one request may
+    take (504 after). ``max_pending``: chunk requests waiting at once (503 past it).
+    ``max_age``: ``Cache-Control`` max-age. ``limits``: the largest regular-view chunk, in
+    bytes and in native chunks assembled.
+    """
+    catalog = Catalog(root, tuple(allow_sources), capacity, recheck, storage_options, limits)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="refgrid-serve")
+    app = web.Application(middlewares=[_errors], client_max_size=4096)
+    app[CATALOG] = catalog
+    app[SETTINGS] = Settings(request_timeout, max_pending, max_age)
+    app[POOL] = pool
+    app[STATE] = State(pool)
+    app.router.add_get("/healthz", _health)
+    app.router.add_route("OPTIONS", "/{tail:.*}", _preflight)
+    app.router.add_get("/{tail:.*}", _get)
+    app.on_response_prepare.append(_cors)
+    app.on_cleanup.append(_close)
+    return app
+
+
+async def _close(app: web.Application) -> None:
+    app[POOL].shutdown(wait=False, cancel_futures=True)
+
+
+# -- middleware and signals ------------------------------------------------------------------
+
+CORS = {"Access-Control-Allow-Origin": "*",
+        "Access-Control-Expose-Headers": "ETag, Last-Modified, Content-Range, Content-Length, "
+                                         "Accept-Ranges, Content-Encoding"}
+
+
+async def _cors(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(CORS)
+
+
+async def _preflight(request: web.Request) -> web.Response:
+    return web.Response(status=204, headers={
+        "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+        "Access-Control-Allow-Headers": "Range, If-None-Match, If-Modified-Since, If-Range, "
+                                        "Content-Type",
+        "Access-Control-Max-Age": "86400"})
+
+
+def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"status": status, "error": reason}, status=status,
+                             headers=headers)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every failure is a status and a one-line reason (JSON); never a traceback."""
+    try:
+        return await handler(request)
+    except HttpError as e:
+        return _error(e.status, e.reason, e.headers)
+    except web.HTTPException as e:
+        if e.status >= 400:
+            return _error(e.status, e.reason, {"Allow": e.headers["Allow"]}
+                          if "Allow" in e.headers else None)
+        raise
+    except AccessError as e:
+        return _error(403, str(e))
+    except ArgumentError as e:
+        return _error(400, str(e))
+    except ReadError as e:
+        return _error(502, str(e))
+    except RefgridError as e:
+        return _error(500, f"cannot serve it: {e}")
+    except TimeoutError:
+        return _error(504, f"the request took longer than "
+                      f"{request.app[SETTINGS].request_timeout:g} s")
+    except Exception as e:  # a bug: logged with its traceback, answered with one line
+        log.exception("%s %s failed", request.method, request.path)
+        return _error(500, f"internal error: {type(e).__name__}")
+
+
+class AccessLog(AbstractAccessLogger):
+    """One JSON object a request on the ``refgrid.serve.access`` logger."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse,
+            time: float) -> None:
+        self.logger.info(json.dumps({
+            "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "remote": request.remote, "method": request.method, "path": request.path_qs,
+            "status": response.status, "bytes": response.body_length,
+            "ms": round(time * 1000, 2), "range": request.headers.get("Range")}))
+
+
+# -- handlers --------------------------------------------------------------------------------
+
+async def _health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "datasets": len(request.app[CATALOG].entries)})
+
+
+def _parts(request: web.Request) -> list[str]:
+    """The URL path's segments, refusing anything that could step out of a dataset."""
+    raw = request.raw_path.split("?", 1)[0]
+    segments = [unquote(s) for s in raw.split("/")]
+    for s in segments:
+        if s in (".", "..") or "\x00" in s or "\\" in s:
+            raise HttpError(400, "path segments '.', '..', NUL and backslashes are refused")
+    return [s for s in segments if s]
+
+
+async def _get(request: web.Request) -> web.StreamResponse:
+    catalog = request.app[CATALOG]
+    parts = _parts(request)
+    if not parts:
+        return await _index(request)
+    found = catalog.split(parts)
+    if found is None:
+        raise HttpError(404, f"no dataset at /{'/'.join(parts)}")
+    entry, rest = found
+    dataset = await _dataset(request, entry)
+    if not rest:
+        if not request.path.endswith("/"):
+            raise web.HTTPMovedPermanently(f"/{entry.name}/")
+        base = f"{request.scheme}://{request.host}"
+        return _html(request, dataset_page(dataset, base))
+    view_name, _, params = rest[0].partition(";")
+    key = "/".join(rest[1:])
+    if view_name == "native" and not params:
+        return await _native(request, dataset, key, rest[0])
+    if view_name == "regular":
+        spec = _spec(request, params)
+        view = await _in_pool(request, dataset.regular_view, spec, request.app[CATALOG].limits)
+        return await _regular(request, dataset, view, spec, key, rest[0])
+    raise HttpError(404, f"{entry.name}: no view {rest[0]!r} (native or regular)")
+
+
+def _spec(request: web.Request, params: str) -> ViewSpec:
+    values = dict(request.query)
+    for item in params.split(";") if params else ():
+        name, sep, value = item.partition("=")
+        if not sep or name not in ("chunks", "unpack"):
+            raise HttpError(400, f"unknown view parameter {item!r} (chunks=..., unpack=...)")
+        values[name] = value
+    return ViewSpec.parse(values.get("chunks"), values.get("unpack"))
+
+
+async def _in_pool(request: web.Request, fn: Any, *args: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(request.app[SETTINGS].request_timeout):
+        return await loop.run_in_executor(request.app[POOL], fn, *args)
+
+
+async def _dataset(request: web.Request, entry: Entry) -> Dataset:
+    catalog = request.app[CATALOG]
+    known = catalog.opened.get(entry.name)
+    if isinstance(known, Dataset) and time.monotonic() - known.checked < catalog.recheck:
+        return known  # fresh: no thread hop
+    dataset: Dataset = await _in_pool(request, catalog.dataset, entry)
+    return dataset
+
+
+async def _index(request: web.Request) -> web.Response:
+    catalog = request.app[CATALOG]
+    names = catalog.names()
+    entries = [catalog.entries[n] for n in names if n in catalog.entries]
+
+    def describe() -> dict[str, Dataset | str]:
+        out: dict[str, Dataset | str] = {}
+        for entry in entries[:request.app[SETTINGS].index_details]:
+            try:
+                out[entry.name] = catalog.dataset(entry)
+            except RefgridError as e:
+                out[entry.name] = str(e)
+        return out
+
+    return _html(request, index_page(entries, await _in_pool(request, describe)))
+
+
+def _html(request: web.Request, text: str) -> web.Response:
+    response = web.Response(text=text, content_type="text/html", headers={
+        "Cache-Control": "no-cache"})
+    response.enable_compression()
+    return response
+
+
+# -- the views -------------------------------------------------------------------------------
+
+async def _native(request: web.Request, dataset: Dataset, key: str,
+                  segment: str) -> web.StreamResponse:
+    view = dataset.native
+    found = view.lookup(key)
+    if found is None:
+        raise HttpError(404, f"{dataset.entry.name}/{segment}: no key {key!r}")
+    if isinstance(found, Metadata):
+        return _metadata(request, dataset, found.text)
+    if isinstance(found, Listing):
+        return _listing(request, dataset, segment, key, found)
+    if isinstance(found, Bytes):
+        return _chunk(request, dataset, segment, key, found.data)
+    assert isinstance(found, StoredChunk)
+    etag = _chunk_etag(dataset, segment, key)
+    not_modified = _not_modified(request, dataset, etag)
+    if not_modified is not None:
+        return not_modified
+    if request.method == "HEAD":
+        return _chunk_head(request, dataset, etag, found.nbytes)
+    data = await _waiting(request, request.app[STATE].batcher(view).get(found.array,
+                                                                         found.flat))
+    return _chunk(request, dataset, segment, key, data, etag)
+
+
+async def _regular(request: web.Request, dataset: Dataset, view: RegularView, spec: ViewSpec,
+                   key: str, segment: str) -> web.StreamResponse:
+    found = view.lookup(key)
+    if found is None:
+        raise HttpError(404, f"{dataset.entry.name}/{segment}: no key {key!r}")
+    if isinstance(found, Metadata):
+        return _metadata(request, dataset, found.text)
+    if isinstance(found, Listing):
+        return _listing(request, dataset, segment, key, found)
+    assert isinstance(found, Assembled)
+    etag = _chunk_etag(dataset, str(spec), key)
+    not_modified = _not_modified(request, dataset, etag)
+    if not_modified is not None:
+        return not_modified
+    loop = asyncio.get_running_loop()
+    data = await _waiting(request, loop.run_in_executor(request.app[POOL], view.content, key))
+    if data is None:
+        raise HttpError(404, f"{dataset.entry.name}/{segment}: chunk {key!r} is absent "
+                        "(reads as the fill value)")
+    return _chunk(request, dataset, segment, key, data, etag)
+
+
+async def _waiting(request: web.Request, work: Any) -> Any:
+    """``work`` awaited within the request's time, refused when too much is waiting."""
+    state, settings = request.app[STATE], request.app[SETTINGS]
+    if state.pending >= settings.max_pending:
+        raise HttpError(503, f"busy: {state.pending} chunk requests waiting",
+                        {"Retry-After": "1"})
+    state.pending += 1
+    try:
+        async with asyncio.timeout(settings.request_timeout):
+            return await work
+    finally:
+        state.pending -= 1
+
+
+# -- responses -------------------------------------------------------------------------------
+
+def _http_date(seconds: float) -> str:
+    return datetime.fromtimestamp(int(seconds), UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
+
+
+def _caching(request: web.Request, dataset: Dataset, etag: str) -> dict[str, str]:
+    return {"ETag": etag, "Last-Modified": _http_date(dataset.modified),
+            "Cache-Control": f"public, max-age={request.app[SETTINGS].max_age}"}
+
+
+def _chunk_etag(dataset: Dataset, view: str, key: str) -> str:
+    digest = hashlib.blake2b(f"{view}\x00{key}".encode(), digest_size=8).hexdigest()
+    return f'"{dataset.tag}-{digest}"'
+
+
+def _not_modified(request: web.Request, dataset: Dataset, etag: str) -> web.Response | None:
+    """A 304 when the client's copy is current (``If-None-Match`` first, else
+    ``If-Modified-Since``), else None."""
+    match = request.headers.get("If-None-Match")
+    if match is not None:
+        tags = {t.strip().removeprefix("W/") for t in match.split(",")}
+        fresh = "*" in tags or etag.removeprefix("W/") in tags
+    else:
+        since = request.if_modified_since
+        fresh = since is not None and since.timestamp() >= int(dataset.modified)
+    if not fresh:
+        return None
+    return web.Response(status=304, headers=_caching(request, dataset, etag))
+
+
+def _metadata(request: web.Request, dataset: Dataset, text: bytes) -> web.Response:
+    etag = 'W/"' + hashlib.blake2b(text, digest_size=12).hexdigest() + '"'
+    not_modified = _not_modified(request, dataset, etag)
+    if not_modified is not None:
+        return not_modified
+    response = web.Response(body=text, content_type="application/json",
+                            headers=_caching(request, dataset, etag))
+    response.enable_compression()
+    return response
+
+
+def _listing(request: web.Request, dataset: Dataset, segment: str, key: str,
+             listing: Listing) -> web.Response:
+    prefix = "/".join(p for p in (f"/{dataset.entry.name}", segment, key) if p) + "/"
+    return _html(request, listing_page(f"{dataset.entry.name}/{segment}/{key}".rstrip("/"),
+                                       prefix, listing.names))
+
+
+def _chunk_head(request: web.Request, dataset: Dataset, etag: str,
+                nbytes: int) -> web.Response:
+    headers = _caching(request, dataset, etag)
+    headers.update({"Accept-Ranges": "bytes", "Content-Length": str(nbytes)})
+    return web.Response(headers=headers, content_type="application/octet-stream")
+
+
+def _chunk(request: web.Request, dataset: Dataset, segment: str, key: str, data: bytes,
+           etag: str | None = None) -> web.Response:
+    """A chunk's bytes, or the range of them the request asks for."""
+    etag = etag or _chunk_etag(dataset, segment, key)
+    headers = _caching(request, dataset, etag)
+    headers["Accept-Ranges"] = "bytes"
+    ranged = "Range" in request.headers and request.headers.get("If-Range", etag) == etag
+    if not ranged:
+        return web.Response(body=data, headers=headers, content_type="application/octet-stream")
+    try:
+        wanted = request.http_range
+    except ValueError:
+        raise HttpError(416, f"cannot serve Range {request.headers['Range']!r} (one "
+                        "bytes=start-end range)", {"Content-Range": f"bytes */{len(data)}"}
+                        ) from None
+    size = len(data)
+    start = wanted.start or 0
+    start = max(size + start, 0) if start < 0 else start
+    stop = size if wanted.stop is None else min(wanted.stop, size)
+    if start >= size or start >= stop:
+        raise HttpError(416, f"range {request.headers['Range']!r} outside the {size} bytes",
+                        {"Content-Range": f"bytes */{size}"})
+    headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+    return web.Response(status=206, body=data[start:stop], headers=headers,
+                        content_type="application/octet-stream")
+
+
+def run(root: str, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
+    """Serve ``root`` until interrupted (SIGINT/SIGTERM: in-flight requests finish first)."""
+    app = make_app(root, **options)
+    log.info("serving %d datasets under %s at http://%s:%d/", len(app[CATALOG].entries),
+             app[CATALOG].root, host, port)
+    web.run_app(app, host=host, port=port, access_log_class=AccessLog,
+                access_log=logging.getLogger("refgrid.serve.access"), shutdown_timeout=10,
+                print=None)
+
+

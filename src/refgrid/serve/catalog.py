@@ -1,0 +1,247 @@
+"""The datasets under a served root: found by walking it, opened on demand, kept in an LRU,
+reopened when their files change.
+
+A dataset is a JSON reference set (``*.json``), a parquet reference set (a directory with
+``.zmetadata``) or a Zarr v3 store (a directory with ``zarr.json``) anywhere under the root;
+its name is its path below the root without the suffix (``monthly/tas.json`` →
+``monthly/tas``). URLs are only ever looked up among these names, never joined onto the root,
+so no URL can name a file outside it; files and directories whose real path (symlinks
+resolved) leaves the root are not datasets at all. Every source file a dataset's chunks name
+must lie under the allowed prefixes (the root, and those given): a dataset that names another
+file is refused whole, before anything of it is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from refgrid.errors import AccessError, ArgumentError, RefgridError
+from refgrid.keys import METADATA, ZMETADATA
+from refgrid.model import VirtualGroup
+from refgrid.scan import scan
+from refgrid.scan.allowed import check_sources, normalized
+from refgrid.serve.views import NativeView, RegularView, ViewSpec
+
+Kind = Literal["json", "parquet", "zarr"]
+SUFFIXES = (".json", ".parquet", ".parq", ".zarr")
+log = logging.getLogger("refgrid.serve")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A dataset found under the root."""
+
+    name: str
+    path: Path
+    kind: Kind
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """What changes when a dataset's file is rewritten (atomically or in place)."""
+    target = path / (ZMETADATA if (path / ZMETADATA).exists() else METADATA) \
+        if path.is_dir() else path
+    st = target.stat()
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def discover(root: Path) -> dict[str, Entry]:
+    """The datasets under ``root`` (already resolved), by name."""
+    found: dict[str, Entry] = {}
+    for top, dirs, files in os.walk(root, followlinks=False):
+        here = Path(top)
+        for d in list(dirs):
+            path = here / d
+            kind: Kind | None = "parquet" if (path / ZMETADATA).is_file() else \
+                "zarr" if (path / METADATA).is_file() else None
+            if kind is not None:
+                dirs.remove(d)  # a dataset's insides are not datasets
+                _add(found, root, path, kind)
+            elif d.startswith("."):
+                dirs.remove(d)
+        for f in files:
+            if f.endswith(".json") and f != METADATA and not f.startswith("."):
+                _add(found, root, here / f, "json")
+    return found
+
+
+def _add(found: dict[str, Entry], root: Path, path: Path, kind: Kind) -> None:
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(root):
+        log.warning("skipping %s: it leads out of the served root (%s)", path, real)
+        return
+    relative = path.relative_to(root).as_posix()
+    name = next((relative[:-len(s)] for s in SUFFIXES if relative.endswith(s)), relative)
+    if _usable_name(name) and name not in found:
+        found[name] = Entry(name, path, kind)
+
+
+def _usable_name(name: str) -> bool:
+    parts = name.split("/")
+    return all(p and p not in (".", "..") and not p.startswith("_") for p in parts)
+
+
+@dataclass
+class Dataset:
+    """One opened dataset: its model and the views made of it so far."""
+
+    entry: Entry
+    stamp: tuple[int, int, int]
+    group: VirtualGroup
+    allowed: tuple[str, ...]
+    storage_options: dict[str, Any]
+    tag: str
+    """Changes whenever what is served changes: the file's stamp and the sources' identities."""
+    modified: float
+    """Seconds since the epoch: the newest of the file's and its sources' modification times."""
+    native: NativeView = field(init=False)
+    regular: dict[ViewSpec, RegularView] = field(default_factory=dict)
+    checked: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.native = NativeView(self.group, self.storage_options)
+
+    def regular_view(self, spec: ViewSpec, limits: ViewLimits) -> RegularView:
+        with self.lock:
+            view = self.regular.get(spec)
+            if view is None:
+                view = self.regular[spec] = RegularView.make(self.group, spec, self.storage_options,
+                                                             limits.max_chunk_bytes,
+                                                             limits.max_native_chunks)
+            return view
+
+
+@dataclass(frozen=True)
+class ViewLimits:
+    max_chunk_bytes: int = 256 * 2**20
+    """The largest regular-view chunk a request may assemble."""
+    max_native_chunks: int = 4096
+    """The most native chunks one regular-view chunk may be assembled from."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A dataset that cannot be served, and why (kept, so it is not rescanned every request)."""
+
+    entry: Entry
+    stamp: tuple[int, int, int]
+    error: RefgridError
+    forbidden: bool
+
+
+class Catalog:
+    """The served root's datasets: found, opened on demand, kept (LRU), reopened on change."""
+
+    def __init__(self, root: str | os.PathLike[str], allowed_sources: tuple[str, ...] = (),
+                 capacity: int = 32, recheck: float = 1.0,
+                 storage_options: dict[str, Any] | None = None,
+                 limits: ViewLimits = ViewLimits()) -> None:
+        self.root = Path(os.path.realpath(root))
+        if not self.root.is_dir():
+            raise ArgumentError(f"{root}: not a directory to serve")
+        self.allowed = (str(self.root), *(normalized(os.path.abspath(a) if "://" not in a else a)
+                                          for a in allowed_sources))
+        self.capacity = capacity
+        self.recheck = recheck
+        self.storage_options = storage_options or {}
+        self.limits = limits
+        self.entries = discover(self.root)
+        self.found_at = time.monotonic()
+        self.opened: OrderedDict[str, Dataset | Refused] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def names(self) -> list[str]:
+        self._rediscover(force=False)
+        return sorted(self.entries)
+
+    def entry(self, name: str) -> Entry | None:
+        entry = self.entries.get(name)
+        if entry is None and self._rediscover(force=True):
+            entry = self.entries.get(name)
+        return entry
+
+    def _rediscover(self, force: bool) -> bool:
+        """Walk the root again (at most once per ``recheck`` seconds)."""
+        if time.monotonic() - self.found_at < self.recheck:
+            return False
+        if not force and time.monotonic() - self.found_at < 10 * self.recheck:
+            return False
+        self.entries = discover(self.root)
+        self.found_at = time.monotonic()
+        return True
+
+    def split(self, parts: list[str]) -> tuple[Entry, list[str]] | None:
+        """The dataset a URL path (split at ``/``) starts with, and the rest of the path."""
+        for i in range(len(parts), 0, -1):
+            entry = self.entry("/".join(parts[:i]))
+            if entry is not None:
+                return entry, parts[i:]
+        return None
+
+    def dataset(self, entry: Entry) -> Dataset:
+        """The opened dataset (blocking: call it on a worker thread). Raises the
+        :class:`RefgridError` that made it unservable."""
+        with self.lock:
+            known = self.opened.get(entry.name)
+            if known is not None:
+                self.opened.move_to_end(entry.name)
+        if known is not None and time.monotonic() - _checked(known) < self.recheck:
+            return _served(known)
+        try:
+            stamp = _stamp(entry.path)
+        except OSError:
+            with self.lock:
+                self.opened.pop(entry.name, None)
+            self.entries.pop(entry.name, None)
+            raise AccessError(entry.name, None, "the dataset is gone") from None
+        if known is not None and known.stamp == stamp:
+            if isinstance(known, Dataset):
+                known.checked = time.monotonic()
+            return _served(known)
+        opened = self._open(entry, stamp)
+        with self.lock:
+            self.opened[entry.name] = opened
+            self.opened.move_to_end(entry.name)
+            while len(self.opened) > self.capacity:
+                self.opened.popitem(last=False)
+        return _served(opened)
+
+    def _open(self, entry: Entry, stamp: tuple[int, int, int]) -> Dataset | Refused:
+        real = Path(os.path.realpath(entry.path))
+        if not real.is_relative_to(self.root):  # replaced by a symlink since it was found
+            return Refused(entry, stamp, AccessError(entry.name, None, "leads out of the "
+                                                     "served root"), True)
+        try:
+            group = scan(real, allowed_sources=self.allowed, **self.storage_options)
+            check_sources(group, self.allowed, entry.name)  # Zarr stores too: symlinked chunks
+        except AccessError as e:
+            log.warning("refusing %s: %s", entry.name, e)
+            return Refused(entry, stamp, e, True)
+        except RefgridError as e:
+            log.warning("cannot serve %s: %s", entry.name, e)
+            return Refused(entry, stamp, e, False)
+        identities = sorted((url, tuple(sorted(ident.items())))
+                            for url, ident in group.sources.items())
+        tag = hashlib.blake2b(repr((stamp, identities)).encode(), digest_size=9).hexdigest()
+        mtimes = [stamp[0] / 1e9] + [float(i["mtime"]) for i in group.sources.values()
+                                     if isinstance(i.get("mtime"), int | float)]
+        log.info("opened %s (%s)", entry.name, entry.kind)
+        return Dataset(entry, stamp, group, self.allowed, self.storage_options, tag, max(mtimes))
+
+
+def _checked(known: Dataset | Refused) -> float:
+    return known.checked if isinstance(known, Dataset) else -float("inf")
+
+
+def _served(known: Dataset | Refused) -> Dataset:
+    if isinstance(known, Refused):
+        raise known.error
+    return known

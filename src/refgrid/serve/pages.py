@@ -1,0 +1,134 @@
+"""The HTML pages of the service: the list of datasets at ``/`` and one page per dataset, with
+its arrays, their chunk pictures and the lines that open each view from Python.
+
+Directory listings of the views (``/<name>/native/tas/``) are plain link lists, the form
+fsspec's HTTP filesystem reads as a directory, so a client can list a store as it would a
+static file server's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+import numpy as np
+
+from refgrid.grid_svg import grid_svg
+from refgrid.manifest import MISSING
+from refgrid.model import VirtualArray
+from refgrid.serve.catalog import Dataset, Entry
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5rem auto;max-width:62rem;color:#1b1b1b}
+h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}
+table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .6rem;text-align:left;
+border-bottom:1px solid #ddd;vertical-align:top}th{background:#f3f3f3}
+pre{background:#f6f8fa;padding:.6rem;overflow-x:auto}.error{color:#a40000}
+code{font-size:.9em}figure{margin:.5rem 0 1rem}
+"""
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
+            f"<body>{body}</body></html>")
+
+
+def size(nbytes: int) -> str:
+    """``"1.2 MiB"``."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError
+
+
+def index_page(entries: Sequence[Entry], opened: dict[str, Dataset | str]) -> str:
+    """``/``: every dataset, with its arrays where it has been opened (or why it cannot be)."""
+    rows = []
+    for entry in entries:
+        name = escape(entry.name)
+        state = opened.get(entry.name)
+        if isinstance(state, str):
+            detail = f'<span class="error">{escape(state)}</span>'
+        elif state is not None:
+            arrays = [a for _, a in _arrays(state)]
+            dims = sorted({f"{d}: {n}" for a in arrays for d, n in zip(a.dims, a.shape,
+                                                                        strict=True)})
+            detail = (f"{len(arrays)} arrays ({escape(', '.join(p for p, _ in _arrays(state)))})"
+                      f"<br>dims {escape(', '.join(dims))}<br>"
+                      f"{size(sum(_logical_bytes(a) for a in arrays))} from "
+                      f"{len(state.group.sources) or '?'} source files")
+        else:
+            detail = "not opened (follow the link)"
+        rows.append(f'<tr><td><a href="/{name}/">{name}</a></td><td>{entry.kind}</td>'
+                    f"<td>{detail}</td></tr>")
+    table = ("<table><tr><th>dataset</th><th>references</th><th>contents</th></tr>"
+             + "".join(rows) + "</table>") if rows else "<p>No datasets under the root.</p>"
+    return _page("refgrid serve", "<h1>refgrid serve</h1><p>Virtual datasets served as Zarr "
+                 "v3: <code>/&lt;name&gt;/native/</code> (the dataset as it is) and "
+                 "<code>/&lt;name&gt;/regular/</code> (a regular grid stock zarr reads)."
+                 f"</p>{table}")
+
+
+def dataset_page(dataset: Dataset, base: str) -> str:
+    """``/<name>/``: the dataset's arrays, their chunk pictures and how to open each view."""
+    name = dataset.entry.name
+    url = f"{base}/{name}"
+    parts = [f"<h1>{escape(name)}</h1>",
+             f"<p>{escape(dataset.entry.kind)} references · {len(dataset.group.sources)} "
+             f"source files · <a href=\"/\">all datasets</a></p>",
+             "<h2>Open it</h2>",
+             "<p>With stock zarr / xarray (the regular view):</p>",
+             f"<pre>import fsspec, xarray as xr\nds = xr.open_dataset(fsspec.get_mapper("
+             f"\"{escape(url)}/regular\"), engine=\"zarr\")\n# other chunks: "
+             f"\"{escape(url)}/regular;chunks=time:30\"</pre>",
+             "<p>The dataset as it is (rectilinear grids, native chunks), with refgrid:</p>",
+             f"<pre>ds = xr.open_dataset(\"{escape(url)}/native\", engine=\"refgrid\")</pre>",
+             "<h2>Arrays</h2>",
+             "<table><tr><th>array</th><th>dims × shape</th><th>dtype</th><th>chunks</th>"
+             "<th>size</th><th>stored</th></tr>"]
+    figures = []
+    for path, array in _arrays(dataset):
+        shape = " × ".join(f"{d} {n:,}" for d, n in zip(array.dims, array.shape, strict=True))
+        stored, inline = _stored_bytes(array)
+        parts.append(f"<tr><td><code>{escape(path)}</code></td><td>{escape(shape) or 'scalar'}"
+                     f"</td><td>{escape(str(array.value_dtype))}</td>"
+                     f"<td>{array.grid.nchunks:,} ({_grid_kind(array)})</td>"
+                     f"<td>{size(_logical_bytes(array))}</td>"
+                     f"<td>{size(stored)} referenced, {size(inline)} inline</td></tr>")
+        figures.append(f"<figure>{grid_svg(array.grid, array.dims, path)}</figure>")
+    parts.append("</table><h2>Chunk grids</h2>")
+    parts.extend(figures)
+    return _page(f"{name} · refgrid serve", "".join(parts))
+
+
+def listing_page(title: str, prefix: str, names: Sequence[str]) -> str:
+    """A directory of a view: links to ``prefix + name`` (absolute paths)."""
+    links = "".join(f'<li><a href="{escape(prefix + n, quote=True)}">{escape(n)}</a></li>'
+                    for n in names)
+    return _page(title, f"<h1>{escape(title)}</h1><ul>{links}</ul>")
+
+
+def _arrays(dataset: Dataset) -> list[tuple[str, VirtualArray]]:
+    return [(p, n) for p, n in dataset.group.walk() if isinstance(n, VirtualArray)]
+
+
+def _logical_bytes(array: VirtualArray) -> int:
+    return int(np.prod(array.shape, dtype=np.int64)) * array.dtype.itemsize
+
+
+def _stored_bytes(array: VirtualArray) -> tuple[int, int]:
+    manifest = array.manifest
+    referenced = int(manifest.length[manifest.path_id >= 0].sum())
+    return referenced, sum(len(b) for b in manifest.inline.values())
+
+
+def _grid_kind(array: VirtualArray) -> str:
+    grid = array.grid
+    missing = int((array.manifest.path_id == MISSING).sum())
+    kind = "regular" if grid.is_regular else "rectilinear"
+    if any(a.padded_inside for a in grid.axes):
+        kind += ", padded"
+    return f"{kind}, {missing:,} missing" if missing else kind

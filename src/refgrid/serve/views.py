@@ -1,0 +1,275 @@
+"""The two Zarr v3 stores a dataset is served as, as plain lookups from key to content.
+
+* :class:`NativeView`: the dataset as it is — its own ``zarr.json`` documents (rectilinear
+  grids, ``encoded_chunk_shapes``, codecs) and each chunk's stored bytes, passed through;
+* :class:`RegularView`: the regular-grid view of :mod:`refgrid.read.mapper`, which stock zarr
+  3.1 reads, assembled and decoded by refgrid.
+
+Nothing here knows HTTP: the app asks what a key is (:meth:`NativeView.lookup`), then fetches
+chunk bytes on worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from refgrid.errors import ArgumentError, FormatError, RefgridError
+from refgrid.keys import chunk_of_key, document_node
+from refgrid.manifest import INLINE, MISSING, flat_index
+from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.read.array import fetch_chunks
+from refgrid.read.mapper import RegularViewFileSystem
+from refgrid.read.view_chunks import ViewChunks
+from refgrid.sources import SourceCheck
+from refgrid.zarr_json import Document, documents
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """Which regular view: its chunks (``"auto"``, ``"native"`` or lengths by dimension) and
+    whether packed variables are served unpacked."""
+
+    chunks: str | tuple[tuple[str, int], ...] = "auto"
+    unpack: bool = False
+
+    @classmethod
+    def parse(cls, chunks: str | None, unpack: str | None) -> ViewSpec:
+        """From the URL forms ``chunks=time:30,lat:10`` (or ``auto``/``native``) and
+        ``unpack=true``."""
+        flag = (unpack or "false").lower()
+        if flag not in ("true", "false", "1", "0", "yes", "no"):
+            raise ArgumentError(f"unpack={unpack!r}: say true or false")
+        text = (chunks or "auto").strip()
+        if text in ("auto", "native"):
+            return cls(text, flag in ("true", "1", "yes"))
+        lengths: dict[str, int] = {}
+        for item in text.split(","):
+            dim, sep, value = item.partition(":")
+            if not sep or not dim or not value.isdigit() or int(value) < 1:
+                raise ArgumentError(f"chunks={text!r}: expected auto, native or "
+                                    "DIM:LENGTH[,DIM:LENGTH...] with lengths >= 1")
+            lengths[dim] = int(value)
+        return cls(tuple(sorted(lengths.items())), flag in ("true", "1", "yes"))
+
+    @property
+    def view_chunks(self) -> ViewChunks:
+        return dict(self.chunks) if isinstance(self.chunks, tuple) else self.chunks  # type: ignore[return-value]
+
+    def __str__(self) -> str:
+        chunks = self.chunks if isinstance(self.chunks, str) else \
+            ",".join(f"{d}:{n}" for d, n in self.chunks)
+        return f"chunks={chunks}" + (";unpack=true" if self.unpack else "")
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """A ``zarr.json`` (its JSON text)."""
+
+    text: bytes
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A node's directory: the names below it (a trailing ``/`` for nodes)."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk whose bytes are in a source file: ``flat`` is its C-order index."""
+
+    array: str
+    flat: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """A chunk of the regular view: decoded and assembled from native chunks on request."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Bytes:
+    """Content already at hand (an inlined chunk)."""
+
+    data: bytes
+
+
+Found = Metadata | Listing | StoredChunk | Assembled | Bytes | None
+"""What a key is: None for nothing (404, which for a chunk key means "fill value")."""
+
+
+def _consolidated(docs: Mapping[str, Document]) -> dict[str, Any]:
+    """The root document with every other one inlined (zarr's consolidated metadata), so a
+    client opens the dataset with one request."""
+    root = dict(docs[""])
+    root["consolidated_metadata"] = {
+        "kind": "inline", "must_understand": False,
+        "metadata": {p: docs[p] for p in sorted((p for p in docs if p),
+                                                key=lambda p: (p.count("/"), p))}}
+    return root
+
+
+def _tree(group: VirtualGroup) -> tuple[dict[str, VirtualGroup], dict[str, VirtualArray]]:
+    groups: dict[str, VirtualGroup] = {"": group}
+    arrays: dict[str, VirtualArray] = {}
+    for path, node in group.walk():
+        if isinstance(node, VirtualGroup):
+            groups[path] = node
+        else:
+            arrays[path] = node
+    return groups, arrays
+
+
+def _names(node: str, groups: Mapping[str, VirtualGroup]) -> list[str]:
+    group = groups[node]
+    return ["zarr.json", *(f"{n}/" for n in (*group.arrays, *group.groups))]
+
+
+class NativeView:
+    """The dataset's own Zarr v3 store: its documents, and its chunks byte for byte."""
+
+    def __init__(self, group: VirtualGroup, storage_options: dict[str, Any]) -> None:
+        self.groups, self.arrays = _tree(group)
+        docs = {(k[:-len("zarr.json")].rstrip("/")): v for k, v in documents(group).items()}
+        docs[""] = _consolidated(docs)
+        self.documents = {node: json.dumps(doc).encode() for node, doc in docs.items()}
+        self.storage_options = storage_options
+        self.check = SourceCheck(group.sources, storage_options) if group.sources else None
+
+    def lookup(self, key: str) -> Found:
+        node = document_node(key)
+        if node is not None:
+            text = self.documents.get(node)
+            return Metadata(text) if text is not None else None
+        if key in self.groups:
+            return Listing(tuple(_names(key, self.groups)))
+        if key in self.arrays:
+            names = ["zarr.json"]
+            if (self.arrays[key].manifest.path_id != MISSING).any():
+                names.append("c" if self.arrays[key].grid.ndim == 0 else "c/")
+            return Listing(tuple(names))
+        found = chunk_of_key(key, self.arrays)
+        if found is None:
+            return None
+        path, tail = found
+        array = self.arrays[path]
+        coords = _coords(tail, array.manifest.shape)
+        if coords is None:
+            return _chunk_directory(array, tail)
+        flat = flat_index(coords, array.manifest.shape)
+        kind = int(array.manifest.path_id.reshape(-1)[flat])
+        if kind == MISSING:
+            return None
+        if kind == INLINE:
+            return Bytes(bytes(array.manifest.inline[coords]))
+        return StoredChunk(path, flat, int(array.manifest.length.reshape(-1)[flat]))
+
+    def fetch(self, path: str, flats: list[int]) -> list[bytes]:
+        """The stored bytes of chunks ``flats`` of array ``path`` (blocking; checks the
+        sources' identities first)."""
+        blobs = fetch_chunks(self.arrays[path], path, np.asarray(flats, dtype=np.int64),
+                             self.storage_options, self.check)
+        return [bytes(b) for b in blobs]
+
+
+def _chunk_directory(array: VirtualArray, tail: str) -> Listing | None:
+    """The directory ``c/0/`` of an array's chunk keys (as a static server would list the
+    files of a store on disk): the present chunks' next coordinates below it."""
+    parts = tail.split("/") if tail else []
+    ndim = array.grid.ndim
+    if len(parts) >= ndim or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    present = array.manifest.path_id != MISSING
+    where = tuple(int(p) for p in parts)
+    if any(c >= n for c, n in zip(where, present.shape, strict=False)):
+        return None
+    block = present[where] if parts else present
+    if not block.any():
+        return None
+    below = np.flatnonzero(block.reshape(block.shape[0], -1).any(axis=1))
+    last = len(parts) == ndim - 1
+    return Listing(tuple(f"{i}" if last else f"{i}/" for i in below.tolist()))
+
+
+def _coords(tail: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Chunk coordinates from ``"0/3/1"`` (``""`` for a 0-d array), or None if they are not
+    coordinates of a chunk of a grid of ``shape``."""
+    parts = tail.split("/") if tail else []
+    if len(parts) != len(shape) or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    coords = tuple(int(p) for p in parts)
+    return coords if all(c < n for c, n in zip(coords, shape, strict=True)) else None
+
+
+class RegularView:
+    """The regular-grid view of a dataset, with limits on what one chunk may cost."""
+
+    def __init__(self, fs: RegularViewFileSystem) -> None:
+        self.fs = fs
+        self.groups, self.arrays = fs.groups, fs.views
+        self.documents = {node: json.dumps(doc).encode() for node, doc in fs.documents.items()}
+
+    @classmethod
+    def make(cls, group: VirtualGroup, spec: ViewSpec, storage_options: dict[str, Any],
+             max_chunk_bytes: int, max_native_chunks: int) -> RegularView:
+        """The view; an :class:`ArgumentError` when its chunks are more than one request may
+        assemble."""
+        try:
+            fs = RegularViewFileSystem(group, spec.view_chunks, storage_options, spec.unpack)
+        except RefgridError:
+            raise
+        except Exception as e:  # metadata no Zarr document can hold
+            raise FormatError("<dataset>", None, f"cannot be served as Zarr: "
+                              f"{type(e).__name__}: {e}") from e
+        for path, view in fs.views.items():
+            nbytes = math.prod(view.chunk_shape) * view.array.dtype.itemsize
+            if nbytes > max_chunk_bytes:
+                raise ArgumentError(f"{spec}: a chunk of {path!r} would be {nbytes:,} bytes, "
+                                    f"more than the limit of {max_chunk_bytes:,}")
+            sources = _native_per_chunk(view.array, view.chunk_shape)
+            if sources > max_native_chunks:
+                raise ArgumentError(f"{spec}: a chunk of {path!r} would be assembled from up "
+                                    f"to {sources:,} native chunks, more than the limit of "
+                                    f"{max_native_chunks:,}")
+        return cls(fs)
+
+    def lookup(self, key: str) -> Found:
+        node = document_node(key)
+        if node is not None:
+            text = self.documents.get(node)
+            return Metadata(text) if text is not None else None
+        if key in self.groups:
+            return Listing(tuple(_names(key, self.groups)))
+        if key in self.arrays:
+            return Listing(("zarr.json",))
+        return Assembled(key) if chunk_of_key(key, self.arrays) else None
+
+    def content(self, key: str) -> bytes | None:
+        """A chunk of the view (blocking: decodes and assembles), None if it is absent."""
+        try:
+            return self.fs.cat_file(key)
+        except FileNotFoundError:
+            return None
+
+
+def _native_per_chunk(array: VirtualArray, chunk_shape: tuple[int, ...]) -> int:
+    """The most native chunks a view chunk of ``chunk_shape`` overlaps."""
+    total = 1
+    for axis, n in zip(array.grid.axes, chunk_shape, strict=True):
+        if axis.nchunks == 0:
+            continue
+        starts = np.arange(0, axis.length, n)
+        first = np.searchsorted(axis.bounds, starts, side="right") - 1
+        last = np.searchsorted(axis.bounds, np.minimum(starts + n, axis.length), side="left")
+        total *= int((last - first).max())
+    return total
