@@ -148,15 +148,50 @@ class HTTPServer:
 
 
 def start_http(root: Path, ignore_range: bool = False,
-               die_after: int | None = None) -> Iterator[HTTPServer]:
+               die_after: int | None = None, host: str = "127.0.0.1") -> Iterator[HTTPServer]:
     counter = Counter()
     handler = type("Handler", (_RangeHandler,), {"counter": counter, "die_after": die_after,
                                                  "ignore_range": ignore_range})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: handler(*a, directory=str(root)))
+    server = ThreadingHTTPServer((host, 0), lambda *a: handler(*a, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield HTTPServer(f"http://127.0.0.1:{server.server_port}", root, counter)
+        yield HTTPServer(f"http://{host}:{server.server_port}", root, counter)
     finally:
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class Served:
+    """``refgrid serve`` running in a thread: its base URL and its aiohttp application."""
+
+    url: str
+    app: Any
+
+
+def start_refgrid_serve(root: Path, **options: Any) -> Iterator[Served]:
+    """The service on a real socket on 127.0.0.1 (a free port), its loop in a thread."""
+    import asyncio
+
+    from aiohttp import web
+
+    from refgrid.serve import make_app
+    from refgrid.serve.app import AccessLog
+
+    app = make_app(str(root), **options)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, **AccessLog.options())
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = runner.addresses[0][1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield Served(f"http://127.0.0.1:{port}", app)
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -91,14 +91,14 @@ def _merged(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _caption(axis: AxisChunks, padded: int) -> str:
-    """``"365 · 12 chunks of 28–31"``: the length, the chunk count and the chunk lengths."""
+    """``"365 · 12 chunks of 28-31"``: the length, the chunk count and the chunk lengths."""
     if axis.nchunks == 0:
         return "0 · no chunks"
     low, high = int(axis.logical.min()), int(axis.logical.max())
     if axis.regular_size is not None:
         sizes = f"of {axis.regular_size}"
     else:
-        sizes = f"of {low}" if low == high else f"of {low}–{high}"
+        sizes = f"of {low}" if low == high else f"of {low}-{high}"
     text = f"{axis.length:,} · {axis.nchunks:,} chunk{'s' if axis.nchunks > 1 else ''} {sizes}"
     return f"{text} · {padded:,} padded" if padded else text
 

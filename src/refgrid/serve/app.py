@@ -95,7 +95,7 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
              storage_options: dict[str, Any] | None = None, workers: int = 8,
              capacity: int = 32, recheck: float = 1.0, request_timeout: float = 60.0,
              max_pending: int = 4096, max_age: int = 60,
-             limits: ViewLimits = ViewLimits()) -> web.Application:
+             limits: ViewLimits | None = None) -> web.Application:
     """The service for the datasets under ``root``, as an aiohttp application to run or embed.
 
     ``allow_sources``: prefixes (paths or URLs) source files may lie under besides ``root``.
@@ -106,7 +106,8 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
     ``max_age``: ``Cache-Control`` max-age. ``limits``: the largest regular-view chunk, in
     bytes and in native chunks assembled.
     """
-    catalog = Catalog(root, tuple(allow_sources), capacity, recheck, storage_options, limits)
+    catalog = Catalog(root, tuple(allow_sources), capacity, recheck, storage_options,
+                      limits or ViewLimits())
     pool = ThreadPoolExecutor(workers, thread_name_prefix="refgrid-serve")
     app = web.Application(middlewares=[_errors], client_max_size=4096)
     app[CATALOG] = catalog
@@ -179,6 +180,12 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 class AccessLog(AbstractAccessLogger):
     """One JSON object a request on the ``refgrid.serve.access`` logger."""
+
+    @staticmethod
+    def options() -> dict[str, Any]:
+        """The access-log arguments of ``web.run_app`` / ``web.AppRunner`` for these logs."""
+        return {"access_log_class": AccessLog,
+                "access_log": logging.getLogger("refgrid.serve.access")}
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse,
             time: float) -> None:
@@ -430,8 +437,7 @@ def run(root: str, host: str = "127.0.0.1", port: int = 8000, **options: Any) ->
     app = make_app(root, **options)
     log.info("serving %d datasets under %s at http://%s:%d/", len(app[CATALOG].entries),
              app[CATALOG].root, host, port)
-    web.run_app(app, host=host, port=port, access_log_class=AccessLog,
-                access_log=logging.getLogger("refgrid.serve.access"), shutdown_timeout=10,
-                print=None)
+    web.run_app(app, host=host, port=port, shutdown_timeout=10, print=None,
+                **AccessLog.options())
 
 

@@ -15,6 +15,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Executor
+from functools import partial
 from typing import Any
 
 Fetch = Callable[[str, list[int]], list[bytes]]
@@ -59,7 +60,7 @@ class ChunkBatcher:
             self.running += 1
             task = asyncio.get_running_loop().run_in_executor(self.pool, self._fetch, path,
                                                               batch)
-            task.add_done_callback(lambda done, p=path, b=batch: self._done(p, b, done))
+            task.add_done_callback(partial(self._done, path, batch))
 
     def _fetch(self, path: str, flats: list[int]) -> list[bytes | BaseException]:
         try:

@@ -143,7 +143,7 @@ class Catalog:
     def __init__(self, root: str | os.PathLike[str], allowed_sources: tuple[str, ...] = (),
                  capacity: int = 32, recheck: float = 1.0,
                  storage_options: dict[str, Any] | None = None,
-                 limits: ViewLimits = ViewLimits()) -> None:
+                 limits: ViewLimits | None = None) -> None:
         self.root = Path(os.path.realpath(root))
         if not self.root.is_dir():
             raise ArgumentError(f"{root}: not a directory to serve")
@@ -152,7 +152,7 @@ class Catalog:
         self.capacity = capacity
         self.recheck = recheck
         self.storage_options = storage_options or {}
-        self.limits = limits
+        self.limits = limits or ViewLimits()
         self.entries = discover(self.root)
         self.found_at = time.monotonic()
         self.opened: OrderedDict[str, Dataset | Refused] = OrderedDict()
@@ -162,17 +162,11 @@ class Catalog:
         self._rediscover(force=False)
         return sorted(self.entries)
 
-    def entry(self, name: str) -> Entry | None:
-        entry = self.entries.get(name)
-        if entry is None and self._rediscover(force=True):
-            entry = self.entries.get(name)
-        return entry
-
     def _rediscover(self, force: bool) -> bool:
-        """Walk the root again (at most once per ``recheck`` seconds)."""
-        if time.monotonic() - self.found_at < self.recheck:
-            return False
-        if not force and time.monotonic() - self.found_at < 10 * self.recheck:
+        """Walk the root again: at most once per ``recheck`` seconds when a name is not
+        found (``force``), else every ten."""
+        since = time.monotonic() - self.found_at
+        if since < self.recheck * (1 if force else 10):
             return False
         self.entries = discover(self.root)
         self.found_at = time.monotonic()
@@ -180,10 +174,13 @@ class Catalog:
 
     def split(self, parts: list[str]) -> tuple[Entry, list[str]] | None:
         """The dataset a URL path (split at ``/``) starts with, and the rest of the path."""
-        for i in range(len(parts), 0, -1):
-            entry = self.entry("/".join(parts[:i]))
-            if entry is not None:
-                return entry, parts[i:]
+        for attempt in range(2):
+            for i in range(len(parts), 0, -1):
+                entry = self.entries.get("/".join(parts[:i]))
+                if entry is not None:
+                    return entry, parts[i:]
+            if attempt or not self._rediscover(force=True):
+                return None
         return None
 
     def dataset(self, entry: Entry) -> Dataset:

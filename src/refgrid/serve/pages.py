@@ -87,13 +87,14 @@ def dataset_page(dataset: Dataset, base: str) -> str:
              "<p>The dataset as it is (rectilinear grids, native chunks), with refgrid:</p>",
              f"<pre>ds = xr.open_dataset(\"{escape(url)}/native\", engine=\"refgrid\")</pre>",
              "<h2>Arrays</h2>",
-             "<table><tr><th>array</th><th>dims × shape</th><th>dtype</th><th>chunks</th>"
+             "<table><tr><th>array</th><th>dims &times; shape</th><th>dtype</th><th>chunks</th>"
              "<th>size</th><th>stored</th></tr>"]
     figures = []
     for path, array in _arrays(dataset):
-        shape = " × ".join(f"{d} {n:,}" for d, n in zip(array.dims, array.shape, strict=True))
+        shape = " &times; ".join(f"{escape(d)} {n:,}"
+                                 for d, n in zip(array.dims, array.shape, strict=True))
         stored, inline = _stored_bytes(array)
-        parts.append(f"<tr><td><code>{escape(path)}</code></td><td>{escape(shape) or 'scalar'}"
+        parts.append(f"<tr><td><code>{escape(path)}</code></td><td>{shape or 'scalar'}"
                      f"</td><td>{escape(str(array.value_dtype))}</td>"
                      f"<td>{array.grid.nchunks:,} ({_grid_kind(array)})</td>"
                      f"<td>{size(_logical_bytes(array))}</td>"

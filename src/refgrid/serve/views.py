@@ -140,7 +140,8 @@ class NativeView:
 
     def __init__(self, group: VirtualGroup, storage_options: dict[str, Any]) -> None:
         self.groups, self.arrays = _tree(group)
-        docs = {(k[:-len("zarr.json")].rstrip("/")): v for k, v in documents(group).items()}
+        docs: dict[str, Any] = {k[:-len("zarr.json")].rstrip("/"): v
+                                for k, v in documents(group).items()}
         docs[""] = _consolidated(docs)
         self.documents = {node: json.dumps(doc).encode() for node, doc in docs.items()}
         self.storage_options = storage_options
@@ -224,6 +225,13 @@ class RegularView:
              max_chunk_bytes: int, max_native_chunks: int) -> RegularView:
         """The view; an :class:`ArgumentError` when its chunks are more than one request may
         assemble."""
+        if isinstance(spec.chunks, tuple):
+            dims = {d for _, node in group.walk() if isinstance(node, VirtualArray)
+                    for d in node.dims}
+            unknown = sorted({d for d, _ in spec.chunks} - dims)
+            if unknown:
+                raise ArgumentError(f"{spec}: no dimension {', '.join(map(repr, unknown))} "
+                                    f"(the dimensions are {', '.join(sorted(dims))})")
         try:
             fs = RegularViewFileSystem(group, spec.view_chunks, storage_options, spec.unpack)
         except RefgridError:

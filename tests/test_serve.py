@@ -1,0 +1,447 @@
+"""``refgrid serve``: every fixture dataset read over a real socket by stock clients, HTTP's
+caching and range rules, and the security model."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.error import HTTPError
+
+import fsspec
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from zarr.storage import FsspecStore
+
+import refgrid
+from ground_truth import restore
+from helpers import FIXTURES
+from servers import start_http, start_refgrid_serve
+from test_combine import ARCHIVES, _files
+
+NC_FILES = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.nc"))
+
+
+def _name(relative: str) -> str:
+    return "files/" + relative.removesuffix(".nc")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("served")
+    for relative in NC_FILES:
+        refgrid.write(refgrid.scan(FIXTURES / relative), root / f"{_name(relative)}.json")
+    for archive in ARCHIVES:
+        group = refgrid.combine([refgrid.scan(f) for f in _files(archive)], "time")
+        refgrid.write(group, root / "archives" / f"{archive.replace('/', '_')}.json")
+    chunk10 = refgrid.combine([refgrid.scan(f) for f in _files("monthly/chunk10")], "time")
+    refgrid.write(chunk10, root / "parquet" / "monthly.parq", format="parquet")
+    xr.open_dataset(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc").to_zarr(
+        root / "stores" / "january.zarr", zarr_format=3, consolidated=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(root):
+    yield from start_refgrid_serve(root, allow_sources=(str(FIXTURES),), recheck=0.0)
+
+
+def _get(url: str, headers: dict[str, str] | None = None,
+         method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def _assert_like_source(ours: xr.Dataset, source: xr.Dataset) -> None:
+    assert set(ours.variables) == set(source.variables)
+    for key, expected in source.variables.items():
+        got = ours[key]
+        if "_refgrid_dtype" in got.attrs:  # records zarr cannot type: raw bytes (documented)
+            values = restore(got.values, dict(got.attrs))
+            for field in expected.dtype.names:
+                np.testing.assert_array_equal(values[field], expected.values[field], key)
+            continue
+        assert got.dims == expected.dims, key
+        if expected.dtype.kind in "fcmM":
+            assert got.dtype == expected.dtype, key
+            np.testing.assert_array_equal(got.values, expected.values, err_msg=key)
+        else:  # (zarr returns variable-length strings as numpy's StringDType)
+            assert (got.values == expected.values).all(), key
+
+
+# -- stock clients read every fixture dataset ------------------------------------------------
+
+@pytest.mark.parametrize("relative", NC_FILES)
+def test_every_fixture_file_through_the_regular_view_with_stock_xarray(server, relative):
+    url = f"{server.url}/{_name(relative)}/regular;unpack=true"
+    ours = xr.open_dataset(fsspec.get_mapper(url), engine="zarr")
+    _assert_like_source(ours, xr.open_dataset(FIXTURES / relative))
+
+
+@pytest.mark.parametrize("archive", ARCHIVES)
+def test_every_archive_through_stock_zarr_and_xarray(server, archive):
+    files = _files(archive)
+    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals")
+    url = f"{server.url}/archives/{archive.replace('/', '_')}/regular;unpack=true"
+    _assert_like_source(xr.open_dataset(fsspec.get_mapper(url), engine="zarr"), expected)
+    group = zarr.open_group(FsspecStore.from_url(url, read_only=True), mode="r")
+    np.testing.assert_array_equal(group["tas"][...], expected["tas"].values)
+    time4 = xr.open_dataset(fsspec.get_mapper(url.replace(";unpack", ";chunks=time:4;unpack")),
+                            engine="zarr")
+    assert time4["tas"].encoding["chunks"][0] == 4
+    np.testing.assert_array_equal(time4["tas"].values, expected["tas"].values)
+
+
+@pytest.mark.parametrize("archive", ARCHIVES)
+def test_the_native_view_reads_with_refgrids_engine_pointed_at_the_url(server, archive):
+    files = _files(archive)
+    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals")
+    url = f"{server.url}/archives/{archive.replace('/', '_')}/native"
+    ours = xr.open_dataset(url, engine="refgrid")
+    for key, want in expected.variables.items():
+        assert ours[key].dtype == want.dtype, key
+        np.testing.assert_array_equal(ours[key].values, want.values, err_msg=key)
+
+
+@pytest.mark.parametrize("relative", NC_FILES)
+def test_every_fixture_file_through_the_native_view(server, relative):
+    ours = xr.open_dataset(f"{server.url}/{_name(relative)}/native", engine="refgrid")
+    _assert_like_source(ours, xr.open_dataset(FIXTURES / relative))
+
+
+def test_native_documents_and_chunks_pass_through_byte_for_byte(server, root):
+    refs = json.loads((root / "archives" / "monthly_chunk10.json").read_text())
+    status, _, body = _get(f"{server.url}/archives/monthly_chunk10/native/tas/zarr.json")
+    doc = json.loads(body)
+    assert status == 200 and doc == json.loads(refs["refs"]["tas/zarr.json"])
+    assert "encoded_chunk_shapes" in doc["chunk_grid"]["configuration"]
+    url, offset, length = refs["refs"]["tas/c/3/0/0"]
+    url = refs.get("templates", {}).get(url.strip("{}"), url) if url.startswith("{{") else url
+    with open(url, "rb") as f:
+        f.seek(offset)
+        stored = f.read(length)
+    status, _, body = _get(f"{server.url}/archives/monthly_chunk10/native/tas/c/3/0/0")
+    assert status == 200 and body == stored
+
+
+def test_parquet_references_and_zarr_stores_are_served(server):
+    expected = xr.open_mfdataset(_files("monthly/chunk10"), combine="nested",
+                                 concat_dim="time", data_vars="minimal")
+    ours = xr.open_dataset(fsspec.get_mapper(f"{server.url}/parquet/monthly/regular"),
+                           engine="zarr")
+    np.testing.assert_array_equal(ours["tas"].values, expected["tas"].values)
+    january = xr.open_dataset(fsspec.get_mapper(f"{server.url}/stores/january/regular"),
+                              engine="zarr")
+    source = xr.open_dataset(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")
+    np.testing.assert_array_equal(january["tas"].values, source["tas"].values)
+
+
+# -- HTTP ------------------------------------------------------------------------------------
+
+def test_absent_chunks_are_404_and_read_as_the_fill_value(server):
+    status, _, body = _get(f"{server.url}/files/features/netcdf4_features/native/unwritten/c/0")
+    assert status == 404 and json.loads(body)["status"] == 404
+    ours = xr.open_dataset(fsspec.get_mapper(f"{server.url}/files/features/netcdf4_features/"
+                                             "regular"), engine="zarr", mask_and_scale=False)
+    with xr.open_dataset(FIXTURES / "features" / "netcdf4_features.nc",
+                         mask_and_scale=False) as source:
+        np.testing.assert_array_equal(ours["unwritten"].values, source["unwritten"].values)
+
+
+def test_etags_last_modified_and_conditional_gets(server):
+    url = f"{server.url}/archives/monthly_chunk10/native/tas/c/0/0/0"
+    status, headers, body = _get(url)
+    assert status == 200 and headers["Accept-Ranges"] == "bytes"
+    etag, modified = headers["ETag"], headers["Last-Modified"]
+    assert "max-age=" in headers["Cache-Control"]
+    assert _get(url, {"If-None-Match": etag})[0] == 304
+    assert _get(url, {"If-None-Match": '"other", ' + etag})[0] == 304
+    assert _get(url, {"If-None-Match": '"other"'})[0] == 200
+    assert _get(url, {"If-Modified-Since": modified})[0] == 304
+    assert _get(url, {"If-Modified-Since": "Mon, 01 Jan 1990 00:00:00 GMT"})[0] == 200
+    other = _get(url.replace("c/0/0/0", "c/1/0/0"))[1]["ETag"]
+    assert other != etag
+    meta = f"{server.url}/archives/monthly_chunk10/native/zarr.json"
+    tag = _get(meta)[1]["ETag"]
+    assert _get(meta, {"If-None-Match": tag})[0] == 304
+
+
+def test_range_requests_on_chunks(server):
+    url = f"{server.url}/archives/monthly_chunk10/native/tas/c/0/0/0"
+    whole = _get(url)[2]
+    status, headers, body = _get(url, {"Range": "bytes=10-19"})
+    assert status == 206 and body == whole[10:20]
+    assert headers["Content-Range"] == f"bytes 10-19/{len(whole)}"
+    assert _get(url, {"Range": "bytes=-7"})[2] == whole[-7:]
+    assert _get(url, {"Range": f"bytes={len(whole) - 3}-"})[2] == whole[-3:]
+    status, headers, _ = _get(url, {"Range": f"bytes={len(whole) + 5}-"})
+    assert status == 416 and headers["Content-Range"] == f"bytes */{len(whole)}"
+    assert _get(url, {"Range": "bytes=0-1,5-6"})[0] == 416
+    stale = _get(url, {"Range": "bytes=0-3", "If-Range": '"stale"'})
+    assert stale[0] == 200 and stale[2] == whole
+    fs = fsspec.filesystem("http")
+    assert fs.cat_file(url, start=4, end=12) == whole[4:12]
+
+
+def test_head_gzip_cors_health_and_methods(server):
+    url = f"{server.url}/archives/monthly_chunk10/native/tas/c/0/0/0"
+    status, headers, body = _get(url, method="HEAD")
+    assert status == 200 and body == b"" and int(headers["Content-Length"]) == len(_get(url)[2])
+    meta = f"{server.url}/archives/monthly_chunk10/regular/zarr.json"
+    _, headers, body = _get(meta, {"Accept-Encoding": "gzip"})
+    assert headers["Content-Encoding"] == "gzip"
+    assert json.loads(gzip.decompress(body))["consolidated_metadata"]["metadata"]["tas"]
+    assert headers["Access-Control-Allow-Origin"] == "*"
+    assert "ETag" in headers["Access-Control-Expose-Headers"]
+    status, headers, _ = _get(meta, {"Origin": "http://example.test",
+                                     "Access-Control-Request-Method": "GET",
+                                     "Access-Control-Request-Headers": "range"},
+                              method="OPTIONS")
+    assert status == 204 and "Range" in headers["Access-Control-Allow-Headers"]
+    assert headers["Access-Control-Allow-Origin"] == "*"
+    status, _, body = _get(f"{server.url}/healthz")
+    assert status == 200 and json.loads(body)["datasets"] >= len(NC_FILES) + len(ARCHIVES)
+    assert _get(meta, method="POST")[0] == 405
+    assert _get(meta, method="DELETE")[0] == 405
+
+
+def test_bad_view_parameters_and_limits_are_400(server):
+    base = f"{server.url}/archives/monthly_chunk10"
+    for view in ("regular;chunks=time:0", "regular;chunks=nosuchdim:3", "regular;colour=red",
+                 "regular;unpack=perhaps"):
+        status, _, body = _get(f"{base}/{view}/zarr.json")
+        assert status == 400, (view, body)
+        assert json.loads(body)["error"]
+    assert _get(f"{base}/sideways/zarr.json")[0] == 404
+    assert _get(f"{base}/regular/zarr.json?chunks=time:30")[0] == 200
+
+
+def test_one_request_may_assemble_only_so_many_native_chunks(root):
+    from refgrid.serve.catalog import ViewLimits
+
+    for served in start_refgrid_serve(root, allow_sources=(str(FIXTURES),),
+                                      limits=ViewLimits(max_native_chunks=8)):
+        base = f"{served.url}/archives/monthly_chunk10"
+        status, _, body = _get(f"{base}/regular;chunks=time:365/zarr.json")
+        assert status == 400 and "native chunks" in json.loads(body)["error"]
+        assert _get(f"{base}/regular;chunks=time:20/zarr.json")[0] == 200
+
+
+def test_index_pages_list_datasets_arrays_and_chunk_pictures(server):
+    status, headers, body = _get(f"{server.url}/")
+    page = body.decode()
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert 'href="/archives/monthly_chunk10/"' in page and "tas" in page
+    status, _, body = _get(f"{server.url}/archives/monthly_chunk10/")
+    page = body.decode()
+    assert page.count("<svg") == 4  # time, lat, lon, tas
+    assert "padded" in page and "rectilinear" in page
+    assert f"{server.url}/archives/monthly_chunk10/regular" in page
+    assert 'engine="refgrid"' in page.replace("&quot;", '"')
+    assert _get(f"{server.url}/archives/monthly_chunk10", method="GET")[0] == 200  # redirect
+
+
+def test_the_service_is_stateless_across_instances(root, server):
+    url = "/archives/yearly_chunk73/native/tas/c/2/0/0"
+    for other in start_refgrid_serve(root, allow_sources=(str(FIXTURES),)):
+        first, second = _get(server.url + url), _get(other.url + url)
+        assert first[2] == second[2] and first[1]["ETag"] == second[1]["ETag"]
+
+
+def test_a_rewritten_reference_set_is_reopened(root, server):
+    target = root / "changing.json"
+    refgrid.write(refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"), target)
+    first = _get(f"{server.url}/changing/native/tas/zarr.json")
+    assert json.loads(first[2])["shape"][0] == 31
+    time.sleep(0.05)
+    refgrid.write(refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200102.nc"), target)
+    second = _get(f"{server.url}/changing/native/tas/zarr.json")
+    assert json.loads(second[2])["shape"][0] == 28
+    assert first[1]["ETag"] != second[1]["ETag"]
+    target.unlink()
+    assert _get(f"{server.url}/changing/native/tas/zarr.json")[0] in (403, 404)
+
+
+def test_a_changed_source_is_an_error_naming_it_not_other_data(tmp_path):
+    source = tmp_path / "data" / "tas.nc"
+    source.parent.mkdir()
+    source.write_bytes((FIXTURES / "monthly" / "chunk10" / "tas_200101.nc").read_bytes())
+    refgrid.write(refgrid.scan(source), tmp_path / "refs" / "tas.json")
+    for served in start_refgrid_serve(tmp_path / "refs", allow_sources=(str(source.parent),)):
+        url = f"{served.url}/tas/native/tas/c/1/0/0"
+        assert _get(url)[0] == 200
+        source.write_bytes(source.read_bytes() + b"\0")
+        for check in start_refgrid_serve(tmp_path / "refs",
+                                         allow_sources=(str(source.parent),)):
+            status, _, body = _get(url.replace(served.url, check.url))
+            assert status == 502 and "changed since it was scanned" in json.loads(body)["error"]
+
+
+def test_concurrent_neighbouring_chunk_requests_share_batched_fetches(server):
+    from refgrid.serve.app import STATE
+
+    calls: list[int] = []
+    fetch = refgrid.serve.views.NativeView.fetch
+
+    def counting(self, path, flats):
+        calls.append(len(flats))
+        return fetch(self, path, flats)
+
+    url = f"{server.url}/archives/yearly_chunk73/native/tas/c/{{}}/0/0"
+    refgrid.serve.views.NativeView.fetch = counting
+    try:
+        server.app[STATE].batchers.clear()
+
+        async def all_at_once():
+            fs = fsspec.filesystem("http", asynchronous=True, skip_instance_cache=True)
+            session = await fs.set_session()
+            try:
+                return await asyncio.gather(*(fs._cat_file(url.format(i % 3)) for i in range(60)))
+            finally:
+                await session.close()
+
+        bodies = asyncio.run(all_at_once())
+    finally:
+        refgrid.serve.views.NativeView.fetch = fetch
+    assert sum(calls) < 60 and len(calls) < 60
+    for i, body in enumerate(bodies):
+        assert body == _get(url.format(i % 3))[2]
+
+
+def test_access_log_is_one_json_object_a_request(server, caplog):
+    with caplog.at_level(logging.INFO, logger="refgrid.serve.access"):
+        _get(f"{server.url}/healthz")
+        deadline = time.time() + 5
+        while not caplog.records and time.time() < deadline:
+            time.sleep(0.01)
+    entry = json.loads(caplog.records[-1].getMessage())
+    assert entry["path"] == "/healthz" and entry["status"] == 200 and entry["ms"] >= 0
+
+
+# -- security --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/archives/../files/netcdf3/cdf5/", "/archives/%2e%2e/files/",
+                                  "/%2E%2E/%2E%2E/etc/passwd", "/files/..%2f..%2fetc/passwd",
+                                  "//etc/passwd", "/etc/passwd", "/files/%00/native/zarr.json",
+                                  "/files\\..\\etc/passwd"])
+def test_paths_out_of_the_root_are_refused(server, path):
+    request = urllib.request.Request(server.url + path)
+    request.selector = path  # as sent: urllib would not normalise, nor would an attacker
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            status = answer.status
+    except HTTPError as e:
+        status = e.code
+    assert status in (400, 404)
+
+
+def test_a_symlink_out_of_the_root_is_not_a_dataset(tmp_path, root):
+    served_root = tmp_path / "root"
+    served_root.mkdir()
+    outside = tmp_path / "outside.json"
+    refgrid.write(refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"), outside)
+    (served_root / "escape.json").symlink_to(outside)
+    (served_root / "escape_dir").symlink_to(tmp_path)
+    for served in start_refgrid_serve(served_root, allow_sources=(str(FIXTURES),)):
+        assert _get(f"{served.url}/escape/native/zarr.json")[0] == 404
+        assert _get(f"{served.url}/escape_dir/outside/native/zarr.json")[0] == 404
+        assert "escape" not in _get(f"{served.url}/")[2].decode()
+
+
+def _hostile(refs_dir: Path, name: str, url: str) -> None:
+    group = refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")
+    refs = refgrid.to_kerchunk(group)
+    refs["refs"] = {k: ([url, 0, 16] if isinstance(v, list) else v)
+                    for k, v in refs["refs"].items()}
+    refs.pop("templates", None)
+    refs.pop("refgrid", None)
+    (refs_dir / f"{name}.json").write_text(json.dumps(refs))
+
+
+def test_references_to_files_outside_the_allowed_sources_are_403_and_nothing_is_read(
+        tmp_path, monkeypatch):
+    import refgrid.read.array as array
+
+    for other in start_http(tmp_path, host="127.0.0.2"):
+        refs_dir = tmp_path / "refs"
+        refs_dir.mkdir()
+        (tmp_path / "secret.bin").write_bytes(b"s" * 64)
+        _hostile(refs_dir, "passwd", "/etc/passwd")
+        _hostile(refs_dir, "internal", f"{other.url}/secret.bin")
+        _hostile(refs_dir, "sibling", str(tmp_path / "secret.bin"))
+        read: list[str] = []
+        real = array.read_ranges
+
+        def recording(paths, *args, **kwargs):
+            read.extend(paths)
+            return real(paths, *args, **kwargs)
+
+        monkeypatch.setattr(array, "read_ranges", recording)
+        refgrid.write(refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"),
+                      refs_dir / "fine.json")
+        for served in start_refgrid_serve(refs_dir, allow_sources=(str(FIXTURES),)):
+            for name, named in (("passwd", "/etc/passwd"), ("internal", other.url),
+                                ("sibling", "secret.bin")):
+                for path in ("native/tas/c/0/0/0", "regular/tas/c/0/0/0", "native/zarr.json"):
+                    status, _, body = _get(f"{served.url}/{name}/{path}")
+                    assert status == 403, (name, path, body)
+                    assert named in json.loads(body)["error"]
+            assert "outside the allowed sources" in _get(f"{served.url}/")[2].decode()
+            assert _get(f"{served.url}/fine/native/tas/c/0/0/0")[0] == 200
+        assert read and all(url.startswith(str(FIXTURES)) for url in read)  # the fine one
+        assert len(other.counter) == 0
+
+
+# -- the command line ------------------------------------------------------------------------
+
+def test_cli_serves_until_sigterm_then_exits_cleanly(root, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "refgrid.cli", "serve", str(root), "--port", str(port),
+         "--allow-source", str(FIXTURES)], stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                status = _get(f"http://127.0.0.1:{port}/healthz")[0]
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert status == 200
+        assert _get(f"http://127.0.0.1:{port}/archives/monthly_chunk10/native/tas/c/0/0/0"
+                    )[0] == 200
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    logged = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert any(e["path"].endswith("tas/c/0/0/0") and e["status"] == 200 for e in logged)
+
+
+def test_cli_refuses_a_root_that_is_not_a_directory(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "refgrid.cli", "serve",
+                             str(tmp_path / "nope")], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
