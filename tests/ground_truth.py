@@ -95,3 +95,22 @@ def _same_item(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return same(a, b)
     return a == b
+
+
+def assert_like_source(ours: Any, source: Any) -> None:
+    """An xarray Dataset read through a zarr view equals ``xr.open_dataset(source)``:
+    every variable, its dims, values and (for numbers and times) dtype."""
+    assert set(ours.variables) == set(source.variables)
+    for key, expected in source.variables.items():
+        got = ours[key]
+        if DTYPE_ATTR in got.attrs:  # records zarr cannot type: raw bytes (documented)
+            values = restore(got.values, dict(got.attrs))
+            for field in expected.dtype.names:
+                np.testing.assert_array_equal(values[field], expected.values[field], key)
+            continue
+        assert got.dims == expected.dims, key
+        if expected.dtype.kind in "fcmM":
+            assert got.dtype == expected.dtype, key
+            np.testing.assert_array_equal(got.values, expected.values, err_msg=key)
+        else:  # (zarr returns variable-length strings as numpy's StringDType)
+            assert (got.values == expected.values).all(), key

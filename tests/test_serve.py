@@ -24,7 +24,7 @@ import zarr
 from zarr.storage import FsspecStore
 
 import refgrid
-from ground_truth import restore
+from ground_truth import assert_like_source
 from helpers import FIXTURES
 from servers import start_http, start_refgrid_serve
 from test_combine import ARCHIVES, _files
@@ -66,21 +66,9 @@ def _get(url: str, headers: dict[str, str] | None = None,
         return e.code, dict(e.headers), e.read()
 
 
-def _assert_like_source(ours: xr.Dataset, source: xr.Dataset) -> None:
-    assert set(ours.variables) == set(source.variables)
-    for key, expected in source.variables.items():
-        got = ours[key]
-        if "_refgrid_dtype" in got.attrs:  # records zarr cannot type: raw bytes (documented)
-            values = restore(got.values, dict(got.attrs))
-            for field in expected.dtype.names:
-                np.testing.assert_array_equal(values[field], expected.values[field], key)
-            continue
-        assert got.dims == expected.dims, key
-        if expected.dtype.kind in "fcmM":
-            assert got.dtype == expected.dtype, key
-            np.testing.assert_array_equal(got.values, expected.values, err_msg=key)
-        else:  # (zarr returns variable-length strings as numpy's StringDType)
-            assert (got.values == expected.values).all(), key
+def _mfdataset(archive: str) -> xr.Dataset:
+    return xr.open_mfdataset(_files(archive), combine="nested", concat_dim="time",
+                             data_vars="minimal", compat="equals")
 
 
 # -- stock clients read every fixture dataset ------------------------------------------------
@@ -89,16 +77,14 @@ def _assert_like_source(ours: xr.Dataset, source: xr.Dataset) -> None:
 def test_every_fixture_file_through_the_regular_view_with_stock_xarray(server, relative):
     url = f"{server.url}/{_name(relative)}/regular;unpack=true"
     ours = xr.open_dataset(fsspec.get_mapper(url), engine="zarr")
-    _assert_like_source(ours, xr.open_dataset(FIXTURES / relative))
+    assert_like_source(ours, xr.open_dataset(FIXTURES / relative))
 
 
 @pytest.mark.parametrize("archive", ARCHIVES)
 def test_every_archive_through_stock_zarr_and_xarray(server, archive):
-    files = _files(archive)
-    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals")
+    expected = _mfdataset(archive)
     url = f"{server.url}/archives/{archive.replace('/', '_')}/regular;unpack=true"
-    _assert_like_source(xr.open_dataset(fsspec.get_mapper(url), engine="zarr"), expected)
+    assert_like_source(xr.open_dataset(fsspec.get_mapper(url), engine="zarr"), expected)
     group = zarr.open_group(FsspecStore.from_url(url, read_only=True), mode="r")
     np.testing.assert_array_equal(group["tas"][...], expected["tas"].values)
     time4 = xr.open_dataset(fsspec.get_mapper(url.replace(";unpack", ";chunks=time:4;unpack")),
@@ -109,9 +95,7 @@ def test_every_archive_through_stock_zarr_and_xarray(server, archive):
 
 @pytest.mark.parametrize("archive", ARCHIVES)
 def test_the_native_view_reads_with_refgrids_engine_pointed_at_the_url(server, archive):
-    files = _files(archive)
-    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals")
+    expected = _mfdataset(archive)
     url = f"{server.url}/archives/{archive.replace('/', '_')}/native"
     ours = xr.open_dataset(url, engine="refgrid")
     for key, want in expected.variables.items():
@@ -122,7 +106,7 @@ def test_the_native_view_reads_with_refgrids_engine_pointed_at_the_url(server, a
 @pytest.mark.parametrize("relative", NC_FILES)
 def test_every_fixture_file_through_the_native_view(server, relative):
     ours = xr.open_dataset(f"{server.url}/{_name(relative)}/native", engine="refgrid")
-    _assert_like_source(ours, xr.open_dataset(FIXTURES / relative))
+    assert_like_source(ours, xr.open_dataset(FIXTURES / relative))
 
 
 def test_native_documents_and_chunks_pass_through_byte_for_byte(server, root):
@@ -166,7 +150,7 @@ def test_absent_chunks_are_404_and_read_as_the_fill_value(server):
 
 def test_etags_last_modified_and_conditional_gets(server):
     url = f"{server.url}/archives/monthly_chunk10/native/tas/c/0/0/0"
-    status, headers, body = _get(url)
+    status, headers, _ = _get(url)
     assert status == 200 and headers["Accept-Ranges"] == "bytes"
     etag, modified = headers["ETag"], headers["Last-Modified"]
     assert "max-age=" in headers["Cache-Control"]
@@ -378,6 +362,14 @@ def test_references_to_files_outside_the_allowed_sources_are_403_and_nothing_is_
         tmp_path, monkeypatch):
     import refgrid.read.array as array
 
+    read: list[str] = []
+    real = array.read_ranges
+
+    def recording(paths, *args, **kwargs):
+        read.extend(paths)
+        return real(paths, *args, **kwargs)
+
+    monkeypatch.setattr(array, "read_ranges", recording)
     for other in start_http(tmp_path, host="127.0.0.2"):
         refs_dir = tmp_path / "refs"
         refs_dir.mkdir()
@@ -385,14 +377,6 @@ def test_references_to_files_outside_the_allowed_sources_are_403_and_nothing_is_
         _hostile(refs_dir, "passwd", "/etc/passwd")
         _hostile(refs_dir, "internal", f"{other.url}/secret.bin")
         _hostile(refs_dir, "sibling", str(tmp_path / "secret.bin"))
-        read: list[str] = []
-        real = array.read_ranges
-
-        def recording(paths, *args, **kwargs):
-            read.extend(paths)
-            return real(paths, *args, **kwargs)
-
-        monkeypatch.setattr(array, "read_ranges", recording)
         refgrid.write(refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"),
                       refs_dir / "fine.json")
         for served in start_refgrid_serve(refs_dir, allow_sources=(str(FIXTURES),)):

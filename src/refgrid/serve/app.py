@@ -230,11 +230,11 @@ async def _get(request: web.Request) -> web.StreamResponse:
     view_name, _, params = rest[0].partition(";")
     key = "/".join(rest[1:])
     if view_name == "native" and not params:
-        return await _native(request, dataset, key, rest[0])
+        return await _serve(request, dataset, dataset.native, rest[0], "native", key)
     if view_name == "regular":
         spec = _spec(request, params)
         view = await _in_pool(request, dataset.regular_view, spec, request.app[CATALOG].limits)
-        return await _regular(request, dataset, view, spec, key, rest[0])
+        return await _serve(request, dataset, view, rest[0], str(spec), key)
     raise HttpError(404, f"{entry.name}: no view {rest[0]!r} (native or regular)")
 
 
@@ -289,9 +289,9 @@ def _html(request: web.Request, text: str) -> web.Response:
 
 # -- the views -------------------------------------------------------------------------------
 
-async def _native(request: web.Request, dataset: Dataset, key: str,
-                  segment: str) -> web.StreamResponse:
-    view = dataset.native
+async def _serve(request: web.Request, dataset: Dataset, view: NativeView | RegularView,
+                 segment: str, tag: str, key: str) -> web.StreamResponse:
+    """``key`` of one of the dataset's views (``tag`` tells the view apart in ETags)."""
     found = view.lookup(key)
     if found is None:
         raise HttpError(404, f"{dataset.entry.name}/{segment}: no key {key!r}")
@@ -299,40 +299,26 @@ async def _native(request: web.Request, dataset: Dataset, key: str,
         return _metadata(request, dataset, found.text)
     if isinstance(found, Listing):
         return _listing(request, dataset, segment, key, found)
+    etag = _chunk_etag(dataset, tag, key)
+    not_modified = _not_modified(request, dataset, etag)
+    if not_modified is not None:
+        return not_modified
     if isinstance(found, Bytes):
-        return _chunk(request, dataset, segment, key, found.data)
-    assert isinstance(found, StoredChunk)
-    etag = _chunk_etag(dataset, segment, key)
-    not_modified = _not_modified(request, dataset, etag)
-    if not_modified is not None:
-        return not_modified
-    if request.method == "HEAD":
-        return _chunk_head(request, dataset, etag, found.nbytes)
-    data = await _waiting(request, request.app[STATE].batcher(view).get(found.array,
-                                                                         found.flat))
-    return _chunk(request, dataset, segment, key, data, etag)
-
-
-async def _regular(request: web.Request, dataset: Dataset, view: RegularView, spec: ViewSpec,
-                   key: str, segment: str) -> web.StreamResponse:
-    found = view.lookup(key)
-    if found is None:
-        raise HttpError(404, f"{dataset.entry.name}/{segment}: no key {key!r}")
-    if isinstance(found, Metadata):
-        return _metadata(request, dataset, found.text)
-    if isinstance(found, Listing):
-        return _listing(request, dataset, segment, key, found)
-    assert isinstance(found, Assembled)
-    etag = _chunk_etag(dataset, str(spec), key)
-    not_modified = _not_modified(request, dataset, etag)
-    if not_modified is not None:
-        return not_modified
+        return _chunk(request, dataset, found.data, etag)
+    if isinstance(found, StoredChunk):
+        assert isinstance(view, NativeView)
+        if request.method == "HEAD":
+            return _chunk_head(request, dataset, etag, found.nbytes)
+        data = await _waiting(request, request.app[STATE].batcher(view).get(found.array,
+                                                                             found.flat))
+        return _chunk(request, dataset, data, etag)
+    assert isinstance(found, Assembled) and isinstance(view, RegularView)
     loop = asyncio.get_running_loop()
     data = await _waiting(request, loop.run_in_executor(request.app[POOL], view.content, key))
     if data is None:
         raise HttpError(404, f"{dataset.entry.name}/{segment}: chunk {key!r} is absent "
                         "(reads as the fill value)")
-    return _chunk(request, dataset, segment, key, data, etag)
+    return _chunk(request, dataset, data, etag)
 
 
 async def _waiting(request: web.Request, work: Any) -> Any:
@@ -405,10 +391,8 @@ def _chunk_head(request: web.Request, dataset: Dataset, etag: str,
     return web.Response(headers=headers, content_type="application/octet-stream")
 
 
-def _chunk(request: web.Request, dataset: Dataset, segment: str, key: str, data: bytes,
-           etag: str | None = None) -> web.Response:
+def _chunk(request: web.Request, dataset: Dataset, data: bytes, etag: str) -> web.Response:
     """A chunk's bytes, or the range of them the request asks for."""
-    etag = etag or _chunk_etag(dataset, segment, key)
     headers = _caching(request, dataset, etag)
     headers["Accept-Ranges"] = "bytes"
     ranged = "Range" in request.headers and request.headers.get("If-Range", etag) == etag

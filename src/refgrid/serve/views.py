@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,8 +81,7 @@ class Listing:
     names: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class StoredChunk:
+class StoredChunk(NamedTuple):
     """A chunk whose bytes are in a source file: ``flat`` is its C-order index."""
 
     array: str
@@ -135,7 +134,26 @@ def _names(node: str, groups: Mapping[str, VirtualGroup]) -> list[str]:
     return ["zarr.json", *(f"{n}/" for n in (*group.arrays, *group.groups))]
 
 
-class NativeView:
+class _View:
+    """What both views share: node documents (JSON text) and node directories."""
+
+    groups: Mapping[str, VirtualGroup]
+    arrays: Mapping[str, Any]
+    documents: dict[str, bytes]
+
+    def _node(self, key: str) -> tuple[bool, Found]:
+        """``(True, answer)`` for a document's or a group's key, ``(False, None)`` for a key
+        the view itself answers."""
+        node = document_node(key)
+        if node is not None:
+            text = self.documents.get(node)
+            return True, (Metadata(text) if text is not None else None)
+        if key in self.groups:
+            return True, Listing(tuple(_names(key, self.groups)))
+        return False, None
+
+
+class NativeView(_View):
     """The dataset's own Zarr v3 store: its documents, and its chunks byte for byte."""
 
     def __init__(self, group: VirtualGroup, storage_options: dict[str, Any]) -> None:
@@ -148,21 +166,18 @@ class NativeView:
         self.check = SourceCheck(group.sources, storage_options) if group.sources else None
 
     def lookup(self, key: str) -> Found:
-        node = document_node(key)
-        if node is not None:
-            text = self.documents.get(node)
-            return Metadata(text) if text is not None else None
-        if key in self.groups:
-            return Listing(tuple(_names(key, self.groups)))
+        answered, found = self._node(key)
+        if answered:
+            return found
         if key in self.arrays:
             names = ["zarr.json"]
             if (self.arrays[key].manifest.path_id != MISSING).any():
                 names.append("c" if self.arrays[key].grid.ndim == 0 else "c/")
             return Listing(tuple(names))
-        found = chunk_of_key(key, self.arrays)
-        if found is None:
+        chunk = chunk_of_key(key, self.arrays)
+        if chunk is None:
             return None
-        path, tail = found
+        path, tail = chunk
         array = self.arrays[path]
         coords = _coords(tail, array.manifest.shape)
         if coords is None:
@@ -212,7 +227,7 @@ def _coords(tail: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
     return coords if all(c < n for c, n in zip(coords, shape, strict=True)) else None
 
 
-class RegularView:
+class RegularView(_View):
     """The regular-grid view of a dataset, with limits on what one chunk may cost."""
 
     def __init__(self, fs: RegularViewFileSystem) -> None:
@@ -252,12 +267,9 @@ class RegularView:
         return cls(fs)
 
     def lookup(self, key: str) -> Found:
-        node = document_node(key)
-        if node is not None:
-            text = self.documents.get(node)
-            return Metadata(text) if text is not None else None
-        if key in self.groups:
-            return Listing(tuple(_names(key, self.groups)))
+        answered, found = self._node(key)
+        if answered:
+            return found
         if key in self.arrays:
             return Listing(("zarr.json",))
         return Assembled(key) if chunk_of_key(key, self.arrays) else None
