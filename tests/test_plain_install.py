@@ -38,9 +38,15 @@ try:
     refgrid.scan("s3://bucket/tas.nc")
 except refgrid.MissingExtraError as e:
     print("error", e)
+import refgrid.serve
+try:
+    refgrid.serve.make_app(".")
+except refgrid.MissingExtraError as e:
+    print("error", e)
 """], capture_output=True, text=True, env=environ, timeout=120)
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.count("absent") == 5, probe.stdout
     assert "needs the 'remote' extra" in probe.stdout
     assert "pip install 'refgrid[remote]'" in probe.stdout
+    assert "needs the 'serve' extra" in probe.stdout
     assert sys.version_info >= (3, 11)

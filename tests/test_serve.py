@@ -429,3 +429,11 @@ def test_cli_refuses_a_root_that_is_not_a_directory(tmp_path):
     result = subprocess.run([sys.executable, "-m", "refgrid.cli", "serve",
                              str(tmp_path / "nope")], capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_without_aiohttp_the_serve_extra_is_named(monkeypatch, tmp_path):
+    import refgrid.serve
+
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    with pytest.raises(refgrid.MissingExtraError, match="'serve' extra"):
+        refgrid.serve.make_app(str(tmp_path))

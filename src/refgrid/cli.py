@@ -271,9 +271,12 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
               help="Cache-Control max-age (seconds) of documents and chunks.")
 @click.option("--request-timeout", default=60.0, show_default=True, type=float,
               help="Seconds one request may take (504 after).")
+@click.option("--access-log/--no-access-log", default=True, show_default=True,
+              help="Log every request (a JSON line on stderr).")
 @storage_option
 def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: int,
-          max_age: int, request_timeout: float, storage: tuple[str, ...]) -> None:
+          max_age: int, request_timeout: float, access_log: bool,
+          storage: tuple[str, ...]) -> None:
     """Serve every reference set and Zarr v3 store under ROOT as Zarr v3 over HTTP.
 
     Each dataset NAME (its path under ROOT, without .json/.parq/.zarr) is served at
@@ -295,7 +298,8 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     click.echo(f"refgrid serve: http://{host}:{port}/ (Ctrl-C stops)", err=True)
     run(str(root), host, port, allow_sources=allowed, workers=workers, max_age=max_age,
-        request_timeout=request_timeout, storage_options=_storage_options(storage))
+        request_timeout=request_timeout, storage_options=_storage_options(storage),
+        access_log=access_log)
 
 
 @main.command()

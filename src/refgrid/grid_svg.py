@@ -20,7 +20,9 @@ from refgrid.grid import AxisChunks, RectilinearGrid
 BAR_WIDTH = 420
 """Pixels of a bar: the longest dimension's length maps onto it."""
 BAR_HEIGHT = 18
-ROW_HEIGHT = 44
+ROW_HEIGHT = 48
+MARK_WIDTH = 3
+MARK_HEIGHT = 4
 LABEL_WIDTH = 96
 EDGE_COLOUR = "#1f3b5c"
 CHUNK_COLOUR = "#9ecae1"
@@ -63,12 +65,13 @@ def _bar(axis: AxisChunks, name: str, y: int) -> str:
     padded = np.flatnonzero(axis.encoded[:-1] != axis.logical[:-1])
     if len(padded):
         starts = _columns(axis.bounds[padded], scale)
-        ends = np.maximum(_columns(axis.bounds[padded + 1], scale), starts + 1)
-        spans = _merged(starts, ends)
-        marks = "".join(f"M{x0 + a} {y + BAR_HEIGHT - 5}h{b - a}v5h{a - b}z" for a, b in spans)
+        ends = np.maximum(_columns(axis.bounds[padded + 1], scale), starts + MARK_WIDTH)
+        spans = _merged(starts, ends)  # below the bar, at least MARK_WIDTH wide: visible
+        marks = "".join(f"M{x0 + a} {y + BAR_HEIGHT + 1}h{b - a}v{MARK_HEIGHT}h{a - b}z"
+                        for a, b in spans)
         parts.append(f'<path d="{marks}" fill="{PADDED_COLOUR}"><title>{len(padded)} padded '
                      'chunk(s): stored longer than their extent</title></path>')
-    parts.append(f'<text x="{x0}" y="{y + BAR_HEIGHT + 13}" fill="#444">'
+    parts.append(f'<text x="{x0}" y="{y + BAR_HEIGHT + MARK_HEIGHT + 13}" fill="#444">'
                   f'{escape(_caption(axis, len(padded)))}</text>')
     return "".join(parts)
 
@@ -100,7 +103,7 @@ def _caption(axis: AxisChunks, padded: int) -> str:
     else:
         sizes = f"of {low}" if low == high else f"of {low}-{high}"
     text = f"{axis.length:,} · {axis.nchunks:,} chunk{'s' if axis.nchunks > 1 else ''} {sizes}"
-    return f"{text} · {padded:,} padded" if padded else text
+    return f"{text} · {padded:,} padded (marked)" if padded else text
 
 
 def _clip(text: str, limit: int) -> str:

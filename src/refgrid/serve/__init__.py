@@ -26,9 +26,10 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), **options: Any) -> 
     return make(root, allow_sources, **options)
 
 
-def run(root: str, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
+def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool = True,
+        **options: Any) -> None:
     """Serve ``root`` until interrupted (see :func:`refgrid.serve.app.run`)."""
     import_extra("aiohttp", "serve", "refgrid serve")
     from refgrid.serve.app import run as serve
 
-    serve(root, host, port, **options)
+    serve(root, host, port, access_log, **options)

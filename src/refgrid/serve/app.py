@@ -416,12 +416,14 @@ def _chunk(request: web.Request, dataset: Dataset, data: bytes, etag: str) -> we
                         content_type="application/octet-stream")
 
 
-def run(root: str, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
-    """Serve ``root`` until interrupted (SIGINT/SIGTERM: in-flight requests finish first)."""
+def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool = True,
+        **options: Any) -> None:
+    """Serve ``root`` until interrupted (SIGINT/SIGTERM: in-flight requests finish first);
+    ``access_log``: a JSON line a request on the ``refgrid.serve.access`` logger."""
     app = make_app(root, **options)
     log.info("serving %d datasets under %s at http://%s:%d/", len(app[CATALOG].entries),
              app[CATALOG].root, host, port)
     web.run_app(app, host=host, port=port, shutdown_timeout=10, print=None,
-                **AccessLog.options())
+                **(AccessLog.options() if access_log else {"access_log": None}))
 
 
