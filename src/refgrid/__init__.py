@@ -37,6 +37,7 @@ from refgrid.errors import (
 )
 
 if TYPE_CHECKING:
+    from refgrid.advise import ChunkAdvice, advise_chunks
     from refgrid.archive import batch
     from refgrid.bounds import Limits, limits, set_limits
     from refgrid.combine import combine
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_LAZY = {"batch": "refgrid.archive", "Limits": "refgrid.bounds", "limits": "refgrid.bounds",
+_LAZY = {"advise_chunks": "refgrid.advise", "ChunkAdvice": "refgrid.advise",
+         "batch": "refgrid.archive", "Limits": "refgrid.bounds", "limits": "refgrid.bounds",
          "set_limits": "refgrid.bounds", "combine": "refgrid.combine",
          "RectilinearGrid": "refgrid.grid", "ChunkManifest": "refgrid.manifest",
          "VirtualArray": "refgrid.model", "VirtualGroup": "refgrid.model",
@@ -90,6 +92,7 @@ __all__ = [
     "AccessError",
     "ArgumentError",
     "BatchError",
+    "ChunkAdvice",
     "ChunkManifest",
     "CombineError",
     "FormatError",
@@ -106,6 +109,7 @@ __all__ = [
     "VirtualGroup",
     "WriteError",
     "__version__",
+    "advise_chunks",
     "batch",
     "combine",
     "get_mapper",
