@@ -258,6 +258,31 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
 
 
 @main.command()
+@click.argument("source")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@allow_source
+@storage_option
+def inspect(source: str, as_json: bool, allowed: tuple[str, ...],
+            storage: tuple[str, ...]) -> None:
+    """Summarise references (or any input refgrid reads): arrays, dims, chunk grids, padded
+    and missing chunks, bytes referenced and inlined, source files.
+
+    \b
+    Example:
+      refgrid inspect demo-output/tas_2001.json
+      refgrid inspect refs.parq --json | jq '.arrays.tas.chunks'
+    """
+    from refgrid.reprs import group_summary, group_text
+    from refgrid.scan import scan as scan_input
+
+    group = scan_input(source, allowed_sources=allowed or None, **_storage_options(storage))
+    if as_json:
+        click.echo(json.dumps(group_summary(group), indent=1))
+    else:
+        click.echo(group_text(group))
+
+
+@main.command()
 @click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on (0.0.0.0: every interface).")

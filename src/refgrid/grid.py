@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from refgrid.bounds import current as current_limits
+from refgrid.displayed import Displayed
 from refgrid.errors import GridError
 from refgrid.selection import AxisSelection, GridSelection, normalize_selection
 
@@ -120,8 +121,11 @@ def _as_lengths(values: Any, what: str) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class RectilinearGrid:
-    """A chunk grid whose chunk lengths may differ along every dimension."""
+class RectilinearGrid(Displayed):
+    """A chunk grid whose chunk lengths may differ along every dimension (its HTML repr is
+    the chunk picture)."""
+
+    _display = "grid"
 
     axes: tuple[AxisChunks, ...]
 

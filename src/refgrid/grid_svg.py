@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from refgrid.grid import AxisChunks, RectilinearGrid
+if TYPE_CHECKING:
+    from refgrid.grid import AxisChunks, RectilinearGrid
 
 BAR_WIDTH = 420
 """Pixels of a bar: the longest dimension's length maps onto it."""

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from refgrid.displayed import Displayed
 from refgrid.errors import ModelError
 from refgrid.frozen import FrozenPickle
 
@@ -34,9 +35,11 @@ def flat_index(coords: tuple[int, ...], shape: Sequence[int]) -> int:
     return int(np.ravel_multi_index(coords, tuple(shape))) if coords else 0
 
 
-@dataclass(frozen=True, eq=False)
-class ChunkManifest(FrozenPickle):
+@dataclass(frozen=True, eq=False, repr=False)
+class ChunkManifest(Displayed, FrozenPickle):
     """Byte locations of every chunk of one array."""
+
+    _display = "manifest"
 
     paths: tuple[str, ...]
     path_id: np.ndarray
@@ -132,7 +135,3 @@ class ChunkManifest(FrozenPickle):
                 and dict(self.inline) == dict(other.inline))
 
     __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return (f"ChunkManifest(shape={self.shape}, files={len(self.paths)}, "
-                f"missing={int(self.missing.sum())}, inline={len(self.inline)})")

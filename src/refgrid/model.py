@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from refgrid.codecs import CodecJSON
+from refgrid.displayed import Displayed
 from refgrid.errors import GridError, ModelError
 from refgrid.frozen import FrozenPickle
 from refgrid.grid import RectilinearGrid
@@ -41,9 +42,11 @@ def same_value(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@dataclass(frozen=True, eq=False)
-class VirtualArray(FrozenPickle):
+@dataclass(frozen=True, eq=False, repr=False)
+class VirtualArray(Displayed, FrozenPickle):
     """One array: its metadata, its chunk grid and where its chunks live."""
+
+    _display = "array"
 
     name: str
     dims: tuple[str, ...]
@@ -150,9 +153,11 @@ def _concat_conflicts(a: VirtualArray, b: VirtualArray) -> list[str]:
     return [f"has {what} {vb!r}, #0 has {va!r}" for what, va, vb, ok in checks if not ok]
 
 
-@dataclass(frozen=True, eq=False)
-class VirtualGroup(FrozenPickle):
+@dataclass(frozen=True, eq=False, repr=False)
+class VirtualGroup(Displayed, FrozenPickle):
     """A group: attributes, arrays and child groups (NetCDF4 / HDF5 groups nest)."""
+
+    _display = "group"
 
     attrs: Mapping[str, Any] = field(default_factory=dict)
     arrays: Mapping[str, VirtualArray] = field(default_factory=dict)

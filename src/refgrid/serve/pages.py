@@ -14,8 +14,8 @@ from html import escape
 import numpy as np
 
 from refgrid.grid_svg import grid_svg
-from refgrid.manifest import MISSING
 from refgrid.model import VirtualArray
+from refgrid.reprs import grid_kind, manifest_counts, padded_count, size
 from refgrid.serve.catalog import Dataset, Entry
 
 STYLE = """
@@ -32,16 +32,6 @@ def _page(title: str, body: str) -> str:
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
             f"<body>{body}</body></html>")
-
-
-def size(nbytes: int) -> str:
-    """``"1.2 MiB"``."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError
 
 
 def index_page(entries: Sequence[Entry], opened: dict[str, Dataset | str]) -> str:
@@ -93,7 +83,7 @@ def dataset_page(dataset: Dataset, base: str) -> str:
     for path, array in _arrays(dataset):
         shape = " &times; ".join(f"{escape(d)} {n:,}"
                                  for d, n in zip(array.dims, array.shape, strict=True))
-        stored, inline = _stored_bytes(array)
+        _, _, _, stored, inline = manifest_counts(array.manifest)
         parts.append(f"<tr><td><code>{escape(path)}</code></td><td>{shape or 'scalar'}"
                      f"</td><td>{escape(str(array.value_dtype))}</td>"
                      f"<td>{array.grid.nchunks:,} ({_grid_kind(array)})</td>"
@@ -120,16 +110,8 @@ def _logical_bytes(array: VirtualArray) -> int:
     return int(np.prod(array.shape, dtype=np.int64)) * array.dtype.itemsize
 
 
-def _stored_bytes(array: VirtualArray) -> tuple[int, int]:
-    manifest = array.manifest
-    referenced = int(manifest.length[manifest.path_id >= 0].sum())
-    return referenced, sum(len(b) for b in manifest.inline.values())
-
-
 def _grid_kind(array: VirtualArray) -> str:
-    grid = array.grid
-    missing = int((array.manifest.path_id == MISSING).sum())
-    kind = "regular" if grid.is_regular else "rectilinear"
-    if any(a.padded_inside for a in grid.axes):
-        kind += ", padded"
-    return f"{kind}, {missing:,} missing" if missing else kind
+    missing = manifest_counts(array.manifest)[1]
+    padded = padded_count(array.grid)
+    extra = [f"{n:,} {what}" for what, n in (("padded", padded), ("missing", missing)) if n]
+    return ", ".join([grid_kind(array.grid), *extra])
