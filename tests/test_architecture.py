@@ -22,7 +22,7 @@ from refgrid.scan.source import Source
 
 PACKAGE = ROOT / "src" / "refgrid"
 LAYERS = {"core": 0, "scan": 1, "write": 1, "read": 2, "combine": 3, "archive": 4, "demo": 4,
-          "serve": 5, "cli": 6, "__init__": 6}
+          "materialize": 4, "serve": 5, "cli": 6, "__init__": 6}
 """Each module's layer: a module may import its own layer's modules or lower ones, except
 that ``scan`` and ``write`` sit side by side and may not import each other."""
 APART = {("scan", "write"), ("write", "scan")}
@@ -40,7 +40,8 @@ def _part(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "__init__"
-    if parts[1] in ("scan", "read", "write", "combine", "archive", "serve", "cli", "demo"):
+    if parts[1] in ("scan", "read", "write", "combine", "archive", "serve", "cli", "demo",
+                    "materialize"):
         return parts[1]
     return "core"
 

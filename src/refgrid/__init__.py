@@ -39,6 +39,7 @@ from refgrid.errors import (
 if TYPE_CHECKING:
     from refgrid.advise import ChunkAdvice, advise_chunks
     from refgrid.archive import batch
+    from refgrid.materialize import materialize
     from refgrid.bounds import Limits, limits, set_limits
     from refgrid.combine import combine
     from refgrid.grid import RectilinearGrid
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {"advise_chunks": "refgrid.advise", "ChunkAdvice": "refgrid.advise",
-         "batch": "refgrid.archive", "Limits": "refgrid.bounds", "limits": "refgrid.bounds",
+         "batch": "refgrid.archive", "materialize": "refgrid.materialize", "Limits": "refgrid.bounds", "limits": "refgrid.bounds",
          "set_limits": "refgrid.bounds", "combine": "refgrid.combine",
          "RectilinearGrid": "refgrid.grid", "ChunkManifest": "refgrid.manifest",
          "VirtualArray": "refgrid.model", "VirtualGroup": "refgrid.model",
@@ -114,6 +115,7 @@ __all__ = [
     "combine",
     "get_mapper",
     "limits",
+    "materialize",
     "scan",
     "set_limits",
     "to_kerchunk",

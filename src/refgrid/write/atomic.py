@@ -41,6 +41,13 @@ def clean_leftovers(target: Path) -> None:
             _remove(entry)
 
 
+def write_file(target: Path, data: bytes) -> None:
+    """``data`` at ``target``, whole or not at all."""
+    temporary = temporary_for(target)
+    temporary.write_bytes(data)
+    replace_file(temporary, target)
+
+
 def replace_file(temporary: Path, target: Path) -> None:
     os.replace(temporary, target)
 
