@@ -39,11 +39,11 @@ from refgrid.errors import (
 if TYPE_CHECKING:
     from refgrid.advise import ChunkAdvice, advise_chunks
     from refgrid.archive import batch
-    from refgrid.materialize import materialize
     from refgrid.bounds import Limits, limits, set_limits
     from refgrid.combine import combine
     from refgrid.grid import RectilinearGrid
     from refgrid.manifest import ChunkManifest
+    from refgrid.materialize import materialize
     from refgrid.model import VirtualArray, VirtualGroup
     from refgrid.read.mapper import get_mapper
     from refgrid.scan import scan
@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {"advise_chunks": "refgrid.advise", "ChunkAdvice": "refgrid.advise",
-         "batch": "refgrid.archive", "materialize": "refgrid.materialize", "Limits": "refgrid.bounds", "limits": "refgrid.bounds",
+         "batch": "refgrid.archive", "materialize": "refgrid.materialize",
+         "Limits": "refgrid.bounds", "limits": "refgrid.bounds",
          "set_limits": "refgrid.bounds", "combine": "refgrid.combine",
          "RectilinearGrid": "refgrid.grid", "ChunkManifest": "refgrid.manifest",
          "VirtualArray": "refgrid.model", "VirtualGroup": "refgrid.model",
