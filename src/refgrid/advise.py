@@ -107,7 +107,8 @@ class ChunkAdvice:
                  f"{self.partial_fraction:.3f}"
                  + (f", copy reads {self.copy_reads:.2f}x" if self.copy_reads else "")]
         for p in self.patterns:
-            lines.append(f"  {'+'.join(p.dims)} (weight {p.weight:g}): {p.chunks:,} chunks, "
+            lines.append(f"  {'+'.join(p.dims)} (weight {p.weight:g}): {p.chunks:,} chunk"
+                         f"{'s' if p.chunks != 1 else ''}, "
                          f"{p.amplification:.1f}x bytes, ~{p.seconds:.3g} s")
         return "\n".join(lines)
 
