@@ -130,3 +130,26 @@ def test_invalid_requests_are_clear_errors(kwargs, message):
 def test_sizes_parse_with_units():
     assert parse_size("10MiB") == 10 * 2**20 and parse_size("1.5 GB") == 1_500_000_000
     assert parse_size(4096) == 4096 and math.isclose(parse_size("2kib"), 2048)
+
+
+def test_the_cli_advises_and_names_bad_patterns(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from refgrid.cli import main
+    from test_combine import _files
+
+    refs = refgrid.write(refgrid.combine([refgrid.scan(f) for f in _files("monthly/chunk10")],
+                                         "time"), tmp_path / "year.json")
+    runner = CliRunner()
+    text = runner.invoke(main, ["advise", str(refs), "--size", "16KiB", "--access", "time=1",
+                                "--access", "lat,lon=2"])
+    assert text.exit_code == 0, text.output
+    expected = advise_chunks(refgrid.scan(refs), "16KiB", {"time": 1, ("lat", "lon"): 2})
+    assert repr(expected) in text.output and "--chunks time:" in text.output
+    as_json = json.loads(runner.invoke(main, ["advise", str(refs), "--json"]).output)
+    assert tuple(as_json["chunks"]) == advise_chunks(refgrid.scan(refs)).chunks
+    bad = runner.invoke(main, ["advise", str(refs), "--access", "height=1"])
+    assert bad.exit_code == 1 and "no dimension 'height'" in bad.output
+    assert runner.invoke(main, ["advise", str(refs), "--access", "time"]).exit_code == 2

@@ -231,7 +231,7 @@ def test_groups_are_opened_from_one_scan(monkeypatch):
 
 
 HEAVY = ("dask", "distributed", "pandas", "pyarrow", "zarr", "xarray", "h5py", "fsspec",
-         "numcodecs", "imagecodecs", "netCDF4", "click")
+         "numcodecs", "imagecodecs", "netCDF4", "click", "matplotlib", "aiohttp", "tqdm")
 
 
 @pytest.mark.parametrize("statement", ["import refgrid",

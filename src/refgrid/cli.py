@@ -284,6 +284,55 @@ def inspect(source: str, as_json: bool, allowed: tuple[str, ...],
 
 @main.command()
 @click.argument("source")
+@click.option("--size", default="10MiB", show_default=True, help="Chunk size aimed at.")
+@click.option("--access", multiple=True, metavar="DIM[,DIM...]=WEIGHT",
+              help="An access pattern and its weight (repeatable), e.g. --access time=1 "
+                   "--access lat,lon=2 (default: time series and maps, equally).")
+@click.option("--variable", default=None, help="The array (default: the largest).")
+@click.option("--method", type=click.Choice(["general", "balanced-3d"]), default="general",
+              show_default=True)
+@click.option("--partial-fraction", default=0.5, show_default=True, type=float,
+              help="The smallest edge chunk allowed, as a fraction of a chunk.")
+@click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
+def advise(source: str, size: str, access: tuple[str, ...], variable: str | None,
+           method: str, partial_fraction: float, as_json: bool) -> None:
+    """Advise a regular chunk shape for copying a dataset (see refgrid materialize).
+
+    \b
+    Example:
+      refgrid advise demo-output/tas_2001.json --size 1MiB --access time=1 --access lat,lon=3
+    """
+    from refgrid.advise import advise_chunks
+    from refgrid.scan import scan as scan_input
+
+    patterns: dict[str | tuple[str, ...], float] = {}
+    for item in access:
+        dims, sep, weight = item.rpartition("=")
+        try:
+            patterns[tuple(dims.split(",")) if "," in dims else dims] = float(weight)
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not DIM[,DIM...]=WEIGHT",
+                                     param_hint="--access") from None
+        if not sep or not dims:
+            raise click.BadParameter(f"{item!r} is not DIM[,DIM...]=WEIGHT",
+                                     param_hint="--access")
+    advice = advise_chunks(scan_input(source), size, patterns or None,
+                           method=method,  # type: ignore[arg-type]
+                           partial_fraction=partial_fraction, variable=variable)
+    if as_json:
+        click.echo(json.dumps({"dims": advice.dims, "chunks": advice.chunks,
+                               "chunk_bytes": advice.chunk_bytes,
+                               "partial_fraction": advice.partial_fraction,
+                               "copy_reads": advice.copy_reads,
+                               "patterns": [vars(p) for p in advice.patterns]}, indent=1))
+    else:
+        click.echo(repr(advice))
+        click.echo(f"refgrid materialize {source} OUT --chunks "
+                   + ",".join(f"{d}:{n}" for d, n in advice.encoding.items()))
+
+
+@main.command()
+@click.argument("source")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--chunks", default="auto", show_default=True, metavar="auto|DIM:N[,DIM:N...]",
               help="The store's chunks: the advisor's per array, or lengths by dimension "
