@@ -267,14 +267,16 @@ def test_a_changed_source_is_an_error_naming_it_not_other_data(tmp_path):
     source.parent.mkdir()
     source.write_bytes((FIXTURES / "monthly" / "chunk10" / "tas_200101.nc").read_bytes())
     refgrid.write(refgrid.scan(source), tmp_path / "refs" / "tas.json")
-    for served in start_refgrid_serve(tmp_path / "refs", allow_sources=(str(source.parent),)):
+    for served in start_refgrid_serve(tmp_path / "refs", allow_sources=(str(source.parent),),
+                                      recheck=0.0):
         url = f"{served.url}/tas/native/tas/c/1/0/0"
         assert _get(url)[0] == 200
-        source.write_bytes(source.read_bytes() + b"\0")
-        for check in start_refgrid_serve(tmp_path / "refs",
-                                         allow_sources=(str(source.parent),)):
-            status, _, body = _get(url.replace(served.url, check.url))
-            assert status == 502 and "changed since it was scanned" in json.loads(body)["error"]
+        assert _get(url.replace("/native/", "/regular/"))[0] == 200
+        source.write_bytes(source.read_bytes() + b"\0")  # changed while being served
+        for view in ("native", "regular"):
+            status, _, body = _get(url.replace("/native/", f"/{view}/"))
+            assert status == 502, (view, body)
+            assert "changed since it was scanned" in json.loads(body)["error"]
 
 
 def test_concurrent_neighbouring_chunk_requests_share_batched_fetches(server):

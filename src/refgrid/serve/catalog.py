@@ -109,6 +109,15 @@ class Dataset:
     def __post_init__(self) -> None:
         self.native = NativeView(self.group, self.storage_options)
 
+    def recheck_sources(self) -> None:
+        """Check each source's identity again at its next read: a long-running service must
+        notice a source rewritten since its first read, not serve its new bytes."""
+        checks = [self.native.check, *(v.fs.check for v in self.regular.values())]
+        for check in checks:
+            if check is not None:
+                with check.lock:
+                    check.checked.clear()
+
     def regular_view(self, spec: ViewSpec, limits: ViewLimits) -> RegularView:
         with self.lock:
             view = self.regular.get(spec)
@@ -202,6 +211,7 @@ class Catalog:
         if known is not None and known.stamp == stamp:
             if isinstance(known, Dataset):
                 known.checked = time.monotonic()
+                known.recheck_sources()
             return _served(known)
         opened = self._open(entry, stamp)
         with self.lock:
