@@ -46,24 +46,14 @@ def _part(module: str) -> str:
     return "core"
 
 
-def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
-    """The tree's nodes less those under ``if TYPE_CHECKING:`` (annotations only: no
-    dependency at run time, so no part of the layering)."""
-    skipped = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-               and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
-               for stmt in block.body for n in ast.walk(stmt)}
-    return [n for n in ast.walk(tree) if id(n) not in skipped]
-
-
 def import_graph() -> dict[str, set[str]]:
-    """Module → the refgrid modules it imports at run time (lazy imports inside functions
-    included, ``if TYPE_CHECKING:`` imports not)."""
+    """Module → the refgrid modules it imports (lazy imports inside functions included)."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         found: set[str] = set()
-        for node in _runtime_nodes(ast.parse(path.read_text())):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 from refgrid.grid import RectilinearGrid
-from refgrid.grid_svg import BAR_WIDTH, LABEL_WIDTH, PADDED_COLOUR, grid_svg
+from refgrid.grid_svg import BAR_WIDTH, LABEL_WIDTH, PADDED_COLOUR
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -20,7 +20,7 @@ def _paths(svg: str) -> list[ET.Element]:
 
 def test_boundaries_are_drawn_where_the_chunks_end():
     grid = RectilinearGrid.from_lengths([[31, 28, 31, 30], [6]])
-    svg = grid_svg(grid, ["time", "lat"], "tas")
+    svg = grid.svg(["time", "lat"], "tas")
     root = ET.fromstring(svg)
     assert root.get("aria-label") == "tas"
     edges = _paths(svg)[0].get("d")
@@ -34,12 +34,12 @@ def test_boundaries_are_drawn_where_the_chunks_end():
 
 def test_padded_chunks_inside_the_array_are_marked_and_counted():
     grid = RectilinearGrid.from_lengths([[10, 10, 1, 10, 8]], [[10, 10, 10, 10, 10]])
-    svg = grid_svg(grid, ["time"])
+    svg = grid.svg(["time"])
     padded = [p for p in _paths(svg) if p.get("fill") == PADDED_COLOUR]
     assert len(padded) == 1 and padded[0].get("d").count("M") == 1  # the 1 (not the last)
     assert "1 padded chunk(s)" in padded[0].find(f"{SVG}title").text
     assert "39 · 5 chunks of 1-10 · 1 padded (marked)" in svg
-    assert PADDED_COLOUR not in grid_svg(RectilinearGrid.regular((39,), (10,)), ["t"])
+    assert PADDED_COLOUR not in RectilinearGrid.regular((39,), (10,)).svg(["t"])
 
 
 def test_a_hundred_thousand_chunks_render_small_and_fast():
@@ -49,7 +49,7 @@ def test_a_hundred_thousand_chunks_render_small_and_fast():
     encoded[::7] = 40
     grid = RectilinearGrid.from_lengths([lengths, [180], [360]], [encoded, None, None])
     started = time.perf_counter()
-    svg = grid_svg(grid, ["time", "lat", "lon"], "a century of daily files")
+    svg = grid.svg(["time", "lat", "lon"], "a century of daily files")
     elapsed = time.perf_counter() - started
     assert elapsed < 0.2, elapsed
     assert len(svg.encode()) < 50_000, len(svg.encode())
@@ -58,7 +58,7 @@ def test_a_hundred_thousand_chunks_render_small_and_fast():
 
 
 def test_scalars_and_empty_dimensions():
-    assert "scalar: one chunk" in grid_svg(RectilinearGrid.from_lengths([]), [])
-    empty = grid_svg(RectilinearGrid.regular((0, 4), (5, 4)), ["time", "x"])
+    assert "scalar: one chunk" in RectilinearGrid.from_lengths([]).svg([])
+    empty = RectilinearGrid.regular((0, 4), (5, 4)).svg(["time", "x"])
     assert "0 · no chunks" in empty
     ET.fromstring(empty)

@@ -24,6 +24,7 @@ import numpy as np
 from refgrid.bounds import current as current_limits
 from refgrid.displayed import Displayed
 from refgrid.errors import GridError
+from refgrid.grid_svg import grid_svg
 from refgrid.selection import AxisSelection, GridSelection, normalize_selection
 
 GridForm = Literal["auto", "rectilinear", "rectangular"]
@@ -304,6 +305,11 @@ class RectilinearGrid(Displayed):
             str(a.regular_size) if a.regular_size is not None else _brief(a.logical)
             for a in self.axes)
         return f"RectilinearGrid(shape={self.shape}, chunks=({dims}))"
+
+    def svg(self, dims: Sequence[str] | None = None, title: str | None = None) -> str:
+        """The chunk picture (:mod:`refgrid.grid_svg`): boundaries where they fall, padded
+        chunks marked."""
+        return grid_svg([(a.logical, a.encoded) for a in self.axes], dims, title)
 
 
 def _brief(values: np.ndarray, limit: int = 8) -> str:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from refgrid.grid import AxisChunks, RectilinearGrid
+Axis = tuple[np.ndarray, np.ndarray]
+"""One dimension: its chunks' logical lengths and encoded (stored) lengths."""
 
 BAR_WIDTH = 420
 """Pixels of a bar: the longest dimension's length maps onto it."""
@@ -31,50 +30,54 @@ CHUNK_COLOUR = "#9ecae1"
 PADDED_COLOUR = "#e6550d"
 
 
-def grid_svg(grid: RectilinearGrid, dims: Sequence[str] | None = None,
+def grid_svg(axes: Sequence[Axis], dims: Sequence[str] | None = None,
              title: str | None = None) -> str:
-    """The picture of ``grid`` as an SVG document (a string), dimensions named ``dims``."""
-    names = list(dims) if dims is not None else [f"dim_{i}" for i in range(grid.ndim)]
+    """The picture of a grid whose dimensions have the chunks ``axes`` (see
+    :meth:`refgrid.RectilinearGrid.svg`) as an SVG document (a string), dimensions named
+    ``dims``."""
+    ndim = len(axes)
+    names = list(dims) if dims is not None else [f"dim_{i}" for i in range(ndim)]
     width = LABEL_WIDTH + BAR_WIDTH + 8
     top = 22 if title else 4
-    height = top + ROW_HEIGHT * max(grid.ndim, 1) + 4
+    height = top + ROW_HEIGHT * max(ndim, 1) + 4
     label = escape(title or "chunk grid", quote=True)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}" '
              'font-family="sans-serif" font-size="11">']
     if title:
         parts.append(f'<text x="0" y="14" font-weight="bold">{escape(title)}</text>')
-    if grid.ndim == 0:
+    if ndim == 0:
         parts.append(f'<text x="0" y="{top + 14}">scalar: one chunk</text>')
-    for row, (name, axis) in enumerate(zip(names, grid.axes, strict=True)):
-        parts.append(_bar(axis, name, top + row * ROW_HEIGHT))
+    for row, (name, (logical, encoded)) in enumerate(zip(names, axes, strict=True)):
+        parts.append(_bar(np.asarray(logical), np.asarray(encoded), name, top + row * ROW_HEIGHT))
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _bar(axis: AxisChunks, name: str, y: int) -> str:
+def _bar(logical: np.ndarray, encoded: np.ndarray, name: str, y: int) -> str:
     """One dimension: its name, a bar with the chunk boundaries, padded chunks and a caption."""
-    length = max(axis.length, 1)
+    bounds = np.concatenate(([0], np.cumsum(logical)))
+    length = max(int(bounds[-1]), 1)
     scale = BAR_WIDTH / length
     x0 = LABEL_WIDTH
     parts = [f'<text x="0" y="{y + 13}">{escape(_clip(name, 14))}</text>',
              f'<rect x="{x0}" y="{y}" width="{BAR_WIDTH}" height="{BAR_HEIGHT}" '
              f'fill="{CHUNK_COLOUR}" stroke="{EDGE_COLOUR}"/>']
-    if axis.nchunks > 1:
-        columns = _columns(axis.bounds[1:-1], scale)
+    if len(logical) > 1:
+        columns = _columns(bounds[1:-1], scale)
         path = "".join(f"M{x0 + c}.5 {y}v{BAR_HEIGHT}" for c in columns.tolist())
         parts.append(f'<path d="{path}" stroke="{EDGE_COLOUR}" stroke-width="1"/>')
-    padded = np.flatnonzero(axis.encoded[:-1] != axis.logical[:-1])
+    padded = np.flatnonzero(encoded[:-1] != logical[:-1])
     if len(padded):
-        starts = _columns(axis.bounds[padded], scale)
-        ends = np.maximum(_columns(axis.bounds[padded + 1], scale), starts + MARK_WIDTH)
+        starts = _columns(bounds[padded], scale)
+        ends = np.maximum(_columns(bounds[padded + 1], scale), starts + MARK_WIDTH)
         spans = _merged(starts, ends)  # below the bar, at least MARK_WIDTH wide: visible
         marks = "".join(f"M{x0 + a} {y + BAR_HEIGHT + 1}h{b - a}v{MARK_HEIGHT}h{a - b}z"
                         for a, b in spans)
         parts.append(f'<path d="{marks}" fill="{PADDED_COLOUR}"><title>{len(padded)} padded '
                      'chunk(s): stored longer than their extent</title></path>')
     parts.append(f'<text x="{x0}" y="{y + BAR_HEIGHT + MARK_HEIGHT + 13}" fill="#444">'
-                  f'{escape(_caption(axis, len(padded)))}</text>')
+                  f'{escape(_caption(logical, encoded, len(padded)))}</text>')
     return "".join(parts)
 
 
@@ -95,16 +98,18 @@ def _merged(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
     return spans
 
 
-def _caption(axis: AxisChunks, padded: int) -> str:
+def _caption(logical: np.ndarray, encoded: np.ndarray, padded: int) -> str:
     """``"365 · 12 chunks of 28-31"``: the length, the chunk count and the chunk lengths."""
-    if axis.nchunks == 0:
+    count = len(logical)
+    if count == 0:
         return "0 · no chunks"
-    low, high = int(axis.logical.min()), int(axis.logical.max())
-    if axis.regular_size is not None:
-        sizes = f"of {axis.regular_size}"
+    low, high = int(logical.min()), int(logical.max())
+    regular = (encoded == encoded[0]).all() and (logical[:-1] == encoded[0]).all()
+    if regular:
+        sizes = f"of {int(encoded[0])}"
     else:
         sizes = f"of {low}" if low == high else f"of {low}-{high}"
-    text = f"{axis.length:,} · {axis.nchunks:,} chunk{'s' if axis.nchunks > 1 else ''} {sizes}"
+    text = f"{int(logical.sum()):,} · {count:,} chunk{'s' if count > 1 else ''} {sizes}"
     return f"{text} · {padded:,} padded (marked)" if padded else text
 
 

@@ -1,6 +1,9 @@
 """Summaries of the model for people: concise text reprs, Jupyter HTML reprs with the chunk
 picture, and the JSON of ``refgrid inspect --json``.
 
+The model classes display themselves through this module (:mod:`refgrid.displayed`), so it
+takes their objects as they come (duck-typed) rather than importing the model back.
+
 Every number is computed from the manifest's numpy columns at once, so a summary of an array
 of 10^7 chunks costs milliseconds.
 """
@@ -10,16 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from html import escape
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
-
-from refgrid.grid_svg import grid_svg
-
-if TYPE_CHECKING:
-    from refgrid.grid import RectilinearGrid
-    from refgrid.manifest import ChunkManifest
-    from refgrid.model import VirtualArray, VirtualGroup
 
 HTML_STYLE = ("<style>.refgrid-repr table{border-collapse:collapse}.refgrid-repr td,"
               ".refgrid-repr th{padding:1px 8px;text-align:left}"
@@ -63,23 +59,23 @@ def size(nbytes: int | float) -> str:
     return f"{value:.1f} PiB"
 
 
-def manifest_counts(manifest: ChunkManifest) -> tuple[int, int, int, int, int]:
+def manifest_counts(manifest: Any) -> tuple[int, int, int, int, int]:
     """``(stored, missing, inline, referenced bytes, inline bytes)``."""
     stored = manifest.path_id >= 0
     return (int(stored.sum()), int(manifest.missing.sum()), len(manifest.inline),
             int(manifest.length[stored].sum()), sum(len(b) for b in manifest.inline.values()))
 
 
-def padded_count(grid: RectilinearGrid) -> int:
+def padded_count(grid: Any) -> int:
     """Chunks inside the array that decode to more than their extent."""
     return sum(int((a.encoded[:-1] != a.logical[:-1]).sum()) for a in grid.axes)
 
 
-def grid_kind(grid: RectilinearGrid) -> str:
+def grid_kind(grid: Any) -> str:
     return "regular" if grid.is_regular else "rectilinear"
 
 
-def array_summary(array: VirtualArray) -> ArraySummary:
+def array_summary(array: Any) -> ArraySummary:
     manifest = array.manifest
     _, missing, inline, referenced, inline_bytes = manifest_counts(manifest)
     used = np.unique(manifest.path_id[manifest.path_id >= 0])
@@ -95,15 +91,15 @@ def array_summary(array: VirtualArray) -> ArraySummary:
         "referenced_bytes": referenced, "inline_bytes": inline_bytes, "files": len(used)}
 
 
-def _arrays(group: VirtualGroup) -> list[tuple[str, VirtualArray]]:
-    return [(p, n) for p, n in group.walk() if _is_array(n)]  # type: ignore[misc]
+def _arrays(group: Any) -> list[tuple[str, Any]]:
+    return [(p, n) for p, n in group.walk() if _is_array(n)]
 
 
 def _is_array(node: object) -> bool:
     return hasattr(node, "manifest")  # (the model is not imported here: it imports us)
 
 
-def group_summary(group: VirtualGroup) -> GroupSummary:
+def group_summary(group: Any) -> GroupSummary:
     arrays = {p: array_summary(a) for p, a in _arrays(group)}
     return {"arrays": arrays,
             "groups": [p for p, g in group.walk() if not _is_array(g)],
@@ -143,11 +139,11 @@ def _stored(s: ArraySummary) -> str:
     return ", ".join(parts)
 
 
-def array_text(array: VirtualArray) -> str:
+def array_text(array: Any) -> str:
     return f"<refgrid.VirtualArray {array_line(array.name, array_summary(array))}>"
 
 
-def group_text(group: VirtualGroup) -> str:
+def group_text(group: Any) -> str:
     s = group_summary(group)
     lines = [f"<refgrid.VirtualGroup> {len(s['arrays'])} arrays, {size(s['bytes'])} "
              f"({size(s['referenced_bytes'])} referenced) from {_files(s['sources'])}"]
@@ -159,7 +155,7 @@ def _files(n: int) -> str:
     return f"{n:,} source file{'s' if n != 1 else ''}"
 
 
-def manifest_text(manifest: ChunkManifest) -> str:
+def manifest_text(manifest: Any) -> str:
     stored, missing, inline, referenced, inline_bytes = manifest_counts(manifest)
     return (f"<refgrid.ChunkManifest {manifest.shape}: {stored:,} stored in "
             f"{len(manifest.paths):,} files ({size(referenced)}), {missing:,} missing, "
@@ -168,8 +164,8 @@ def manifest_text(manifest: ChunkManifest) -> str:
 
 # -- HTML ----------------------------------------------------------------------------------
 
-def grid_html(grid: RectilinearGrid, dims: Any = None) -> str:
-    return f'<div class="refgrid-repr">{grid_svg(grid, dims)}</div>'
+def grid_html(grid: Any, dims: Any = None) -> str:
+    return f'<div class="refgrid-repr">{grid.svg(dims)}</div>'
 
 
 def _array_rows(path: str, s: ArraySummary) -> str:
@@ -183,17 +179,17 @@ HEADER = ("<tr><th>array</th><th>dims</th><th>dtype</th><th>chunks</th><th>codec
           "<th>size</th><th>referenced</th></tr>")
 
 
-def array_html(array: VirtualArray) -> str:
+def array_html(array: Any) -> str:
     s = array_summary(array)
     return (f'{HTML_STYLE}<div class="refgrid-repr"><b>refgrid.VirtualArray</b>'
             f"<table>{HEADER}{_array_rows(array.name, s)}</table>"
-            f"{grid_svg(array.grid, array.dims, array.name)}</div>")
+            f"{array.grid.svg(array.dims, array.name)}</div>")
 
 
-def group_html(group: VirtualGroup) -> str:
+def group_html(group: Any) -> str:
     s = group_summary(group)
     pictures = "".join(
-        f"<details><summary>{escape(p)}: chunk grid</summary>{grid_svg(a.grid, a.dims, p)}"
+        f"<details><summary>{escape(p)}: chunk grid</summary>{a.grid.svg(a.dims, p)}"
         "</details>" for p, a in _arrays(group))
     return (f'{HTML_STYLE}<div class="refgrid-repr"><b>refgrid.VirtualGroup</b>: '
             f"{len(s['arrays'])} arrays, {size(s['bytes'])} ({size(s['referenced_bytes'])} "
@@ -202,7 +198,7 @@ def group_html(group: VirtualGroup) -> str:
             f"</table>{pictures}</div>")
 
 
-def manifest_html(manifest: ChunkManifest) -> str:
+def manifest_html(manifest: Any) -> str:
     return f'<div class="refgrid-repr"><code>{escape(manifest_text(manifest))}</code></div>'
 
 

@@ -13,7 +13,6 @@ from html import escape
 
 import numpy as np
 
-from refgrid.grid_svg import grid_svg
 from refgrid.model import VirtualArray
 from refgrid.reprs import grid_kind, manifest_counts, padded_count, size
 from refgrid.serve.catalog import Dataset, Entry
@@ -89,7 +88,7 @@ def dataset_page(dataset: Dataset, base: str) -> str:
                      f"<td>{array.grid.nchunks:,} ({_grid_kind(array)})</td>"
                      f"<td>{size(_logical_bytes(array))}</td>"
                      f"<td>{size(stored)} referenced, {size(inline)} inline</td></tr>")
-        figures.append(f"<figure>{grid_svg(array.grid, array.dims, path)}</figure>")
+        figures.append(f"<figure>{array.grid.svg(array.dims, path)}</figure>")
     parts.append("</table><h2>Chunk grids</h2>")
     parts.extend(figures)
     return _page(f"{name} · refgrid serve", "".join(parts))
