@@ -114,11 +114,15 @@ def _dims(s: ArraySummary) -> str:
     return ", ".join(f"{d}: {n}" for d, n in zip(s["dims"], s["shape"], strict=True))
 
 
+def unusual_chunks(s: ArraySummary) -> list[str]:
+    """``["7 padded", "2 missing"]``: the chunks that are not plain references, counted."""
+    return [f"{n:,} {what}" for what, n in (("padded", s["padded"]), ("missing", s["missing"]),
+                                            ("inline", s["inline"])) if n]
+
+
 def _chunking(s: ArraySummary) -> str:
     lengths = " x ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in s["chunk_lengths"])
-    extra = [f"{n:,} {what}" for what, n in (("padded", s["padded"]),
-                                             ("missing", s["missing"]),
-                                             ("inline", s["inline"])) if n]
+    extra = unusual_chunks(s)
     return (f"{s['grid']} grid, {s['chunks']:,} chunk{'s' if s['chunks'] != 1 else ''} of "
             f"{lengths or 'one value'}"
             + (f" ({', '.join(extra)})" if extra else ""))

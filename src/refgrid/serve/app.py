@@ -22,7 +22,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -256,9 +255,9 @@ async def _in_pool(request: web.Request, fn: Any, *args: Any) -> Any:
 
 async def _dataset(request: web.Request, entry: Entry) -> Dataset:
     catalog = request.app[CATALOG]
-    known = catalog.opened.get(entry.name)
-    if isinstance(known, Dataset) and time.monotonic() - known.checked < catalog.recheck:
-        return known  # fresh: no thread hop
+    fresh = catalog.fresh(entry.name)
+    if fresh is not None:
+        return fresh  # no thread hop
     dataset: Dataset = await _in_pool(request, catalog.dataset, entry)
     return dataset
 

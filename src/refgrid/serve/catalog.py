@@ -192,6 +192,14 @@ class Catalog:
                 return None
         return None
 
+    def fresh(self, name: str) -> Dataset | None:
+        """The opened dataset ``name`` if its file was checked less than ``recheck`` seconds
+        ago (no system call: the event loop may ask)."""
+        known = self.opened.get(name)
+        if isinstance(known, Dataset) and time.monotonic() - known.checked < self.recheck:
+            return known
+        return None
+
     def dataset(self, entry: Entry) -> Dataset:
         """The opened dataset (blocking: call it on a worker thread). Raises the
         :class:`RefgridError` that made it unservable."""
@@ -199,8 +207,9 @@ class Catalog:
             known = self.opened.get(entry.name)
             if known is not None:
                 self.opened.move_to_end(entry.name)
-        if known is not None and time.monotonic() - _checked(known) < self.recheck:
-            return _served(known)
+        fresh = self.fresh(entry.name)
+        if fresh is not None:
+            return fresh
         try:
             stamp = _stamp(entry.path)
         except OSError:
@@ -242,10 +251,6 @@ class Catalog:
                                      if isinstance(i.get("mtime"), int | float)]
         log.info("opened %s (%s)", entry.name, entry.kind)
         return Dataset(entry, stamp, group, self.allowed, self.storage_options, tag, max(mtimes))
-
-
-def _checked(known: Dataset | Refused) -> float:
-    return known.checked if isinstance(known, Dataset) else -float("inf")
 
 
 def _served(known: Dataset | Refused) -> Dataset:

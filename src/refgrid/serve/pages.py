@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-import numpy as np
-
 from refgrid.model import VirtualArray
-from refgrid.reprs import grid_kind, manifest_counts, padded_count, size
+from refgrid.reprs import array_summary, group_summary, size, unusual_chunks
 from refgrid.serve.catalog import Dataset, Entry
 
 STYLE = """
@@ -42,13 +40,13 @@ def index_page(entries: Sequence[Entry], opened: dict[str, Dataset | str]) -> st
         if isinstance(state, str):
             detail = f'<span class="error">{escape(state)}</span>'
         elif state is not None:
-            arrays = [a for _, a in _arrays(state)]
-            dims = sorted({f"{d}: {n}" for a in arrays for d, n in zip(a.dims, a.shape,
-                                                                        strict=True)})
-            detail = (f"{len(arrays)} arrays ({escape(', '.join(p for p, _ in _arrays(state)))})"
-                      f"<br>dims {escape(', '.join(dims))}<br>"
-                      f"{size(sum(_logical_bytes(a) for a in arrays))} from "
-                      f"{len(state.group.sources) or '?'} source files")
+            summary = group_summary(state.group)
+            arrays = summary["arrays"]
+            dims = sorted({f"{d}: {n}" for a in arrays.values()
+                           for d, n in zip(a["dims"], a["shape"], strict=True)})
+            detail = (f"{len(arrays)} arrays ({escape(', '.join(arrays))})<br>dims "
+                      f"{escape(', '.join(dims))}<br>{size(summary['bytes'])} from "
+                      f"{summary['sources'] or '?'} source files")
         else:
             detail = "not opened (follow the link)"
         rows.append(f'<tr><td><a href="/{name}/">{name}</a></td><td>{entry.kind}</td>'
@@ -79,15 +77,17 @@ def dataset_page(dataset: Dataset, base: str) -> str:
              "<table><tr><th>array</th><th>dims &times; shape</th><th>dtype</th><th>chunks</th>"
              "<th>size</th><th>stored</th></tr>"]
     figures = []
-    for path, array in _arrays(dataset):
+    for path, array in dataset.group.walk():
+        if not isinstance(array, VirtualArray):
+            continue
+        s = array_summary(array)
         shape = " &times; ".join(f"{escape(d)} {n:,}"
-                                 for d, n in zip(array.dims, array.shape, strict=True))
-        _, _, _, stored, inline = manifest_counts(array.manifest)
+                                 for d, n in zip(s["dims"], s["shape"], strict=True))
+        kind = ", ".join([s["grid"], *unusual_chunks(s)])
         parts.append(f"<tr><td><code>{escape(path)}</code></td><td>{shape or 'scalar'}"
-                     f"</td><td>{escape(str(array.value_dtype))}</td>"
-                     f"<td>{array.grid.nchunks:,} ({_grid_kind(array)})</td>"
-                     f"<td>{size(_logical_bytes(array))}</td>"
-                     f"<td>{size(stored)} referenced, {size(inline)} inline</td></tr>")
+                     f"</td><td>{escape(s['dtype'])}</td><td>{s['chunks']:,} ({kind})</td>"
+                     f"<td>{size(s['bytes'])}</td><td>{size(s['referenced_bytes'])} "
+                     f"referenced, {size(s['inline_bytes'])} inline</td></tr>")
         figures.append(f"<figure>{array.grid.svg(array.dims, path)}</figure>")
     parts.append("</table><h2>Chunk grids</h2>")
     parts.extend(figures)
@@ -99,18 +99,3 @@ def listing_page(title: str, prefix: str, names: Sequence[str]) -> str:
     links = "".join(f'<li><a href="{escape(prefix + n, quote=True)}">{escape(n)}</a></li>'
                     for n in names)
     return _page(title, f"<h1>{escape(title)}</h1><ul>{links}</ul>")
-
-
-def _arrays(dataset: Dataset) -> list[tuple[str, VirtualArray]]:
-    return [(p, n) for p, n in dataset.group.walk() if isinstance(n, VirtualArray)]
-
-
-def _logical_bytes(array: VirtualArray) -> int:
-    return int(np.prod(array.shape, dtype=np.int64)) * array.dtype.itemsize
-
-
-def _grid_kind(array: VirtualArray) -> str:
-    missing = manifest_counts(array.manifest)[1]
-    padded = padded_count(array.grid)
-    extra = [f"{n:,} {what}" for what, n in (("padded", padded), ("missing", missing)) if n]
-    return ", ".join([grid_kind(array.grid), *extra])
