@@ -142,7 +142,7 @@ def _copy(refs: Input, ds: Any, group: VirtualGroup, store: Path, plan: dict[str
     others = sorted(set(plan["chunks"]) - copied)
     done = {f.name for f in (journal / "done").iterdir()} if resuming else set()
     todo = [b for b in blocks if b.name not in done]
-    task = _Copy(refs, str(store), options)
+    task = _Copy(refs, str(store), options, group)
     _run(task, todo, scheduler, workers, progress)
     for name in others:  # characters, strings, records: xarray writes them (small, rare)
         if f"xarray-{name}" not in done:
@@ -295,13 +295,18 @@ def _blocks(array: VirtualArray, chunks: tuple[int, ...], block_bytes: int) -> I
 # -- the copy ----------------------------------------------------------------------------------
 
 class _Copy:
-    """One block: read as stored by refgrid, write with zarr, record it. Picklable: a worker
-    process scans the references once and keeps a reader per array."""
+    """One block: read as stored by refgrid, write with zarr, record it. Picklable without
+    its scanned group: a worker process scans the references once and keeps a reader per
+    array."""
 
-    def __init__(self, refs: Input, store: str, options: dict[str, Any]) -> None:
+    def __init__(self, refs: Input, store: str, options: dict[str, Any],
+                 group: VirtualGroup | None = None) -> None:
         self.refs = refs
         self.store = store
         self.options = options
+        self.group = group
+        self.check: SourceCheck | None = None
+        """One check of the sources for all arrays (each source checked once)."""
         self.readers: dict[str, tuple[Reader, Any]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -315,12 +320,15 @@ class _Copy:
         if found is None:
             import zarr
 
-            group = scan(self.refs, **self.options)
-            array = group[name]
+            if self.group is None:
+                self.group = scan(self.refs, **self.options)
+            if self.check is None and self.group.sources:
+                self.check = SourceCheck(self.group.sources, self.options)
+            array = self.group[name]
             assert isinstance(array, VirtualArray)
-            check = SourceCheck(group.sources, self.options) if group.sources else None
             target = zarr.open_array(self.store, path=name, mode="r+")
-            found = self.readers[name] = (Reader(array, name, self.options, check), target)
+            found = self.readers[name] = (Reader(array, name, self.options, self.check),
+                                          target)
         return found
 
     def __call__(self, block: Block) -> str:
