@@ -82,7 +82,7 @@ def test_shapes_that_align_with_the_native_chunks_copy_each_source_chunk_once():
     free = advise_chunks(array, "20MiB", align=False)
     assert aligned.copy_reads == 1.0 and free.copy_reads is None
     assert [c % n for c, n in zip(aligned.chunks, (73, 45, 90), strict=True)] == [0, 0, 0]
-    reads = math.prod(_copy_reads(a.bounds, c) for a, c in zip(array.grid.axes, free.chunks,
+    reads = math.prod(_copy_reads(a, c) for a, c in zip(array.grid.axes, free.chunks,
                                                                 strict=True))
     assert reads > 1.0  # unaware of the sources, a copy would read some twice or more
 
@@ -95,7 +95,7 @@ def test_on_an_irregular_archive_the_advice_rereads_fewer_source_chunks():
                    ("time", "lat", "lon"))
     aligned = advise_chunks(array, "20MiB")
     free = advise_chunks(array, "20MiB", align=False)
-    reads = math.prod(_copy_reads(a.bounds, c) for a, c in zip(array.grid.axes, free.chunks,
+    reads = math.prod(_copy_reads(a, c) for a, c in zip(array.grid.axes, free.chunks,
                                                                 strict=True))
     assert aligned.copy_reads < reads
 

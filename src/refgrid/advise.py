@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from refgrid.errors import ArgumentError
-from refgrid.grid import RectilinearGrid
+from refgrid.grid import AxisChunks, RectilinearGrid
 from refgrid.model import VirtualArray, VirtualGroup
 
 Method = Literal["general", "balanced-3d"]
@@ -280,15 +280,10 @@ def _thinned(lengths: set[int], n: int, itemsize: int, high: int) -> np.ndarray:
     return kept
 
 
-def _copy_reads(bounds: np.ndarray, length: int) -> float:
-    """Source chunks (between ``bounds``) read per source chunk when copying into chunks of
+def _copy_reads(axis: AxisChunks, length: int) -> float:
+    """Source chunks (those of ``axis``) read per source chunk when copying into chunks of
     ``length``: 1.0 when every new boundary is a source boundary."""
-    n = int(bounds[-1])
-    starts = np.arange(0, n, length)
-    ends = np.minimum(starts + length, n)
-    first = np.searchsorted(bounds, starts, side="right") - 1
-    last = np.searchsorted(bounds, ends, side="left")
-    return float((last - first).sum()) / (len(bounds) - 1)
+    return float(axis.overlaps(length).sum()) / axis.nchunks
 
 
 def _general(names: list[str], shape: tuple[int, ...], itemsize: int, size: int,
@@ -329,7 +324,7 @@ def _general(names: list[str], shape: tuple[int, ...], itemsize: int, size: int,
     copy = np.ones_like(values)
     if grid is not None:
         for d, lengths in enumerate(per_dim):
-            reads = np.array([_copy_reads(grid.axes[d].bounds, int(c)) for c in lengths])
+            reads = np.array([_copy_reads(grid.axes[d], int(c)) for c in lengths])
             copy *= reads[np.searchsorted(lengths, flat[d])]
         score *= copy  # a copy reading sources twice costs twice
     score += np.abs(np.log(nbytes / size)) * 1e-9 * score.max()  # ties: nearest the size
@@ -352,7 +347,7 @@ def _advice(names: list[str], shape: tuple[int, ...], chunks: tuple[int, ...], i
         costs.append(PatternCost(tuple(names[a] for a in axes), weight, touched,
                                  touched * math.prod(chunks) / wanted,
                                  touched * (REQUEST_OVERHEAD + nbytes / BANDWIDTH)))
-    copy = math.prod(_copy_reads(grid.axes[d].bounds, c) for d, c in enumerate(chunks)) \
+    copy = math.prod(_copy_reads(grid.axes[d], c) for d, c in enumerate(chunks)) \
         if grid is not None else None
     return ChunkAdvice(tuple(names), shape, chunks, itemsize, method,
                        _edge_fraction(shape, chunks), tuple(costs), copy, candidates)

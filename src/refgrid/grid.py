@@ -74,6 +74,15 @@ class AxisChunks:
             edges[-1] = self.encoded[-1]
         return edges
 
+    def overlaps(self, length: int) -> np.ndarray:
+        """For each chunk of a regular grid of ``length`` along this dimension, how many of
+        this dimension's chunks it overlaps."""
+        starts = np.arange(0, self.length, length)
+        first = np.searchsorted(self.bounds, starts, side="right") - 1
+        last = np.searchsorted(self.bounds, np.minimum(starts + length, self.length),
+                               side="left")
+        return last - first
+
     def same_as(self, other: AxisChunks) -> bool:
         return np.array_equal(self.logical, other.logical) and np.array_equal(
             self.encoded, other.encoded)

@@ -66,6 +66,18 @@ def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDo
     }
 
 
+def consolidated(root: Mapping[str, Any], docs: Mapping[str, Document]) -> dict[str, Any]:
+    """``root`` with every other node's document inlined (``docs``: node path → document,
+    ``""`` the root, left out): zarr's consolidated metadata, so a store opens in one request.
+    Ordered as zarr writes it, by depth then path (zarr 3.1 loses children otherwise)."""
+    out = dict(root)
+    out["consolidated_metadata"] = {
+        "kind": "inline", "must_understand": False,
+        "metadata": {p: docs[p] for p in sorted((p for p in docs if p),
+                                                key=lambda p: (p.count("/"), p))}}
+    return out
+
+
 def group_document(group: VirtualGroup) -> GroupDocument:
     return {"zarr_format": 3, "node_type": "group", "attributes": dict(group.attrs)}
 

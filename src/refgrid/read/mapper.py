@@ -47,7 +47,13 @@ from refgrid.read.array import Reader, read_fill
 from refgrid.read.view_chunks import ViewChunks, view_chunks
 from refgrid.scan import Input, scan
 from refgrid.sources import SourceCheck
-from refgrid.zarr_json import ArrayDocument, Document, array_document, group_document
+from refgrid.zarr_json import (
+    ArrayDocument,
+    Document,
+    array_document,
+    consolidated,
+    group_document,
+)
 
 
 @dataclass(frozen=True)
@@ -155,12 +161,7 @@ class RegularViewFileSystem(AbstractFileSystem):
         self.documents: dict[str, Document] = {path: group_document(g)
                                                for path, g in self.groups.items()}
         self.documents.update({path: v.document() for path, v in self.views.items()})
-        root = group_document(group)
-        root["consolidated_metadata"] = {  # ordered as zarr writes it: by depth, then path
-            "kind": "inline", "must_understand": False,  # (zarr 3.1 loses children otherwise)
-            "metadata": {p: self.documents[p] for p in sorted(
-                (p for p in self.documents if p), key=lambda p: (p.count("/"), p))}}
-        self.documents[""] = root
+        self.documents[""] = consolidated(group_document(group), self.documents)  # type: ignore[assignment]
 
     # -- files ------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from refgrid.read.array import fetch_chunks
 from refgrid.read.mapper import RegularViewFileSystem
 from refgrid.read.view_chunks import ViewChunks
 from refgrid.sources import SourceCheck
-from refgrid.zarr_json import Document, documents
+from refgrid.zarr_json import consolidated, documents
 
 
 @dataclass(frozen=True)
@@ -107,17 +107,6 @@ Found = Metadata | Listing | StoredChunk | Assembled | Bytes | None
 """What a key is: None for nothing (404, which for a chunk key means "fill value")."""
 
 
-def _consolidated(docs: Mapping[str, Document]) -> dict[str, Any]:
-    """The root document with every other one inlined (zarr's consolidated metadata), so a
-    client opens the dataset with one request."""
-    root = dict(docs[""])
-    root["consolidated_metadata"] = {
-        "kind": "inline", "must_understand": False,
-        "metadata": {p: docs[p] for p in sorted((p for p in docs if p),
-                                                key=lambda p: (p.count("/"), p))}}
-    return root
-
-
 def _tree(group: VirtualGroup) -> tuple[dict[str, VirtualGroup], dict[str, VirtualArray]]:
     groups: dict[str, VirtualGroup] = {"": group}
     arrays: dict[str, VirtualArray] = {}
@@ -160,7 +149,7 @@ class NativeView(_View):
         self.groups, self.arrays = _tree(group)
         docs: dict[str, Any] = {k[:-len("zarr.json")].rstrip("/"): v
                                 for k, v in documents(group).items()}
-        docs[""] = _consolidated(docs)
+        docs[""] = consolidated(docs[""], docs)
         self.documents = {node: json.dumps(doc).encode() for node, doc in docs.items()}
         self.storage_options = storage_options
         self.check = SourceCheck(group.sources, storage_options) if group.sources else None
@@ -284,12 +273,5 @@ class RegularView(_View):
 
 def _native_per_chunk(array: VirtualArray, chunk_shape: tuple[int, ...]) -> int:
     """The most native chunks a view chunk of ``chunk_shape`` overlaps."""
-    total = 1
-    for axis, n in zip(array.grid.axes, chunk_shape, strict=True):
-        if axis.nchunks == 0:
-            continue
-        starts = np.arange(0, axis.length, n)
-        first = np.searchsorted(axis.bounds, starts, side="right") - 1
-        last = np.searchsorted(axis.bounds, np.minimum(starts + n, axis.length), side="left")
-        total *= int((last - first).max())
-    return total
+    return math.prod(int(axis.overlaps(n).max()) for axis, n in
+                     zip(array.grid.axes, chunk_shape, strict=True) if axis.nchunks)
