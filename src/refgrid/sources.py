@@ -108,6 +108,12 @@ class SourceCheck:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["recorded"], state["storage_options"])  # type: ignore[misc]
 
+    def forget(self) -> None:
+        """Check every source again at its next read (a long-running reader's sources may
+        be rewritten after their first check)."""
+        with self.lock:
+            self.checked.clear()
+
     def start(self, urls: Iterable[str]) -> Callable[[], None]:
         """Begin checking those of ``urls`` not checked yet: local files now, remote ones
         concurrently in the background. Returns the function that waits for them (and

@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,16 +71,16 @@ class State:
 
     def __init__(self, pool: ThreadPoolExecutor) -> None:
         self.pool = pool
-        self.batchers: dict[int, tuple[NativeView, ChunkBatcher]] = {}
+        self.batchers: weakref.WeakKeyDictionary[NativeView, ChunkBatcher] = \
+            weakref.WeakKeyDictionary()
+        """Gone with their views (datasets evicted or reopened)."""
         self.pending = 0
 
     def batcher(self, view: NativeView) -> ChunkBatcher:
-        found = self.batchers.get(id(view))
-        if found is None or found[0] is not view:
-            if len(self.batchers) > 256:  # views of datasets closed or reopened since
-                self.batchers.clear()
-            found = self.batchers[id(view)] = (view, ChunkBatcher(view.fetch, self.pool))
-        return found[1]
+        found = self.batchers.get(view)
+        if found is None:
+            found = self.batchers[view] = ChunkBatcher(view.fetch, self.pool)
+        return found
 
 
 class HttpError(Exception):
@@ -232,7 +233,8 @@ async def _get(request: web.Request) -> web.StreamResponse:
         return await _serve(request, dataset, dataset.native, rest[0], "native", key)
     if view_name == "regular":
         spec = _spec(request, params)
-        view = await _in_pool(request, dataset.regular_view, spec, request.app[CATALOG].limits)
+        view = dataset.regular.get(spec) or await _in_pool(  # made once, on a worker thread
+            request, dataset.regular_view, spec, catalog.limits)
         return await _serve(request, dataset, view, rest[0], str(spec), key)
     raise HttpError(404, f"{entry.name}: no view {rest[0]!r} (native or regular)")
 

@@ -95,7 +95,6 @@ class Dataset:
     entry: Entry
     stamp: tuple[int, int, int]
     group: VirtualGroup
-    allowed: tuple[str, ...]
     storage_options: dict[str, Any]
     tag: str
     """Changes whenever what is served changes: the file's stamp and the sources' identities."""
@@ -112,11 +111,9 @@ class Dataset:
     def recheck_sources(self) -> None:
         """Check each source's identity again at its next read: a long-running service must
         notice a source rewritten since its first read, not serve its new bytes."""
-        checks = [self.native.check, *(v.fs.check for v in self.regular.values())]
-        for check in checks:
+        for check in (self.native.check, *(v.fs.check for v in self.regular.values())):
             if check is not None:
-                with check.lock:
-                    check.checked.clear()
+                check.forget()
 
     def regular_view(self, spec: ViewSpec, limits: ViewLimits) -> RegularView:
         with self.lock:
@@ -143,7 +140,6 @@ class Refused:
     entry: Entry
     stamp: tuple[int, int, int]
     error: RefgridError
-    forbidden: bool
 
 
 class Catalog:
@@ -234,23 +230,21 @@ class Catalog:
         real = Path(os.path.realpath(entry.path))
         if not real.is_relative_to(self.root):  # replaced by a symlink since it was found
             return Refused(entry, stamp, AccessError(entry.name, None, "leads out of the "
-                                                     "served root"), True)
+                                                     "served root"))
         try:
-            group = scan(real, allowed_sources=self.allowed, **self.storage_options)
-            check_sources(group, self.allowed, entry.name)  # Zarr stores too: symlinked chunks
-        except AccessError as e:
-            log.warning("refusing %s: %s", entry.name, e)
-            return Refused(entry, stamp, e, True)
+            group = scan(real, **self.storage_options)
+            check_sources(group, self.allowed, entry.name)  # every format: reference sets,
+            # and Zarr stores whose chunk files may be symlinks; before anything is read
         except RefgridError as e:
             log.warning("cannot serve %s: %s", entry.name, e)
-            return Refused(entry, stamp, e, False)
+            return Refused(entry, stamp, e)
         identities = sorted((url, tuple(sorted(ident.items())))
                             for url, ident in group.sources.items())
         tag = hashlib.blake2b(repr((stamp, identities)).encode(), digest_size=9).hexdigest()
         mtimes = [stamp[0] / 1e9] + [float(i["mtime"]) for i in group.sources.values()
                                      if isinstance(i.get("mtime"), int | float)]
         log.info("opened %s (%s)", entry.name, entry.kind)
-        return Dataset(entry, stamp, group, self.allowed, self.storage_options, tag, max(mtimes))
+        return Dataset(entry, stamp, group, self.storage_options, tag, max(mtimes))
 
 
 def _served(known: Dataset | Refused) -> Dataset:
