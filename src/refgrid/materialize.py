@@ -104,7 +104,7 @@ def materialize(refs: Input, out: str | os.PathLike[str], chunks: Chunks = "auto
     plan = _plan(group, chunks, target, codec, level)
     journal = store / JOURNAL
     if (journal / "complete.json").exists() and _same_plan(journal, plan) and not overwrite:
-        finished = len(list((journal / "done").iterdir()))
+        finished = int(json.loads((journal / "complete.json").read_text())["blocks"])
         return MaterializeResult(store, plan["chunks"], finished, 0, finished)
     resuming = store.exists() and (journal / "plan.json").exists() and _same_plan(journal, plan)
     if store.exists() and not resuming:
