@@ -21,8 +21,8 @@ from refgrid.scan import detect_format
 from refgrid.scan.source import Source
 
 PACKAGE = ROOT / "src" / "refgrid"
-LAYERS = {"core": 0, "scan": 1, "write": 1, "read": 2, "combine": 3, "archive": 4, "demo": 4,
-          "materialize": 4, "serve": 5, "cli": 6, "__init__": 6}
+LAYERS = {"core": 0, "scan": 1, "write": 1, "read": 2, "combine": 3, "output": 3, "archive": 4,
+          "demo": 4, "materialize": 4, "serve": 5, "cli": 6, "__init__": 6}
 """Each module's layer: a module may import its own layer's modules or lower ones, except
 that ``scan`` and ``write`` sit side by side and may not import each other."""
 APART = {("scan", "write"), ("write", "scan")}
@@ -41,7 +41,7 @@ def _part(module: str) -> str:
     if len(parts) == 1:
         return "__init__"
     if parts[1] in ("scan", "read", "write", "combine", "archive", "serve", "cli", "demo",
-                    "materialize"):
+                    "materialize", "output"):
         return parts[1]
     return "core"
 
@@ -221,7 +221,8 @@ def test_groups_are_opened_from_one_scan(monkeypatch):
 
 
 HEAVY = ("dask", "distributed", "pandas", "pyarrow", "zarr", "xarray", "h5py", "fsspec",
-         "numcodecs", "imagecodecs", "netCDF4", "click", "matplotlib", "aiohttp", "tqdm")
+         "numcodecs", "imagecodecs", "netCDF4", "click", "matplotlib", "aiohttp", "tqdm",
+         "icechunk")
 
 
 @pytest.mark.parametrize("statement", ["import refgrid",

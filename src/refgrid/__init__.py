@@ -45,9 +45,10 @@ if TYPE_CHECKING:
     from refgrid.manifest import ChunkManifest
     from refgrid.materialize import materialize
     from refgrid.model import VirtualArray, VirtualGroup
+    from refgrid.output import write
     from refgrid.read.mapper import get_mapper
     from refgrid.scan import scan
-    from refgrid.write import to_kerchunk, write
+    from refgrid.write import to_kerchunk
 
 __version__ = "0.1.0"
 
@@ -58,7 +59,7 @@ _LAZY = {"advise_chunks": "refgrid.advise", "ChunkAdvice": "refgrid.advise",
          "RectilinearGrid": "refgrid.grid", "ChunkManifest": "refgrid.manifest",
          "VirtualArray": "refgrid.model", "VirtualGroup": "refgrid.model",
          "get_mapper": "refgrid.read.mapper", "scan": "refgrid.scan",
-         "to_kerchunk": "refgrid.write", "write": "refgrid.write"}
+         "to_kerchunk": "refgrid.write", "write": "refgrid.output"}
 """Public name → the module defining it."""
 
 
@@ -79,11 +80,11 @@ class _Package(types.ModuleType):
     """The package, keeping its functions over same-named subpackages: importing
     ``refgrid.scan.hdf5`` would otherwise rebind ``refgrid.scan`` to the subpackage (the
     import system sets each submodule on its parent), and ``refgrid.scan(path)`` would
-    then call a module."""
+    then call a module (``refgrid.write`` is the function of :mod:`refgrid.output`, not
+    the package :mod:`refgrid.write`)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _LAZY.get(name, "").startswith(
-                f"refgrid.{name}"):
+        if isinstance(value, types.ModuleType) and name in _LAZY:
             return
         super().__setattr__(name, value)
 

@@ -67,6 +67,23 @@ def main(debug: bool) -> None:
     """Virtual Zarr datasets over HDF5 / NetCDF archives, irregular lengths included."""
 
 
+format_option = click.option(
+    "--format", "format_", type=click.Choice(["json", "parquet", "kerchunk-v2"]), default=None,
+    help="json: kerchunk JSON with Zarr v3 documents; parquet: columnar records for large "
+         "archives (default for names ending in .parq); kerchunk-v2: classic kerchunk with "
+         "Zarr v2 keys, for readers without Zarr v3 (regular grids only; parquet for .parq).")
+padded_option = click.option(
+    "--padded", type=click.Choice(["encoded", "rewrite"]), default="encoded", show_default=True,
+    help="encoded: chunks padded inside the array stay references, described by "
+         "encoded_chunk_shapes (read by refgrid); rewrite: copy those chunks cropped, inline "
+         "or into OUTPUT.chunks/, so every rectilinear Zarr reader (zarr >= 3.2) reads them.")
+
+
+def _echo_rewrite(saved: Any) -> None:
+    if saved.rewrite is not None:
+        click.echo(f"  {saved.rewrite}")
+
+
 @main.command()
 @click.argument("source")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
@@ -79,23 +96,26 @@ def main(debug: bool) -> None:
                                       "in the report and go on.")
 @click.option("--inline-threshold", type=int, default=0, show_default=True,
               help="Inline chunks stored in fewer bytes than this.")
+@format_option
 @allow_source
 @timeout_option
 @storage_option
 def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline_threshold: int,
-         allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
+         format_: Any, allowed: tuple[str, ...], timeout: float | None,
+         storage: tuple[str, ...]) -> None:
     """Scan one HDF5/NetCDF4 file (local path or fsspec URL) into references.
 
     \b
     Examples:
       refgrid scan data/tas_200101.nc -o tas.json
       refgrid scan s3://bucket/tas.nc -o tas.json -s anon=true --report
+      refgrid scan data/tas_200101.nc -o tas_v2.json --format kerchunk-v2
     """
     import refgrid
 
     [group] = _scan([source], timeout, on_error=on_error, inline_threshold=inline_threshold,
                     allowed_sources=list(allowed) or None, **_storage_options(storage))
-    refgrid.write(group, output)
+    refgrid.write(group, output, format=format_)
     arrays = sum(1 for _, node in group.walk() if isinstance(node, refgrid.VirtualArray))
     click.echo(f"wrote {output} ({arrays} arrays, {len(group.report)} report entries)")
     if show_report:
@@ -120,12 +140,14 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
                    "first file's, instead of failing. Copies their data.")
 @click.option("--report", "show_report", is_flag=True,
               help="Print scan notes and attribute conflicts.")
+@format_option
+@padded_option
 @allow_source
 @timeout_option
 @storage_option
 def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overlap: bool,
-            stack_others: bool, recode: bool, show_report: bool, allowed: tuple[str, ...],
-            timeout: float | None, storage: tuple[str, ...]) -> None:
+            stack_others: bool, recode: bool, show_report: bool, format_: Any, padded: Any,
+            allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
     """Scan files (paths or URLs) and combine them along a dimension of irregular length.
 
     \b
@@ -134,9 +156,11 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
       refgrid combine 'data/tas_*.nc' -o tas.parq
       refgrid combine s3://bucket/tas_*.nc -o tas.json -s anon=true
       refgrid combine @files.txt -o tas.json        # one path or URL per line
+      refgrid combine 'data/tas_*.nc' -o tas.json --padded rewrite   # for zarr >= 3.2
     """
     import refgrid
     from refgrid.archive.inputs import expand
+    from refgrid.output import save
 
     options = _storage_options(storage)
     groups = _scan(list(expand(sources, options)), timeout, allowed_sources=list(allowed) or None,
@@ -144,8 +168,9 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
     group = refgrid.combine(groups, concat_dim, overlap="allow" if allow_overlap else "error",
                             others="stack" if stack_others else "identical",
                             codecs="recode" if recode else "error", storage_options=options)
-    refgrid.write(group, output)
+    saved = save(group, output, format=format_, padded=padded, storage_options=options)
     click.echo(f"combined {len(groups)} files along {concat_dim!r} -> {output}")
+    _echo_rewrite(saved)
     if show_report:
         for entry in group.report:
             click.echo(f"  {entry}")
@@ -212,11 +237,19 @@ def _scan_here(source: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
               help="Re-encode (and inline) the chunks of files whose codecs differ from the "
                    "first file's, instead of failing. Copies their data.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@format_option
+@padded_option
+@click.option("--icechunk", "to_icechunk", is_flag=True,
+              help="OUTPUT is a local Icechunk repository (created when absent): commit the "
+                   "archive to its main branch; rerun to append new files as a new commit. "
+                   "Regular grids only.")
+@click.option("-m", "--message", default=None, help="The Icechunk commit message.")
 @allow_source
 @storage_option
 def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: str | None,
           workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
-          allow_overlap: bool, recode: bool, quiet: bool, allowed: tuple[str, ...],
+          allow_overlap: bool, recode: bool, quiet: bool, format_: Any, padded: Any,
+          to_icechunk: bool, message: str | None, allowed: tuple[str, ...],
           storage: tuple[str, ...]) -> None:
     """Convert a whole archive: scan every file on dask, combine, write references.
 
@@ -230,11 +263,20 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
       refgrid batch 'data/tas_*.nc' -o tas.parq
       refgrid batch 's3://bucket/era5/*.nc' -o era5.parq -s anon=true
       refgrid batch @files.txt -o tas.json --scheduler tcp://10.0.0.5:8786
+      refgrid batch 'data/tas_*.nc' -o tas.icechunk --icechunk -m "2001 added"
     """
     from refgrid.archive import batch as run_batch
 
-    result = run_batch(list(sources), output, concat_dim=concat_dim, scheduler=scheduler,
-                       workers=workers, work_dir=work_dir,
+    target: Any = output
+    if to_icechunk:
+        from refgrid.archive.inputs import expand
+        from refgrid.write.icechunk import local_repository
+
+        target = local_repository(output, expand(list(sources), _storage_options(storage)))
+        work_dir = work_dir or output.with_name(output.name + ".parts")
+    result = run_batch(list(sources), target, concat_dim=concat_dim, scheduler=scheduler,
+                       workers=workers, work_dir=work_dir, format=format_, padded=padded,
+                       message=message,
                        on_error="raise" if on_error == "raise" else "report",
                        progress=False if quiet else None,
                        overlap="allow" if allow_overlap else "error",
@@ -248,7 +290,13 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
     if result.dropped:
         click.echo(f"  {result.dropped} recorded files are no longer among the sources (left "
                    "out)")
-    click.echo(f"wrote {result.output} (report: {result.report_path})")
+    if result.snapshot is not None:
+        click.echo(f"committed snapshot {result.snapshot} to {output} (report: "
+                   f"{result.report_path})")
+    else:
+        click.echo(f"wrote {result.output} (report: {result.report_path})")
+    if result.rewritten:
+        click.echo(f"  {result.rewritten}")
     if result.failed:
         for failure in result.failed:
             click.echo(f"  failed: {failure.message}", err=True)

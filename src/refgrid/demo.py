@@ -20,8 +20,8 @@ import numpy as np
 from refgrid.combine import combine
 from refgrid.grid_json import emit_chunk_grid
 from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.output import write
 from refgrid.scan import scan
-from refgrid.write import write
 
 
 def run(fixtures: Path, out: Path, echo: Callable[[str], object] = print) -> list[Path]:

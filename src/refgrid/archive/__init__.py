@@ -24,9 +24,10 @@ from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
 from refgrid.extras import import_extra
+from refgrid.output import PADDED_CHOICES, Padded, save, write
 from refgrid.scan.source import Source
 from refgrid.sources import SourceIdentity, identity_difference
-from refgrid.write import write
+from refgrid.write import FORMATS, Format
 from refgrid.write.atomic import clean_leftovers, replace_file, temporary_for
 
 
@@ -59,6 +60,10 @@ class BatchResult:
     """Scan and combine notes (inlined variables, attribute conflicts...)."""
     error: str | None = None
     """Why the recorded files could not be combined (then there is no output)."""
+    rewritten: str | None = None
+    """What ``padded="rewrite"`` copied."""
+    snapshot: str | None = None
+    """The Icechunk snapshot committed (Icechunk output)."""
 
     @property
     def ok(self) -> bool:
@@ -77,7 +82,9 @@ def batch(
     progress: bool | None = None,
     overlap: Literal["error", "allow"] = "error",
     codecs: Literal["error", "recode"] = "error",
-    format: Literal["json", "parquet"] | None = None,
+    format: Format | None = None,
+    padded: Padded = "encoded",
+    message: str | None = None,
     allowed_sources: list[str] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> BatchResult:
@@ -98,17 +105,30 @@ def batch(
     ``on_error="report"`` (default): files that cannot be scanned are listed in the result
     and the report, and the others are combined; ``"raise"``: the first such file raises.
     ``progress``: a progress bar on stderr (default: when stderr is a terminal).
-    ``overlap``, ``codecs``: as in :func:`refgrid.combine`.
+    ``overlap``, ``codecs``: as in :func:`refgrid.combine`; ``format``, ``padded``: as in
+    :func:`refgrid.write`. ``output`` may also be an Icechunk ``Repository`` (``work_dir``
+    then required): the archive is committed to it with ``message``, so a run over a grown
+    archive appends its new files as a new commit and earlier snapshots keep their extent.
     """
     if on_error not in ("raise", "report"):
         raise ArgumentError(f"on_error must be 'raise' or 'report', not {on_error!r}")
-    if "://" in os.fspath(output):
+    repository = None if isinstance(output, str | os.PathLike) else output
+    if repository is not None:
+        if work_dir is None:
+            raise ArgumentError("an Icechunk output needs work_dir= (where the scanned files "
+                                "are recorded)")
+        target = Path(work_dir) / "icechunk"
+    elif "://" in os.fspath(output):
         raise ArgumentError(f"the output {os.fspath(output)} must be a local path (the "
                             "sources may be remote)")
-    target = Path(output)
+    else:
+        target = Path(output)
     chosen = format or ("json" if target.name.endswith(".json") else "parquet")
-    if chosen not in ("json", "parquet"):
-        raise ArgumentError(f"format must be 'json' or 'parquet', not {chosen!r}")
+    if chosen not in FORMATS:
+        raise ArgumentError(f"format must be one of {', '.join(FORMATS)}, not {chosen!r}")
+    if padded not in PADDED_CHOICES:
+        raise ArgumentError(f"padded must be one of {', '.join(PADDED_CHOICES)}, not "
+                            f"{padded!r}")
     options = dict(storage_options or {})
     listed = expand([sources] if isinstance(sources, str) else list(sources), options)
     if not listed:
@@ -134,7 +154,14 @@ def batch(
             _save(replace(result, error=str(e)))
             raise
     result = replace(result, notes=[str(entry) for entry in group.report])
-    write(group, target, format=chosen)
+    if repository is not None:
+        snapshot = write(group, repository, message=message or
+                         f"refgrid batch: {len(good)} files along {concat_dim!r}")
+        result = replace(result, snapshot=snapshot)
+    else:
+        saved = save(group, target, format=chosen, padded=padded, storage_options=options)
+        if saved.rewrite is not None:
+            result = replace(result, rewritten=str(saved.rewrite))
     _save(result)
     return result
 

@@ -1,5 +1,9 @@
 """Writing a virtual dataset: kerchunk references (JSON, or parquet for large archives) with
-Zarr v3 metadata documents inside."""
+Zarr v3 metadata documents inside, or classic kerchunk's Zarr v2 form for regular grids.
+
+The public ``refgrid.write`` (:mod:`refgrid.output`) chooses among these and may rewrite
+padded chunks first; this package only turns a model into bytes.
+"""
 
 from __future__ import annotations
 
@@ -13,15 +17,19 @@ from refgrid.grid import GridForm
 from refgrid.model import VirtualGroup
 from refgrid.write.atomic import clean_leftovers, replace_directory, replace_file, temporary_for
 from refgrid.write.parquet import RECORD_SIZE, write_parquet
-from refgrid.write.refs import to_kerchunk
+from refgrid.write.refs import to_kerchunk, to_kerchunk_v2
 
-Format = Literal["json", "parquet"]
+Format = Literal["json", "parquet", "kerchunk-v2"]
+FORMATS: tuple[Format, ...] = ("json", "parquet", "kerchunk-v2")
+PARQUET_SUFFIXES = (".parq", ".parquet")
 
 
-def write(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format | None = None,
-          grid_form: GridForm = "auto", record_size: int = RECORD_SIZE) -> Path:
-    """Write ``group`` as kerchunk references: JSON v1 (one file), or ``"parquet"`` (a
-    directory of columnar records, for large archives: it opens without parsing every key).
+def write_references(group: VirtualGroup, path: str | os.PathLike[str], *,
+                     format: Format | None = None, grid_form: GridForm = "auto",
+                     record_size: int = RECORD_SIZE) -> Path:
+    """Write ``group`` as kerchunk references: JSON v1 (one file), ``"parquet"`` (a
+    directory of columnar records, for large archives: it opens without parsing every key),
+    or ``"kerchunk-v2"`` (Zarr v2 keys; JSON, or parquet for a ``.parq``/``.parquet`` path).
 
     ``format`` defaults to parquet for a path ending in ``.parq``/``.parquet``, else JSON;
     ``record_size`` is the number of chunks per parquet record file. The output appears
@@ -30,20 +38,25 @@ def write(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format |
     (:mod:`refgrid.write.atomic`).
     """
     target = Path(path)
-    chosen = format or ("parquet" if target.suffix in (".parq", ".parquet") else "json")
-    if chosen not in ("json", "parquet"):
-        raise WriteError(f"unknown reference format {chosen!r} (supported: 'json', 'parquet')")
+    parquet_path = target.suffix in PARQUET_SUFFIXES
+    chosen = format or ("parquet" if parquet_path else "json")
+    if chosen not in FORMATS:
+        raise WriteError(f"unknown reference format {chosen!r} (supported: "
+                         f"{', '.join(map(repr, FORMATS))})")
     if record_size < 1:
         raise WriteError(f"record_size must be >= 1, got {record_size}")
+    version: Literal[2, 3] = 2 if chosen == "kerchunk-v2" else 3
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         clean_leftovers(target)
-        if chosen == "parquet":
-            return write_parquet(group, target, grid_form=grid_form, record_size=record_size)
+        if chosen == "parquet" or (version == 2 and parquet_path):
+            return write_parquet(group, target, grid_form=grid_form, record_size=record_size,
+                                 zarr_format=version)
+        refs = to_kerchunk_v2(group) if version == 2 else to_kerchunk(group, grid_form=grid_form)
         temporary = temporary_for(target)
         try:
             with open(temporary, "w", encoding="utf-8") as f:
-                json.dump(to_kerchunk(group, grid_form=grid_form), f, separators=(",", ":"))
+                json.dump(refs, f, separators=(",", ":"))
             if target.is_dir():
                 replace_directory(temporary, target)
             else:
@@ -55,4 +68,4 @@ def write(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format |
     return target
 
 
-__all__ = ["to_kerchunk", "write"]
+__all__ = ["FORMATS", "Format", "to_kerchunk", "to_kerchunk_v2", "write_references"]

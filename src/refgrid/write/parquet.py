@@ -9,7 +9,8 @@ bytes). Missing chunks are rows without a path. A reader takes each column whole
 archive of 10^6 chunks costs milliseconds and no Python object per chunk; the JSON form of the
 same archive costs a parse of every key. Pages carry CRC checksums, so a damaged record file
 reads as an error rather than as other references. (fsspec's own reader of this layout knows
-only Zarr v2 documents; refgrid's engine and mapper read these.)
+only Zarr v2 documents: refgrid's engine and mapper read the v3 form, and the classic kerchunk
+form, ``zarr_format=2``, is fsspec's own.)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +31,7 @@ from refgrid.manifest import flat_index
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.sources import SOURCES_KEY
 from refgrid.write.atomic import replace_directory, temporary_for
+from refgrid.write.kerchunk_v2 import v2_documents
 from refgrid.zarr_json import documents
 
 RECORD_SIZE = 100_000
@@ -39,14 +42,16 @@ delta encoding stores in a few bits (plain + zstd leaves ~5 B per offset)."""
 
 
 def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "auto",
-                  record_size: int = RECORD_SIZE) -> Path:
+                  record_size: int = RECORD_SIZE, zarr_format: Literal[2, 3] = 3) -> Path:
     """Write ``group`` as a parquet reference directory at ``target``, atomically: it is
-    built under a temporary name and renamed (an existing directory is replaced)."""
+    built under a temporary name and renamed (an existing directory is replaced).
+    ``zarr_format=2`` writes classic kerchunk's v2 documents (regular grids only)."""
+    metadata = v2_documents(group) if zarr_format == 2 else documents(group, grid_form)
     temporary = temporary_for(target)
     try:
         temporary.mkdir(parents=True)
         (temporary / ZMETADATA).write_text(
-            json.dumps({"metadata": documents(group, grid_form), "record_size": record_size,
+            json.dumps({"metadata": metadata, "record_size": record_size,
                         SOURCES_KEY: {"sources": dict(group.sources)}}),
             encoding="utf-8")
         for path, node in group.walk():
@@ -56,6 +61,20 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return target
+
+_PANDAS_COLUMNS = [("path", "unicode", "object"), ("offset", "int64", "int64"),
+                   ("size", "int64", "int64"), ("raw", "bytes", "object")]
+SCHEMA = pa.schema(
+    [pa.field("path", pa.dictionary(pa.int32(), pa.string())),
+     pa.field("offset", pa.int64(), nullable=False),
+     pa.field("size", pa.int64(), nullable=False),
+     pa.field("raw", pa.binary())],
+    metadata={"pandas": json.dumps({
+        "index_columns": [], "column_indexes": [], "columns": [
+            {"name": n, "field_name": n, "pandas_type": p, "numpy_type": t, "metadata": None}
+            for n, p, t in _PANDAS_COLUMNS]})})
+"""The pandas description tells fastparquet (fsspec's default reader of the layout) that
+offsets and sizes are plain int64: without it, it reads them as floats."""
 
 
 def _write_records(array: VirtualArray, directory: Path, record_size: int) -> None:
@@ -68,7 +87,7 @@ def _write_records(array: VirtualArray, directory: Path, record_size: int) -> No
         "offset": manifest.offset.reshape(-1).astype(np.int64),
         "size": manifest.length.reshape(-1).astype(np.int64),
         "raw": _inline_column(manifest.inline, manifest.shape, len(path_id)),
-    })
+    }, schema=SCHEMA)
     directory.mkdir(parents=True, exist_ok=True)
     for n, first in enumerate(range(0, len(table), record_size)):
         pq.write_table(table.slice(first, record_size), directory / f"refs.{n}.parq",

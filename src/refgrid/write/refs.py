@@ -1,13 +1,16 @@
 """kerchunk references (JSON v1) for a :class:`~refgrid.model.VirtualGroup`.
 
-Keys are Zarr v3 (``zarr.json``, ``tas/c/0/3/1``); values are ``[url, offset, length]`` with
-URLs through ``templates``, or ``base64:`` inline bytes stored verbatim.
+Keys are Zarr v3 (``zarr.json``, ``tas/c/0/3/1``), or classic kerchunk's Zarr v2
+(``tas/.zarray``, ``tas/0.3.1``: :mod:`refgrid.write.kerchunk_v2`); values are
+``[url, offset, length]`` with URLs through ``templates``, or ``base64:`` inline bytes stored
+verbatim.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -17,17 +20,31 @@ from refgrid.grid import GridForm
 from refgrid.keys import chunk_key
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.sources import SOURCES_KEY
-from refgrid.zarr_json import Document, documents
+from refgrid.write.kerchunk_v2 import chunk_key_v2, v2_documents
+from refgrid.zarr_json import documents
 
 
 def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[str, Any]:
     """The kerchunk v1 reference dict of ``group`` (metadata documents included)."""
+    documents_json = {k: dumps(d) for k, d in documents(group, grid_form).items()}
+    return _references(group, documents_json, chunk_key)
+
+
+def to_kerchunk_v2(group: VirtualGroup) -> dict[str, Any]:
+    """Classic kerchunk references of ``group``: Zarr v2 keys and documents (regular grids
+    only; a rectilinear array is a :class:`~refgrid.errors.WriteError` naming it)."""
+    return _references(group, {k: dumps(d) for k, d in v2_documents(group).items()},
+                       chunk_key_v2)
+
+
+def _references(group: VirtualGroup, metadata: dict[str, str],
+                key_of: Callable[[str, tuple[int, ...]], str]) -> dict[str, Any]:
     templates: dict[str, str] = {}
-    refs: dict[str, Any] = {k: _dumps(d) for k, d in documents(group, grid_form).items()}
+    refs: dict[str, Any] = dict(metadata)
     with gc_paused():  # 10^5 small lists: the collector would walk them again and again
         for path, node in group.walk():
             if isinstance(node, VirtualArray):
-                _chunk_refs(path, node, templates, refs)
+                _chunk_refs(path, node, templates, refs, key_of)
     out = {"version": 1, "templates": {v: k for k, v in templates.items()}, "refs": refs}
     if group.sources:  # readers check the sources against it (fsspec ignores the key)
         out[SOURCES_KEY] = {"sources": dict(group.sources)}
@@ -35,7 +52,7 @@ def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[st
 
 
 def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str],
-                refs: dict[str, Any]) -> None:
+                refs: dict[str, Any], key_of: Callable[[str, tuple[int, ...]], str]) -> None:
     manifest = array.manifest
     names = [templates.setdefault(url, f"u{len(templates)}") for url in manifest.paths]
     flat = np.flatnonzero(manifest.path_id.reshape(-1) >= 0)
@@ -43,11 +60,11 @@ def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str],
     columns = [manifest.path_id, manifest.offset, manifest.length]
     ids, offsets, lengths = (c.reshape(-1)[flat].tolist() for c in columns)
     for k, (pid, off, n) in enumerate(zip(ids, offsets, lengths, strict=True)):
-        key = chunk_key(path, tuple(int(c[k]) for c in axes))
+        key = key_of(path, tuple(int(c[k]) for c in axes))
         refs[key] = ["{{" + names[pid] + "}}", off, n]
     for coords, data in manifest.inline.items():  # ChunkManifest checks they are marked INLINE
-        refs[chunk_key(path, coords)] = "base64:" + base64.b64encode(data).decode("ascii")
+        refs[key_of(path, coords)] = "base64:" + base64.b64encode(data).decode("ascii")
 
 
-def _dumps(document: Document) -> str:
+def dumps(document: Mapping[str, Any]) -> str:
     return json.dumps(document, separators=(",", ":"))
