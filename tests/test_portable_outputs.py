@@ -116,6 +116,16 @@ def test_rewrite_sidecar_is_replaced_whole_and_removed_when_not_needed(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["refs.json"]
 
 
+def test_rewrite_of_parquet_references(tmp_path):
+    saved = save(_group("yearly/chunk100"), tmp_path / "refs.parq", padded="rewrite",
+                 inline_limit=0)
+    assert saved.rewrite.directory.parent == tmp_path / "refs.parq.chunks"
+    assert "encoded_chunk_shapes" not in (tmp_path / "refs.parq" / ".zmetadata").read_text()
+    ours = xr.open_dataset(saved.path, engine="refgrid", **RAW)
+    np.testing.assert_array_equal(ours.tas.values,
+                                  _expected("yearly/chunk100", **RAW).tas.values)
+
+
 def test_a_changed_sidecar_chunk_is_a_read_error(tmp_path):
     saved = save(_group("monthly/chunk10"), tmp_path / "refs.json", padded="rewrite",
                  inline_limit=0)
