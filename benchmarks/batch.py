@@ -173,7 +173,7 @@ def synthetic_records(work: Path, count: int) -> list[str]:
 def memory_child(work: Path, out: Path) -> None:
     from refgrid.archive.assemble import combine_records
     from refgrid.archive.journal import Journal
-    from refgrid.write import write
+    from refgrid.output import write
 
     start = time.perf_counter()
     with Journal(work) as journal:

@@ -268,3 +268,18 @@ def test_type_checker_is_clean():
     done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_benchmarks_import_names_that_exist():
+    """Benchmarks run only under ``make bench``: every refgrid name they import (lazily
+    inside functions too) must still exist, or a move breaks them unnoticed."""
+    import importlib
+
+    missing = []
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("refgrid"):
+                module = importlib.import_module(node.module)
+                missing += [f"{script.name}: {node.module}.{alias.name}" for alias in node.names
+                            if not hasattr(module, alias.name)]
+    assert not missing, missing
