@@ -4,6 +4,7 @@ by the engine and the mapper, locally and from S3."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -104,29 +105,63 @@ def test_bad_options_and_damaged_records_are_clear_errors(tmp_path):
     }
     for data in damaged.values():
         record.write_bytes(data)
+        with pytest.raises(refgrid.RefgridError, match=r"record file tas/refs\.0\.parq does "
+                                                       "not match its digest"):
+            refgrid.scan(refs)
+    _drop_digests(refs)  # as kerchunk's parquet: pyarrow's bounds-checked parse refuses them
+    for data in damaged.values():
+        record.write_bytes(data)
         with pytest.raises(refgrid.RefgridError, match=r"refs\.parq/tas/refs\.0\.parq: not a "
                                                        "parquet reference file"):
             refgrid.scan(refs)
 
 
+def _drop_digests(refs):
+    meta = json.loads((refs / ".zmetadata").read_text())
+    del meta["refgrid"]["records"]
+    (refs / ".zmetadata").write_text(json.dumps(meta))
+
+
 def test_damaged_record_bytes_never_crash_the_reader(tmp_path):
     """Damaged bytes in a record file are an error naming it, or the same references (bytes
     nothing reads) — never a crash (the fastparquet reader this replaced trusted the footer's
-    lengths and could segfault) and never other references (pages carry checksums)."""
+    lengths and could segfault) and never other references (each record file's digest is in
+    .zmetadata: page checksums alone leave page headers and the footer uncovered)."""
     group = refgrid.scan(MONTHS[0])
     refs = refgrid.write(group, tmp_path / "refs.parq")
     record = refs / "tas" / "refs.0.parq"
     good = record.read_bytes()
     rng = np.random.default_rng(7)
+    mutated = []
     for _ in range(300):
         data = bytearray(good)
         for i in rng.integers(0, len(data), rng.integers(1, 8)):
             data[i] = int(rng.integers(0, 256))
-        record.write_bytes(bytes(data))
+        mutated.append(bytes(data))
+    for data in mutated:
+        record.write_bytes(data)
         try:
             assert refgrid.scan(refs) == group
         except refgrid.RefgridError as e:
             assert "refs.0.parq" in str(e)
+    _drop_digests(refs)  # third-party parquet has no digests: the parse must not crash
+    for data in mutated:
+        record.write_bytes(data)
+        try:
+            refgrid.scan(refs)
+        except refgrid.RefgridError as e:
+            assert "refs.0.parq" in str(e)
+
+
+def test_a_valid_record_file_from_elsewhere_is_refused(tmp_path):
+    """A record file swapped for another well-formed one (its page checksums all right) would
+    name other byte ranges: the digest in .zmetadata refuses it."""
+    first = refgrid.write(refgrid.scan(MONTHS[0]), tmp_path / "a.parq")
+    second = refgrid.write(refgrid.scan(MONTHS[1]), tmp_path / "b.parq")
+    shutil.copy(second / "tas" / "refs.0.parq", first / "tas" / "refs.0.parq")
+    with pytest.raises(refgrid.FormatError, match=r"tas/refs\.0\.parq does not match its "
+                                                   "digest"):
+        refgrid.scan(first)
 
 
 def test_parquet_references_on_s3(s3_server, tmp_path):

@@ -13,6 +13,7 @@ check costs no round trip of its own.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -25,6 +26,18 @@ from refgrid.pools import thread_pool
 SOURCES_KEY = "refgrid"
 """Top-level key of JSON references (and of parquet's ``.zmetadata``) holding
 ``{"sources": {url: identity}}``."""
+
+
+RECORDS_KEY = "records"
+"""Key, beside ``sources`` in parquet's ``.zmetadata`` section, of each record file's digest
+(relative name → :func:`record_digest`)."""
+
+
+def record_digest(data: bytes) -> str:
+    """The digest of a parquet record file's bytes, written beside it and checked by the
+    reader: parquet's page checksums leave page headers and the footer uncovered, where
+    damaged bytes can decode to other references."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 class SourceIdentity(TypedDict):

@@ -31,7 +31,13 @@ from refgrid.model import VirtualGroup
 from refgrid.scan.kerchunk import v2_group
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source, file_sizes
-from refgrid.sources import SourceIdentity, stored_identities
+from refgrid.sources import (
+    RECORDS_KEY,
+    SOURCES_KEY,
+    SourceIdentity,
+    record_digest,
+    stored_identities,
+)
 from refgrid.zarr_json import group_from_documents
 
 
@@ -45,6 +51,9 @@ class ParquetReferences:
     fs: fsspec.AbstractFileSystem
     root: str
     storage_options: dict[str, Any]
+    digests: dict[str, str]
+    """Record file (relative name) → the digest refgrid's writer recorded (none for
+    kerchunk's parquet)."""
 
     def manifest(self, array: str, counts: tuple[int, ...]) -> ChunkManifest:
         """The chunk manifest of ``array`` whose chunk grid has ``counts`` chunks per axis."""
@@ -66,6 +75,10 @@ class ParquetReferences:
                 continue  # kerchunk writes no record file for an array without chunks
             if isinstance(data, Exception) or data is None:
                 raise FormatError(self.url, array, f"cannot read {name}: {data}") from None
+            relative = f"{array}/refs.{n}.parq"
+            if relative in self.digests and record_digest(data) != self.digests[relative]:
+                raise FormatError(self.url, array, f"record file {relative} does not match "
+                                  "its digest in .zmetadata: it is damaged or was changed")
             table = _read_table(data, self.url, name)
             try:
                 _fill(table, n * self.record_size, path_id, offset, length, inline, counts, urls)
@@ -112,7 +125,15 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise FormatError(url, ZMETADATA, f"not kerchunk parquet metadata: {e}") from None
     return ParquetReferences(url, documents, record_size, stored_identities(meta), fs, root,
-                             storage_options)
+                             storage_options, _stored_digests(meta))
+
+
+def _stored_digests(meta: Any) -> dict[str, str]:
+    section = meta.get(SOURCES_KEY) if isinstance(meta, dict) else None
+    value = section.get(RECORDS_KEY) if isinstance(section, dict) else None
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _read_table(data: bytes, url: str, name: str) -> pa.Table:

@@ -29,7 +29,7 @@ from refgrid.grid import GridForm
 from refgrid.keys import ZMETADATA
 from refgrid.manifest import flat_index
 from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.sources import SOURCES_KEY
+from refgrid.sources import RECORDS_KEY, SOURCES_KEY, record_digest
 from refgrid.write.atomic import replace_directory, temporary_for
 from refgrid.write.kerchunk_v2 import v2_documents
 from refgrid.zarr_json import documents
@@ -50,13 +50,15 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
     temporary = temporary_for(target)
     try:
         temporary.mkdir(parents=True)
-        (temporary / ZMETADATA).write_text(
-            json.dumps({"metadata": metadata, "record_size": record_size,
-                        SOURCES_KEY: {"sources": dict(group.sources)}}),
-            encoding="utf-8")
+        digests: dict[str, str] = {}
         for path, node in group.walk():
             if isinstance(node, VirtualArray):
-                _write_records(node, temporary / path, record_size)
+                _write_records(node, temporary, path, record_size, digests)
+        (temporary / ZMETADATA).write_text(
+            json.dumps({"metadata": metadata, "record_size": record_size,
+                        SOURCES_KEY: {"sources": dict(group.sources),
+                                      RECORDS_KEY: digests}}),
+            encoding="utf-8")
         replace_directory(temporary, target)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -66,18 +68,21 @@ _PANDAS_COLUMNS = [("path", "unicode", "object"), ("offset", "int64", "int64"),
                    ("size", "int64", "int64"), ("raw", "bytes", "object")]
 SCHEMA = pa.schema(
     [pa.field("path", pa.dictionary(pa.int32(), pa.string())),
-     pa.field("offset", pa.int64(), nullable=False),
-     pa.field("size", pa.int64(), nullable=False),
+     pa.field("offset", pa.int64()),
+     pa.field("size", pa.int64()),
      pa.field("raw", pa.binary())],
     metadata={"pandas": json.dumps({
         "index_columns": [], "column_indexes": [], "columns": [
             {"name": n, "field_name": n, "pandas_type": p, "numpy_type": t, "metadata": None}
             for n, p, t in _PANDAS_COLUMNS]})})
 """The pandas description tells fastparquet (fsspec's default reader of the layout) that
-offsets and sizes are plain int64: without it, it reads them as floats."""
+offsets and sizes are plain int64: without it, it reads them as floats. (The columns stay
+optional: a required column has no definition levels, and damaged bytes in its pages then
+decode to other numbers more often instead of failing.)"""
 
 
-def _write_records(array: VirtualArray, directory: Path, record_size: int) -> None:
+def _write_records(array: VirtualArray, root: Path, path: str, record_size: int,
+                   digests: dict[str, str]) -> None:
     manifest = array.manifest
     path_id = manifest.path_id.reshape(-1)
     table = pa.table({
@@ -88,11 +93,16 @@ def _write_records(array: VirtualArray, directory: Path, record_size: int) -> No
         "size": manifest.length.reshape(-1).astype(np.int64),
         "raw": _inline_column(manifest.inline, manifest.shape, len(path_id)),
     }, schema=SCHEMA)
-    directory.mkdir(parents=True, exist_ok=True)
+    (root / path).mkdir(parents=True, exist_ok=True)
     for n, first in enumerate(range(0, len(table), record_size)):
-        pq.write_table(table.slice(first, record_size), directory / f"refs.{n}.parq",
+        sink = pa.BufferOutputStream()
+        pq.write_table(table.slice(first, record_size), sink,
                        compression="zstd", write_statistics=False, write_page_checksum=True,
                        use_dictionary=["path"], column_encoding=DELTA_ENCODED)
+        data = sink.getvalue().to_pybytes()
+        name = f"{path}/refs.{n}.parq"
+        (root / name).write_bytes(data)
+        digests[name] = record_digest(data)
 
 
 def _inline_column(inline: Mapping[tuple[int, ...], bytes], shape: tuple[int, ...],
