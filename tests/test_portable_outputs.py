@@ -403,6 +403,15 @@ def test_every_zarr_v2_document_of_classic_kerchunk_is_valid(tmp_path):
                 assert not problems, (source, key, [str(p) for p in problems])
 
 
+def test_batch_to_icechunk_refuses_options_it_cannot_honour(tmp_path):
+    repo = _local_repo(tmp_path / "repo", f"file://{FIXTURES}/")
+    files = [str(p) for p in _files("netcdf3/classic")]
+    with pytest.raises(refgrid.ArgumentError, match="needs work_dir"):
+        refgrid.batch(files, repo, progress=False)
+    with pytest.raises(refgrid.ArgumentError, match="neither format= nor padded="):
+        refgrid.batch(files, repo, work_dir=tmp_path / "w", padded="rewrite", progress=False)
+
+
 def test_icechunk_without_its_extra_names_it(monkeypatch, tmp_path):
     from refgrid.write.icechunk import local_repository
 

@@ -117,6 +117,9 @@ def batch(
         if work_dir is None:
             raise ArgumentError("an Icechunk output needs work_dir= (where the scanned files "
                                 "are recorded)")
+        if format is not None or padded != "encoded":
+            raise ArgumentError("an Icechunk output takes neither format= nor padded= (its "
+                                "arrays must have regular grids, where no chunk is padded)")
         target = Path(work_dir) / "icechunk"
     elif "://" in os.fspath(output):
         raise ArgumentError(f"the output {os.fspath(output)} must be a local path (the "
