@@ -13,6 +13,8 @@ from typing import Any, Literal, TypedDict
 METADATA = "zarr.json"
 ZMETADATA = ".zmetadata"
 """The consolidated metadata of parquet references (kerchunk's and refgrid's)."""
+ZGROUP, ZARRAY, ZATTRS = ".zgroup", ".zarray", ".zattrs"
+"""Zarr v2 metadata documents (classic kerchunk references, read and written)."""
 
 
 class ChunkKeyEncodingJSON(TypedDict):
@@ -46,6 +48,11 @@ def document_keys(keys: Iterable[str]) -> dict[str, str]:
 def chunk_key(array_path: str, coords: tuple[int, ...]) -> str:
     """Default v3 chunk key: ``tas/c/0/3/1``; a 0-d array's only chunk is ``name/c``."""
     return "/".join((array_path, "c", *map(str, coords)))
+
+
+def chunk_key_v2(array_path: str, coords: tuple[int, ...]) -> str:
+    """Zarr v2 chunk key with ``.`` separators: ``tas/0.3.1``; ``name/0`` for a 0-d array."""
+    return f"{array_path}/{'.'.join(map(str, coords)) if coords else '0'}"
 
 
 def chunk_of_key(key: str, arrays: Container[str]) -> tuple[str, str] | None:

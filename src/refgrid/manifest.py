@@ -86,6 +86,14 @@ class ChunkManifest(Displayed, FrozenPickle):
         return (self.path_id.nbytes + self.offset.nbytes + self.length.nbytes
                 + sum(len(b) for b in self.inline.values()))
 
+    def stored(self) -> tuple[np.ndarray, list[int], list[int], list[int]]:
+        """The chunks with a byte range: their C-order indices, and as lists (writers emit one
+        entry each) their path ids, offsets and lengths."""
+        flat = np.flatnonzero(self.path_id.reshape(-1) >= 0)
+        ids, offsets, lengths = (c.reshape(-1)[flat].tolist() for c in
+                                 (self.path_id, self.offset, self.length))
+        return flat, ids, offsets, lengths
+
     def urls(self) -> np.ndarray:
         """Object array of each chunk's URL (``None`` where missing or inline)."""
         table = np.array([*self.paths, None, None], dtype=object)

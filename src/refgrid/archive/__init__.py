@@ -24,7 +24,7 @@ from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
 from refgrid.extras import import_extra
-from refgrid.output import PADDED_CHOICES, Padded, save, write
+from refgrid.output import PADDED_CHOICES, Padded, check_icechunk_options, save, write
 from refgrid.scan.source import Source
 from refgrid.sources import SourceIdentity, identity_difference
 from refgrid.write import FORMATS, Format
@@ -117,9 +117,7 @@ def batch(
         if work_dir is None:
             raise ArgumentError("an Icechunk output needs work_dir= (where the scanned files "
                                 "are recorded)")
-        if format is not None or padded != "encoded":
-            raise ArgumentError("an Icechunk output takes neither format= nor padded= (its "
-                                "arrays must have regular grids, where no chunk is padded)")
+        check_icechunk_options(format, padded)
         target = Path(work_dir) / "icechunk"
     elif "://" in os.fspath(output):
         raise ArgumentError(f"the output {os.fspath(output)} must be a local path (the "

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from refgrid.errors import WriteError
+from refgrid.errors import ArgumentError, WriteError
 from refgrid.grid import GridForm
 from refgrid.model import VirtualGroup
 from refgrid.output.padded import (
@@ -34,7 +34,7 @@ from refgrid.output.padded import (
     rewrite_padded,
     sidecar_for,
 )
-from refgrid.write import FORMATS, Format, to_kerchunk, write_references
+from refgrid.write import Format, check_format, to_kerchunk, write_references
 from refgrid.write.parquet import RECORD_SIZE
 
 
@@ -74,9 +74,7 @@ def write(group: VirtualGroup, target: Any, *, format: Format | None = None,
     if _is_icechunk(target):
         from refgrid.write.icechunk import write_icechunk
 
-        if padded != "encoded" or format is not None:
-            raise WriteError("an Icechunk target takes neither format= nor padded= (its "
-                             "arrays must have regular grids, where no chunk is padded)")
+        check_icechunk_options(format, padded)
         return write_icechunk(group, target, message=message)
     return save(group, target, format=format, padded=padded, grid_form=grid_form,
                 record_size=record_size, inline_limit=inline_limit,
@@ -91,9 +89,7 @@ def save(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format | 
     it)."""
     if padded not in PADDED_CHOICES:
         raise WriteError(f"unknown padded={padded!r} (choose from {', '.join(PADDED_CHOICES)})")
-    if format is not None and format not in FORMATS:
-        raise WriteError(f"unknown reference format {format!r} (supported: "
-                         f"{', '.join(map(repr, FORMATS))})")
+    check_format(format)  # before any chunk is rewritten
     target = Path(path)
     sidecar = sidecar_for(target)
     report: PaddedRewrite | None = None
@@ -113,8 +109,16 @@ def save(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format | 
     return Saved(written, report)
 
 
+def check_icechunk_options(format: str | None, padded: str) -> None:
+    """An Icechunk target has one form: refuse options asking for another."""
+    if format is not None or padded != "encoded":
+        raise ArgumentError("an Icechunk output takes neither format= nor padded= (its arrays "
+                            "must have regular grids, where no chunk is padded)")
+
+
 def _is_icechunk(target: Any) -> bool:
     return type(target).__module__.split(".")[0] == "icechunk"
 
 
-__all__ = ["PADDED_CHOICES", "Padded", "PaddedRewrite", "Saved", "save", "to_kerchunk", "write"]
+__all__ = ["PADDED_CHOICES", "Padded", "PaddedRewrite", "Saved", "check_icechunk_options",
+           "save", "to_kerchunk", "write"]

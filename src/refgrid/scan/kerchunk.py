@@ -22,7 +22,7 @@ from refgrid.codecs import ARRAY_TO_ARRAY, CodecJSON, bytes_codec
 from refgrid.dtypes import STRING
 from refgrid.errors import FormatError
 from refgrid.grid import RectilinearGrid
-from refgrid.keys import METADATA
+from refgrid.keys import METADATA, ZARRAY, ZATTRS, ZGROUP
 from refgrid.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.scan.source import file_sizes
@@ -59,8 +59,8 @@ def kerchunk_to_group(refs: Mapping[str, Any], url: str,
     if METADATA in refs:
         return references_to_group({"refs": {k: _value(refs[k]) for k in keys}}, url)
     documents = {k: _document(refs, k, url) for k in keys
-                 if k.rpartition("/")[2] in (".zarray", ".zattrs", ".zgroup")}
-    arrays = {k[: -len(".zarray")].rstrip("/") for k in documents if k.endswith(".zarray")}
+                 if k.rpartition("/")[2] in (ZARRAY, ZATTRS, ZGROUP)}
+    arrays = {k[: -len(ZARRAY)].rstrip("/") for k in documents if k.endswith(ZARRAY)}
     chunks: dict[str, list[str]] = defaultdict(list)
     for key in keys:
         if key.rpartition("/")[2].startswith(".z"):
@@ -97,16 +97,16 @@ def _document(refs: Mapping[str, Any], key: str, url: str) -> dict[str, Any]:
 def v2_group(documents: Mapping[str, Any], manifest_for: V2ManifestFor, url: str) -> VirtualGroup:
     """The model of Zarr v2 metadata documents (``.zgroup``/``.zarray``/``.zattrs`` keys)."""
     nodes = sorted({k.rpartition(".z")[0].rstrip("/") for k in documents
-                    if k.endswith((".zarray", ".zgroup"))})
+                    if k.endswith((ZARRAY, ZGROUP))})
     if not nodes:
         raise FormatError(url, None, "no .zgroup/.zarray/zarr.json: not Zarr references")
     arrays = {p: _array_v2(p, documents, manifest_for, url) for p in nodes
-              if f"{p}/.zarray".lstrip("/") in documents}
+              if f"{p}/{ZARRAY}".lstrip("/") in documents}
     return _group_v2("", nodes, arrays, documents)
 
 
 def _attrs(documents: Mapping[str, Any], path: str) -> dict[str, Any]:
-    return dict(documents.get(f"{path}/.zattrs".lstrip("/"), {}))
+    return dict(documents.get(f"{path}/{ZATTRS}".lstrip("/"), {}))
 
 
 def _group_v2(path: str, nodes: list[str], arrays: dict[str, VirtualArray],
@@ -124,7 +124,7 @@ def _group_v2(path: str, nodes: list[str], arrays: dict[str, VirtualArray],
 
 def _array_v2(path: str, documents: Mapping[str, Any], manifest_for: V2ManifestFor,
               url: str) -> VirtualArray:
-    meta = documents[f"{path}/.zarray".lstrip("/")]
+    meta = documents[f"{path}/{ZARRAY}".lstrip("/")]
     attrs = _attrs(documents, path)
     dims = attrs.pop("_ARRAY_DIMENSIONS", None)
     # kerchunk writes a chunk length of 0 along zero-length dimensions

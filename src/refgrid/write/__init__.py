@@ -24,6 +24,13 @@ FORMATS: tuple[Format, ...] = ("json", "parquet", "kerchunk-v2")
 PARQUET_SUFFIXES = (".parq", ".parquet")
 
 
+def check_format(format: str | None) -> None:
+    """Refuse a ``format`` no writer here knows (None: chosen by the path)."""
+    if format is not None and format not in FORMATS:
+        raise WriteError(f"unknown reference format {format!r} (supported: "
+                         f"{', '.join(map(repr, FORMATS))})")
+
+
 def write_references(group: VirtualGroup, path: str | os.PathLike[str], *,
                      format: Format | None = None, grid_form: GridForm = "auto",
                      record_size: int = RECORD_SIZE) -> Path:
@@ -40,9 +47,7 @@ def write_references(group: VirtualGroup, path: str | os.PathLike[str], *,
     target = Path(path)
     parquet_path = target.suffix in PARQUET_SUFFIXES
     chosen = format or ("parquet" if parquet_path else "json")
-    if chosen not in FORMATS:
-        raise WriteError(f"unknown reference format {chosen!r} (supported: "
-                         f"{', '.join(map(repr, FORMATS))})")
+    check_format(chosen)
     if record_size < 1:
         raise WriteError(f"record_size must be >= 1, got {record_size}")
     version: Literal[2, 3] = 2 if chosen == "kerchunk-v2" else 3
@@ -68,4 +73,4 @@ def write_references(group: VirtualGroup, path: str | os.PathLike[str], *,
     return target
 
 
-__all__ = ["FORMATS", "Format", "to_kerchunk", "to_kerchunk_v2", "write_references"]
+__all__ = ["FORMATS", "Format", "check_format", "to_kerchunk", "to_kerchunk_v2", "write_references"]

@@ -122,9 +122,7 @@ def _chunk_refs(icechunk: Any, store: Any, path: str, array: VirtualArray,
     from zarr.core.sync import sync
 
     manifest = array.manifest
-    flat = np.flatnonzero(manifest.path_id.reshape(-1) >= 0)
-    columns = (manifest.path_id, manifest.offset, manifest.length)
-    ids, offsets, lengths = (c.reshape(-1)[flat].tolist() for c in columns)
+    flat, ids, offsets, lengths = manifest.stored()
     urls = [location(u) for u in manifest.paths]
     checksums = [_checksum(sources.get(u)) for u in manifest.paths]
     specs = [icechunk.VirtualChunkSpec(list(chunk_coords(f, manifest.shape)), urls[i], o, n,

@@ -23,15 +23,9 @@ from refgrid.codecs import CodecJSON, Pipeline, stored_dtype
 from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, STRING
 from refgrid.errors import WriteError
 from refgrid.grid import RectilinearGrid
+from refgrid.keys import ZARRAY, ZATTRS, ZGROUP
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.numcodecs_v2 import SIZED
-
-ZGROUP, ZARRAY, ZATTRS = ".zgroup", ".zarray", ".zattrs"
-
-
-def chunk_key_v2(array_path: str, coords: tuple[int, ...]) -> str:
-    """``tas/0.3.1``; ``name/0`` for a 0-d array's only chunk."""
-    return f"{array_path}/{'.'.join(map(str, coords)) if coords else '0'}"
 
 
 def v2_documents(group: VirtualGroup) -> dict[str, dict[str, Any]]:

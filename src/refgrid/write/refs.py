@@ -17,10 +17,10 @@ import numpy as np
 
 from refgrid.gc_pause import gc_paused
 from refgrid.grid import GridForm
-from refgrid.keys import chunk_key
+from refgrid.keys import chunk_key, chunk_key_v2
 from refgrid.model import VirtualArray, VirtualGroup
 from refgrid.sources import SOURCES_KEY
-from refgrid.write.kerchunk_v2 import chunk_key_v2, v2_documents
+from refgrid.write.kerchunk_v2 import v2_documents
 from refgrid.zarr_json import documents
 
 
@@ -55,10 +55,8 @@ def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str],
                 refs: dict[str, Any], key_of: Callable[[str, tuple[int, ...]], str]) -> None:
     manifest = array.manifest
     names = [templates.setdefault(url, f"u{len(templates)}") for url in manifest.paths]
-    flat = np.flatnonzero(manifest.path_id.reshape(-1) >= 0)
+    flat, ids, offsets, lengths = manifest.stored()
     axes = np.unravel_index(flat, manifest.shape) if manifest.shape else ()
-    columns = [manifest.path_id, manifest.offset, manifest.length]
-    ids, offsets, lengths = (c.reshape(-1)[flat].tolist() for c in columns)
     for k, (pid, off, n) in enumerate(zip(ids, offsets, lengths, strict=True)):
         key = key_of(path, tuple(int(c[k]) for c in axes))
         refs[key] = ["{{" + names[pid] + "}}", off, n]
