@@ -78,8 +78,12 @@ def sidecar_for(target: Path) -> Path:
 
 
 def needs_rewrite(group: VirtualGroup) -> bool:
-    return any(isinstance(node, VirtualArray) and _padded_mask(node.grid) is not None
+    return any(isinstance(node, VirtualArray) and _padded_inside(node.grid)
                for _, node in group.walk())
+
+
+def _padded_inside(grid: RectilinearGrid) -> bool:
+    return any(a.padded_inside for a in grid.axes)
 
 
 def rewrite_padded(group: VirtualGroup, sidecar: Path, *,
@@ -97,7 +101,7 @@ def rewrite_padded(group: VirtualGroup, sidecar: Path, *,
     rewritten: dict[str, _Rewritten] = {}
     try:
         for path, node in group.walk():
-            if isinstance(node, VirtualArray) and _padded_mask(node.grid) is not None:
+            if isinstance(node, VirtualArray) and _padded_inside(node.grid):
                 rewritten[path] = _rewrite_array(path, node, staging, inline_limit,
                                                  dict(storage_options or {}), check, digest)
         total_files = sum(len(r.files) for r in rewritten.values())
@@ -140,11 +144,8 @@ def prune_sidecar(sidecar: Path, keep: Path | None) -> None:
             sidecar.rmdir()
 
 
-def _padded_mask(grid: RectilinearGrid) -> np.ndarray | None:
-    """Boolean grid of the chunks padded somewhere other than the array's end (None if
-    there are none)."""
-    if not any(a.padded_inside for a in grid.axes):
-        return None
+def _padded_mask(grid: RectilinearGrid) -> np.ndarray:
+    """Boolean grid of the chunks padded somewhere other than the array's end."""
     mask = np.zeros(grid.chunk_counts, dtype=bool)
     for dim, axis in enumerate(grid.axes):
         inside = (axis.encoded != axis.logical)
@@ -181,7 +182,6 @@ def _rewrite_array(path: str, array: VirtualArray, staging: Path, inline_limit: 
                    storage_options: dict[str, Any], check: SourceCheck,
                    digest: Any) -> _Rewritten:
     mask = _padded_mask(array.grid)
-    assert mask is not None
     manifest = array.manifest
     flat_all = np.flatnonzero(mask.reshape(-1) & (manifest.path_id.reshape(-1) != MISSING))
     new_grid = _portable_grid(array.grid)
