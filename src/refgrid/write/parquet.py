@@ -9,9 +9,9 @@ bytes). Missing chunks are rows without a path. A reader takes each column whole
 archive of 10^6 chunks costs milliseconds and no Python object per chunk; the JSON form of the
 same archive costs a parse of every key. Pages carry CRC checksums and ``.zmetadata`` a digest
 of each record file (the checksums leave page headers and the footer uncovered), so a damaged
-record file reads as an error rather than as other references. (fsspec's own reader of this layout knows
-only Zarr v2 documents: refgrid's engine and mapper read the v3 form, and the classic kerchunk
-form, ``zarr_format=2``, is fsspec's own.)
+record file reads as an error rather than as other references. (fsspec's own reader of this
+layout knows only Zarr v2 documents: refgrid's engine and mapper read the v3 form, and the
+classic kerchunk form, ``zarr_format=2``, is fsspec's own.)
 """
 
 from __future__ import annotations
