@@ -24,7 +24,7 @@ import math
 import struct
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from zarr.dtype import VariableLengthBytes, VariableLengthUTF8, parse_dtype
@@ -94,27 +94,30 @@ def _descr_field(entry: list[Any]) -> tuple[Any, ...]:
     return (name, kind, tuple(shape[0])) if shape else (name, kind)
 
 
-def _zdtype(dtype: np.dtype) -> Any:
+def zarr_dtype(dtype: np.dtype, zarr_format: Literal[2, 3] = 3) -> Any:
+    """zarr's data type object for ``dtype``: Zarr v3 types carry no byte order (the
+    ``bytes`` codec does), Zarr v2 types keep it."""
     if dtype == STRING or dtype.kind == "T":
         return VariableLengthUTF8()
     if dtype.kind == "O":
         return VariableLengthBytes()
+    native = zarr_format == 3 and dtype.fields is None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return parse_dtype(dtype.newbyteorder("=") if dtype.fields is None else dtype,
-                           zarr_format=3)
+        return parse_dtype(dtype.newbyteorder("=") if native else dtype,
+                           zarr_format=zarr_format)
 
 
 def zarr_data_type(dtype: np.dtype) -> Any:
     """The ``data_type`` JSON of a Zarr v3 array holding ``dtype``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _zdtype(dtype).to_json(zarr_format=3)
+        return zarr_dtype(dtype).to_json(zarr_format=3)
 
 
 def zarr_fill_value(dtype: np.dtype, value: Any) -> Any:
     """The ``fill_value`` JSON for ``value`` (the type's default when ``None``)."""
-    zdtype = _zdtype(dtype)
+    zdtype = zarr_dtype(dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if value is None:

@@ -20,7 +20,7 @@ import warnings
 from typing import Any
 
 from refgrid.codecs import CodecJSON, Pipeline, stored_dtype
-from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, STRING
+from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, zarr_dtype
 from refgrid.errors import WriteError
 from refgrid.grid import RectilinearGrid
 from refgrid.keys import ZARRAY, ZATTRS, ZGROUP
@@ -80,17 +80,9 @@ def _v2_dtype_and_fill(path: str, array: VirtualArray) -> tuple[Any, Any, bool]:
     """The ``dtype`` and ``fill_value`` of ``.zarray``, and whether the CF ``_FillValue``
     became that fill value (xarray reads it from there in v2); without one that fits the
     type, a fill only where some chunk is missing."""
-    from zarr.core.dtype import VariableLengthBytes, VariableLengthUTF8, parse_dtype
-
-    dtype = stored_dtype(array.dtype, array.codecs)
+    zdtype = zarr_dtype(stored_dtype(array.dtype, array.codecs), zarr_format=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if dtype == STRING or dtype.kind == "T":
-            zdtype: Any = VariableLengthUTF8()
-        elif dtype.kind == "O":
-            zdtype = VariableLengthBytes()
-        else:
-            zdtype = parse_dtype(dtype, zarr_format=2)
         name = zdtype.to_json(zarr_format=2)["name"]
         candidates = [(array.attrs.get("_FillValue"), True)]
         if array.manifest.missing.any():
@@ -127,9 +119,7 @@ def _v2_codec(path: str, codec: CodecJSON, nbytes: int) -> dict[str, Any]:
         return {"id": name.removeprefix("numcodecs."), **config}
     if name in SIZED:
         return {"id": name, **config, "nbytes": nbytes}
-    if name == "gzip":
-        return {"id": "gzip", **config}
-    if name == "zstd":
-        return {"id": "zstd", **config}
+    if name in ("gzip", "zstd"):  # Zarr v3's own compressors: numcodecs' ids and settings
+        return {"id": name, **config}
     raise WriteError(f"array {path!r}: codec {name!r} has no Zarr v2 form; write "
                      "format='json' (Zarr v3) instead")
