@@ -127,9 +127,9 @@ def synthetic_records(work: Path, count: int) -> list[str]:
 
     from refgrid.archive.journal import Journal
     from refgrid.archive.record import dumps
-    from refgrid.grid import RectilinearGrid
-    from refgrid.manifest import INLINE, ChunkManifest
-    from refgrid.model import VirtualArray, VirtualGroup
+    from refgrid.grid.rectilinear import RectilinearGrid
+    from refgrid.model.manifest import INLINE, ChunkManifest
+    from refgrid.model.virtual import VirtualArray, VirtualGroup
 
     url = "s3://archive/tas_XXXXXXX.nc"
     le = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -173,7 +173,7 @@ def synthetic_records(work: Path, count: int) -> list[str]:
 def memory_child(work: Path, out: Path) -> None:
     from refgrid.archive.assemble import combine_records
     from refgrid.archive.journal import Journal
-    from refgrid.output import write
+    from refgrid.writers import write
 
     start = time.perf_counter()
     with Journal(work) as journal:

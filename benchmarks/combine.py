@@ -15,9 +15,9 @@ import numpy as np
 
 import refgrid
 from _common import DATA, best_of
-from refgrid.grid import RectilinearGrid
-from refgrid.manifest import INLINE, ChunkManifest
-from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import INLINE, ChunkManifest
+from refgrid.model.virtual import VirtualArray, VirtualGroup
 
 BYTES_LE = {"name": "bytes", "configuration": {"endian": "little"}}
 

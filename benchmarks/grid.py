@@ -16,7 +16,7 @@ import numpy as np
 
 from _common import best_of
 from refgrid import RectilinearGrid
-from refgrid.grid_json import emit_chunk_grid, parse_chunk_grid
+from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
 
 N = 1_000_000
 

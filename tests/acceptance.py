@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ground_truth import ground_truth, restore, same
-from refgrid.model import VirtualArray
+from refgrid.model.virtual import VirtualArray
 from refgrid.scan import scan
 
 Reader = Callable[[dict[str, Any]], Callable[[str], np.ndarray]]
@@ -91,7 +91,7 @@ def check_file(path: Path, reader: Reader,
                can_read: Callable[[VirtualArray], bool]) -> FileResult:
     """Read every variable through references; ``can_read`` says whether the reader handles
     an array (stock zarr needs a regular grid)."""
-    from refgrid.write import to_kerchunk
+    from refgrid.writers.references import to_kerchunk
 
     result = FileResult(path)
     try:

@@ -15,7 +15,7 @@ import hdf5plugin  # noqa: F401
 import netCDF4
 import numpy as np
 
-from refgrid.dtypes import DTYPE_ATTR, VLEN_DTYPE_ATTR, original_dtype
+from refgrid.core.dtypes import DTYPE_ATTR, VLEN_DTYPE_ATTR, original_dtype
 
 
 def _netcdf_vars(group: netCDF4.Group, prefix: str, out: dict[str, Any]) -> None:

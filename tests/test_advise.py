@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import refgrid
-from refgrid.advise import advise_chunks, parse_size
-from refgrid.grid import RectilinearGrid
-from refgrid.manifest import ChunkManifest
-from refgrid.model import VirtualArray
+from refgrid.explore.advise import advise_chunks, parse_size
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import ChunkManifest
+from refgrid.model.virtual import VirtualArray
 
 
 def _array(shape, native, dims, dtype="f4") -> VirtualArray:
@@ -75,7 +75,7 @@ def test_four_and_two_dimensional_arrays():
 
 
 def test_shapes_that_align_with_the_native_chunks_copy_each_source_chunk_once():
-    from refgrid.advise import _copy_reads
+    from refgrid.explore.advise import _copy_reads
 
     array = _array((14600, 180, 360), (73, 45, 90), ("time", "lat", "lon"))
     aligned = advise_chunks(array, "20MiB")
@@ -88,7 +88,7 @@ def test_shapes_that_align_with_the_native_chunks_copy_each_source_chunk_once():
 
 
 def test_on_an_irregular_archive_the_advice_rereads_fewer_source_chunks():
-    from refgrid.advise import _copy_reads
+    from refgrid.explore.advise import _copy_reads
 
     years = [[73] * 5 + [1] if y % 4 == 0 else [73] * 5 for y in range(2000, 2040)]
     array = _array(None, [[n for year in years for n in year], [180], [360]],

@@ -21,11 +21,19 @@ from refgrid.scan import detect_format
 from refgrid.scan.source import Source
 
 PACKAGE = ROOT / "src" / "refgrid"
-LAYERS = {"core": 0, "scan": 1, "write": 1, "read": 2, "combine": 3, "output": 3, "archive": 4,
-          "demo": 4, "materialize": 4, "serve": 5, "cli": 6, "__init__": 6}
-"""Each module's layer: a module may import its own layer's modules or lower ones, except
-that ``scan`` and ``write`` sit side by side and may not import each other."""
-APART = {("scan", "write"), ("write", "scan")}
+LAYERS = {"errors": 0, "core": 1, "grid": 2, "codecs": 2, "model": 3, "scan": 4, "read": 5,
+          "combine": 6, "materialize": 6, "writers": 6, "explore": 6, "archive": 7, "serve": 7,
+          "cli": 8, "demo": 8, "__init__": 8}
+"""Each package's layer (and the top-level modules', which are roles of their own): entry
+points → archive/serve → combine/materialize/writers/explore → read → scan → model →
+grid/codecs → core → errors. A package may import its own modules and lower layers'."""
+ACROSS = {("materialize", "writers"), ("materialize", "explore"), ("cli", "demo"),
+          ("cli", "__init__")}
+"""The imports allowed between two parts of the same layer (materialize swaps its output in
+with the writers' atomic replace and picks chunks with the advisor); any other, such as grid
+↔ codecs or archive ↔ serve, is an error."""
+TOP_LEVEL_MODULES = {"__init__", "errors", "cli", "demo", "combine", "materialize"}
+"""The only modules beside the packages: everything else lives in the package of its role."""
 
 
 def _module_name(path: Path) -> str:
@@ -34,16 +42,10 @@ def _module_name(path: Path) -> str:
 
 
 def _part(module: str) -> str:
-    """``scan``, ``read``, ``write``, ``archive``, ``serve`` for subpackages, the module name for
-    ``combine``/``cli``/``demo``, ``__init__`` for the package, ``core`` for the other
-    top-level modules."""
+    """The package (``scan``, ``grid``, ...) or top-level module (``combine``, ``cli``)
+    holding ``module``; ``__init__`` for the package itself."""
     parts = module.split(".")
-    if len(parts) == 1:
-        return "__init__"
-    if parts[1] in ("scan", "read", "write", "combine", "archive", "serve", "cli", "demo",
-                    "materialize", "output"):
-        return parts[1]
-    return "core"
+    return "__init__" if len(parts) == 1 else parts[1]
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -74,9 +76,21 @@ def test_imports_only_go_downward():
     for module, targets in import_graph().items():
         for target in targets:
             a, b = _part(module), _part(target)
-            if (a, b) in APART or LAYERS[b] > LAYERS[a]:
-                wrong.append(f"{module} -> {target} ({a} may not import {b})")
+            if a == b or LAYERS[b] < LAYERS[a] or (a, b) in ACROSS:
+                continue
+            way = "up" if LAYERS[b] > LAYERS[a] else "across"
+            wrong.append(f"{module} -> {target} ({a} may not import {b}: {way})")
     assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_the_top_level_holds_only_roles_and_packages():
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert modules == TOP_LEVEL_MODULES, modules ^ TOP_LEVEL_MODULES
+    assert len(modules) <= 6
+    assert packages | modules == set(LAYERS), (packages | modules) ^ set(LAYERS)
+    for package in packages:
+        assert (PACKAGE / package / "__init__.py").is_file(), f"{package}/ has no docstring"
 
 
 def test_no_import_cycles():
@@ -109,13 +123,21 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
     shutil.copytree(PACKAGE, copy)
     (copy / "scan" / "source.py").write_text((copy / "scan" / "source.py").read_text()
                                              + "\nfrom refgrid.read.array import read\n")
-    (copy / "grid.py").write_text((copy / "grid.py").read_text()
-                                  + "\nfrom refgrid.grid_json import rle\n")
+    grid = copy / "grid" / "rectilinear.py"
+    grid.write_text(grid.read_text() + "\nfrom refgrid.grid.json_forms import rle\n")
+    codecs = copy / "codecs" / "filters.py"
+    codecs.write_text(codecs.read_text() + "\nfrom refgrid.grid.rectilinear import GridForm\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
-    with pytest.raises(AssertionError, match=r"refgrid.scan.source -> refgrid.read.array"):
+    with pytest.raises(AssertionError, match=r"refgrid.scan.source -> refgrid.read.array "
+                                             r"\(scan may not import read: up\)"):
         test_imports_only_go_downward()
-    with pytest.raises(AssertionError, match=r"refgrid.grid -> refgrid.grid_json -> "
-                                             r"refgrid.grid"):
+    with pytest.raises(AssertionError, match=r"refgrid.codecs.filters -> "
+                                             r"refgrid.grid.rectilinear "
+                                             r"\(codecs may not import grid: across\)"):
+        test_imports_only_go_downward()
+    with pytest.raises(AssertionError, match=r"refgrid.grid.rectilinear -> "
+                                             r"refgrid.grid.json_forms -> "
+                                             r"refgrid.grid.rectilinear"):
         test_no_import_cycles()
 
 
@@ -227,7 +249,7 @@ HEAVY = ("dask", "distributed", "pandas", "pyarrow", "zarr", "xarray", "h5py", "
 
 @pytest.mark.parametrize("statement", ["import refgrid",
                                        "import refgrid; refgrid.RefgridError; dir(refgrid)",
-                                       "import refgrid.errors, refgrid.bounds"])
+                                       "import refgrid.errors, refgrid.core.bounds"])
 def test_importing_refgrid_loads_no_heavy_library(statement):
     """``import refgrid`` stays cheap: each library is imported by what first needs it."""
     code = f"{statement}; import sys; print(sorted({{m.partition('.')[0] for m in sys.modules}}))"
@@ -251,7 +273,7 @@ def test_xarray_discovers_the_engine_without_loading_refgrid():
 
 
 def test_public_functions_survive_their_subpackages_being_imported():
-    code = ("import refgrid, refgrid.scan.hdf5, refgrid.write.parquet, refgrid.combine, "
+    code = ("import refgrid, refgrid.scan.hdf5, refgrid.writers.parquet, refgrid.combine, "
             "refgrid.archive.task; import types; "
             "print([isinstance(getattr(refgrid, n), types.FunctionType) "
             "for n in ('scan', 'write', 'combine', 'batch', 'get_mapper')])")
@@ -283,3 +305,30 @@ def test_benchmarks_import_names_that_exist():
                 missing += [f"{script.name}: {node.module}.{alias.name}" for alias in node.names
                             if not hasattr(module, alias.name)]
     assert not missing, missing
+
+
+def test_every_public_name_imports_and_every_entry_point_resolves():
+    """The layout moves modules, never public names: each name in ``refgrid.__all__``, the
+    public module ``refgrid.plot``, and every entry point ``pyproject.toml`` declares."""
+    import importlib
+    import tomllib
+
+    for name in refgrid.__all__:
+        assert getattr(refgrid, name) is not None, name
+    from refgrid import plot
+
+    assert plot.__name__ == "refgrid.explore.plot"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {f"scripts.{k}": v for k, v in project["scripts"].items()}
+    for group, points in project["entry-points"].items():
+        declared |= {f"{group}.{k}": v for k, v in points.items()}
+    assert len(declared) == 12, sorted(declared)
+    for name, target in declared.items():
+        module, _, attribute = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), attribute)), name
+    from importlib.metadata import distribution
+
+    installed = {f"{e.group}.{e.name}": e.value for e in distribution("refgrid").entry_points}
+    assert {k: v for k, v in installed.items() if not k.startswith("console_scripts")} == {
+        k: v for k, v in declared.items() if not k.startswith("scripts")}, (
+        "the installed entry points differ from pyproject.toml: reinstall (make test does)")

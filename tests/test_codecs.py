@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 import refgrid
-from refgrid.chunk_codecs import (
+from refgrid.codecs.filters import UnsupportedFilter, bytes_codec, hdf5_pipeline
+from refgrid.codecs.pipeline import (
     ChunkCodec,
     byte_codec,
     hdf5_shuffle_decode,
     hdf5_shuffle_encode,
     unshuffle,
 )
-from refgrid.codecs import UnsupportedFilter, bytes_codec, hdf5_pipeline
 from refgrid.read.decode import LIBDEFLATE_FROM, ChunkDecodeError, chunk_decoder
 
 

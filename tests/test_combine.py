@@ -14,9 +14,9 @@ import xarray as xr
 import refgrid
 from helpers import FIXTURES
 from refgrid.combine import CombineError, combine
-from refgrid.grid import RectilinearGrid
-from refgrid.grid_json import emit_chunk_grid, parse_chunk_grid
-from refgrid.manifest import INLINE, ChunkManifest
+from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import INLINE, ChunkManifest
 
 # archive → (chunk_grid name of tas, encoded_chunk_shapes expected, same time units)
 ARCHIVES = {

@@ -19,7 +19,7 @@ import xarray as xr
 import zarr
 
 import refgrid
-from refgrid.grid_json import parse_chunk_grid
+from refgrid.grid.json_forms import parse_chunk_grid
 
 
 def _open(path: Path | str, **kwargs) -> xr.Dataset:

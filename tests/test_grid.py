@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from grid_strategies import chunk_ids, grid_and_selection, grids
 from refgrid import GridError, RectilinearGrid
-from refgrid.grid_json import emit_chunk_grid
-from refgrid.selection import orthogonal_index
+from refgrid.grid.json_forms import emit_chunk_grid
+from refgrid.grid.selection import orthogonal_index
 
 
 def test_regular_grid_pads_only_the_last_chunk():

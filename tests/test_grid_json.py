@@ -9,7 +9,7 @@ from hypothesis import given
 
 from grid_strategies import grids
 from refgrid import GridError, RectilinearGrid
-from refgrid.grid_json import emit_chunk_grid, parse_chunk_grid, rle
+from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid, rle
 
 
 def _validate(doc: dict, schema: dict) -> None:

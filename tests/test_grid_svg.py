@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from refgrid.grid import RectilinearGrid
-from refgrid.grid_svg import BAR_WIDTH, LABEL_WIDTH, PADDED_COLOUR
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.grid.svg import BAR_WIDTH, LABEL_WIDTH, PADDED_COLOUR
 
 SVG = "{http://www.w3.org/2000/svg}"
 

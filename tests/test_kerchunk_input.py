@@ -20,8 +20,8 @@ from ground_truth import ground_truth, restore, same
 from helpers import FIXTURES, data_files
 from kerchunk_peer import Translations, translate
 from refgrid.errors import FormatError, RefgridError
-from refgrid.model import VirtualArray
-from refgrid.write import to_kerchunk
+from refgrid.model.virtual import VirtualArray
+from refgrid.writers.references import to_kerchunk
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from refgrid import ChunkManifest, ModelError, RectilinearGrid, VirtualArray, VirtualGroup
-from refgrid.manifest import INLINE, MISSING
-from refgrid.model import same_value
+from refgrid.model.manifest import INLINE, MISSING
+from refgrid.model.virtual import same_value
 
 
 def _file_array(url: str, ntime: int, chunk: int = 10, fill=np.nan) -> VirtualArray:

@@ -1,4 +1,4 @@
-"""refgrid.plot: what each picture draws is the references' own numbers (file boundaries,
+"""refgrid.explore.plot: what each picture draws is the references' own numbers (file boundaries,
 padded chunks, chunk lengths, the cost of a selection), and it renders to PNG."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 import refgrid
 from refgrid import plot
-from refgrid.grid_svg import PADDED_COLOUR
+from refgrid.grid.svg import PADDED_COLOUR
 from test_combine import _files
 
 matplotlib.use("Agg")

@@ -26,7 +26,7 @@ from ground_truth import ground_truth, restore, same
 from helpers import FIXTURES, data_files
 from refgrid.combine import combine
 from refgrid.errors import ReadError, WriteError
-from refgrid.output import save
+from refgrid.writers import save
 from test_combine import ARCHIVES, _files
 from zarr32_rule import read_array
 
@@ -413,7 +413,7 @@ def test_batch_to_icechunk_refuses_options_it_cannot_honour(tmp_path):
 
 
 def test_icechunk_without_its_extra_names_it(monkeypatch, tmp_path):
-    from refgrid.write.icechunk import local_repository
+    from refgrid.writers.icechunk import local_repository
 
     monkeypatch.setitem(sys.modules, "icechunk", None)
     with pytest.raises(refgrid.MissingExtraError, match="'icechunk' extra"):
@@ -440,9 +440,9 @@ def test_classic_kerchunk_from_the_command_line_and_batch(tmp_path):
 KILLED_REWRITE = """
 import sys, time
 import refgrid
-import refgrid.output.padded as padded
+import refgrid.writers.padded as padded
 from refgrid.combine import combine
-from refgrid.output import save
+from refgrid.writers import save
 
 calls = []
 crop = padded._cropped

@@ -14,7 +14,7 @@ from acceptance import check_file, engine_reader, mapper_reader, refgrid_reader,
 from ground_truth import assert_like_source
 from helpers import FIXTURES, hdf5_files, netcdf3_files
 from refgrid.errors import ReadError
-from refgrid.model import same_value
+from refgrid.model.virtual import same_value
 from refgrid.read.array import read
 from refgrid.scan.v3_refs import references_to_group
 

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import refgrid.read.array as reader
 from grid_strategies import axis_index, grids
-from refgrid.chunk_codecs import encode_chunk
-from refgrid.codecs import bytes_codec
-from refgrid.manifest import INLINE, MISSING, ChunkManifest
-from refgrid.model import VirtualArray
+from refgrid.codecs.filters import bytes_codec
+from refgrid.codecs.pipeline import encode_chunk
+from refgrid.model.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.model.virtual import VirtualArray
 
 FILL = -99
 CODECS = {

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 import refgrid
 from refgrid.cli import main
-from refgrid.grid import RectilinearGrid
-from refgrid.manifest import ChunkManifest
-from refgrid.reprs import group_summary
+from refgrid.core.reprs import group_summary
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import ChunkManifest
 from test_combine import _files
 
 

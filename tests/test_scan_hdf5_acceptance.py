@@ -9,8 +9,8 @@ import pytest
 
 from acceptance import FileResult, check_file, stock_zarr_group, stock_zarr_reader, table
 from helpers import FIXTURES, hdf5_files
-from refgrid.grid_json import emit_chunk_grid
-from refgrid.manifest import INLINE
+from refgrid.grid.json_forms import emit_chunk_grid
+from refgrid.model.manifest import INLINE
 from refgrid.scan import scan
 
 
@@ -73,7 +73,7 @@ def _referenceable_storage(path):
 # -- the traps other tools fall into ----------------------------------------------------------
 
 def _refs(path):
-    from refgrid.write import to_kerchunk
+    from refgrid.writers.references import to_kerchunk
 
     return to_kerchunk(scan(path, on_error="report"))
 

@@ -11,7 +11,7 @@ from acceptance import stock_zarr_group
 from ground_truth import ground_truth, restore, same
 from helpers import FIXTURES
 from refgrid.scan import source
-from refgrid.write import to_kerchunk
+from refgrid.writers.references import to_kerchunk
 
 FILES = ["monthly/chunk10/tas_200101.nc", "features/hdf5_filters.h5",
          "features/netcdf4_features.nc"]

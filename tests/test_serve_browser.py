@@ -11,7 +11,7 @@ import pytest
 
 import refgrid
 from helpers import FIXTURES
-from refgrid.grid_svg import CHUNK_COLOUR, EDGE_COLOUR, PADDED_COLOUR
+from refgrid.grid.svg import CHUNK_COLOUR, EDGE_COLOUR, PADDED_COLOUR
 from servers import start_refgrid_serve
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

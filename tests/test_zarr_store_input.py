@@ -13,8 +13,8 @@ import zarr
 
 import refgrid
 from helpers import FIXTURES
-from refgrid.keys import chunk_key
-from refgrid.zarr_json import documents
+from refgrid.core.keys import chunk_key
+from refgrid.model.zarr_json import documents
 
 MONTHS = [FIXTURES / "monthly" / "chunk10" / f"tas_2001{m:02d}.nc" for m in (1, 2, 3)]
 

@@ -37,51 +37,55 @@ from refgrid.errors import (
 )
 
 if TYPE_CHECKING:
-    from refgrid.advise import ChunkAdvice, advise_chunks
     from refgrid.archive import batch
-    from refgrid.bounds import Limits, limits, set_limits
     from refgrid.combine import combine
-    from refgrid.grid import RectilinearGrid
-    from refgrid.manifest import ChunkManifest
+    from refgrid.core.bounds import Limits, limits, set_limits
+    from refgrid.explore import plot as plot
+    from refgrid.explore.advise import ChunkAdvice, advise_chunks
+    from refgrid.grid.rectilinear import RectilinearGrid
     from refgrid.materialize import materialize
-    from refgrid.model import VirtualArray, VirtualGroup
-    from refgrid.output import write
+    from refgrid.model.manifest import ChunkManifest
+    from refgrid.model.virtual import VirtualArray, VirtualGroup
     from refgrid.read.mapper import get_mapper
     from refgrid.scan import scan
-    from refgrid.write import to_kerchunk
+    from refgrid.writers import to_kerchunk, write
 
 __version__ = "0.1.0"
 
-_LAZY = {"advise_chunks": "refgrid.advise", "ChunkAdvice": "refgrid.advise",
+_LAZY = {"advise_chunks": "refgrid.explore.advise", "ChunkAdvice": "refgrid.explore.advise",
          "batch": "refgrid.archive", "materialize": "refgrid.materialize",
-         "Limits": "refgrid.bounds", "limits": "refgrid.bounds",
-         "set_limits": "refgrid.bounds", "combine": "refgrid.combine",
-         "RectilinearGrid": "refgrid.grid", "ChunkManifest": "refgrid.manifest",
-         "VirtualArray": "refgrid.model", "VirtualGroup": "refgrid.model",
+         "Limits": "refgrid.core.bounds", "limits": "refgrid.core.bounds",
+         "set_limits": "refgrid.core.bounds", "combine": "refgrid.combine",
+         "RectilinearGrid": "refgrid.grid.rectilinear", "ChunkManifest": "refgrid.model.manifest",
+         "VirtualArray": "refgrid.model.virtual", "VirtualGroup": "refgrid.model.virtual",
          "get_mapper": "refgrid.read.mapper", "scan": "refgrid.scan",
-         "to_kerchunk": "refgrid.write", "write": "refgrid.output"}
+         "to_kerchunk": "refgrid.writers", "write": "refgrid.writers"}
 """Public name → the module defining it."""
+
+_MODULES = {"plot": "refgrid.explore.plot"}
+"""Public module names → where the module lives (``from refgrid import plot``)."""
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
         raise AttributeError(f"module 'refgrid' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, *_MODULES})
 
 
 class _Package(types.ModuleType):
-    """The package, keeping its functions over same-named subpackages: importing
-    ``refgrid.scan.hdf5`` would otherwise rebind ``refgrid.scan`` to the subpackage (the
-    import system sets each submodule on its parent), and ``refgrid.scan(path)`` would
-    then call a module (``refgrid.write`` is the function of :mod:`refgrid.output`, not
-    the package :mod:`refgrid.write`)."""
+    """The package, keeping its functions over same-named modules: importing
+    ``refgrid.scan.hdf5`` (or ``refgrid.combine``) would otherwise rebind ``refgrid.scan``
+    to the subpackage (the import system sets each submodule on its parent), and
+    ``refgrid.scan(path)`` would then call a module."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, types.ModuleType) and name in _LAZY:

@@ -160,7 +160,7 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
     """
     import refgrid
     from refgrid.archive.inputs import expand
-    from refgrid.output import save
+    from refgrid.writers import save
 
     options = _storage_options(storage)
     groups = _scan(list(expand(sources, options)), timeout, allowed_sources=list(allowed) or None,
@@ -182,7 +182,7 @@ def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]
     process can be stopped. Files are scanned in parallel, results kept in order."""
     import multiprocessing
 
-    from refgrid.bounds import current
+    from refgrid.core.bounds import current
 
     limit = current().scan_timeout if timeout is None else timeout
     workers = max(1, min(len(sources), os.cpu_count() or 1, 8))
@@ -270,7 +270,7 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
     target: Any = output
     if to_icechunk:
         from refgrid.archive.inputs import expand
-        from refgrid.write.icechunk import local_repository
+        from refgrid.writers.icechunk import local_repository
 
         target = local_repository(output, expand(list(sources), _storage_options(storage)))
         work_dir = work_dir or output.with_name(output.name + ".parts")
@@ -320,7 +320,7 @@ def inspect(source: str, as_json: bool, allowed: tuple[str, ...],
       refgrid inspect demo-output/tas_2001.json
       refgrid inspect refs.parq --json | jq '.arrays.tas.chunks'
     """
-    from refgrid.reprs import group_summary, group_text
+    from refgrid.core.reprs import group_summary, group_text
     from refgrid.scan import scan as scan_input
 
     group = scan_input(source, allowed_sources=allowed or None, **_storage_options(storage))
@@ -350,7 +350,7 @@ def advise(source: str, size: str, access: tuple[str, ...], variable: str | None
     Example:
       refgrid advise demo-output/tas_2001.json --size 1MiB --access time=1 --access lat,lon=3
     """
-    from refgrid.advise import advise_chunks
+    from refgrid.explore.advise import advise_chunks
     from refgrid.scan import scan as scan_input
 
     patterns: dict[str | tuple[str, ...], float] = {}

@@ -26,13 +26,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from refgrid.codecs import bytes_codec
-from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, reader_attrs
+from refgrid.codecs.filters import bytes_codec
+from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, reader_attrs
 from refgrid.errors import CombineError, RefgridError
-from refgrid.grid import AxisChunks, RectilinearGrid
-from refgrid.manifest import INLINE, MISSING, ChunkManifest
-from refgrid.model import VirtualArray, VirtualGroup, same_value
-from refgrid.report import ReportEntry
+from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
+from refgrid.model.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup, same_value
 
 DECODING_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
 """Attributes that change decoded values: they must agree across files."""
@@ -237,8 +236,8 @@ class _Combine:
         """``part`` with its chunks re-encoded to ``first``'s codecs (inlined), if needed."""
         if _decoding(part.codecs) == _decoding(first.codecs):
             return part
-        from refgrid.chunk_codecs import encode_chunk
-        from refgrid.codecs import stored_dtype
+        from refgrid.codecs.filters import stored_dtype
+        from refgrid.codecs.pipeline import encode_chunk
         from refgrid.read.array import read
 
         stored = stored_dtype(part.dtype, first.codecs)

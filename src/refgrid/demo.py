@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from refgrid.combine import combine
-from refgrid.grid_json import emit_chunk_grid
-from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.output import write
+from refgrid.grid.json_forms import emit_chunk_grid
+from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.scan import scan
+from refgrid.writers import write
 
 
 def run(fixtures: Path, out: Path, echo: Callable[[str], object] = print) -> list[Path]:

@@ -31,14 +31,14 @@ from typing import Any, cast
 
 import numpy as np
 
-from refgrid.advise import advise_chunks
+from refgrid.core.sources import SourceCheck
+from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError, RefgridError, WriteError
-from refgrid.extras import import_extra
-from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.explore.advise import advise_chunks
+from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.read.array import Reader
 from refgrid.scan import Input, scan
-from refgrid.sources import SourceCheck
-from refgrid.write.atomic import write_file
+from refgrid.writers.atomic import write_file
 
 JOURNAL = ".refgrid-materialize"
 KEPT_ENCODING = ("dtype", "scale_factor", "add_offset", "_FillValue", "missing_value", "units",

@@ -22,13 +22,13 @@ from refgrid.archive.inputs import expand
 from refgrid.archive.journal import Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
+from refgrid.core.sources import SourceIdentity, identity_difference
+from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
-from refgrid.extras import import_extra
-from refgrid.output import PADDED_CHOICES, Padded, check_icechunk_options, save, write
 from refgrid.scan.source import Source
-from refgrid.sources import SourceIdentity, identity_difference
-from refgrid.write import FORMATS, Format
-from refgrid.write.atomic import clean_leftovers, replace_file, temporary_for
+from refgrid.writers import PADDED_CHOICES, Padded, check_icechunk_options, save, write
+from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for
+from refgrid.writers.references import FORMATS, Format
 
 
 @dataclass(frozen=True)

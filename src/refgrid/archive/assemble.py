@@ -22,7 +22,7 @@ from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
 from refgrid.combine import combine, decode_times
 from refgrid.errors import BatchError, CombineError
-from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.model.virtual import VirtualArray, VirtualGroup
 
 SLICE_FILES = 2000
 

@@ -11,9 +11,14 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from refgrid.core.sources import (
+    SourceIdentity,
+    filesystem,
+    identity_from_info,
+    identity_of,
+    is_local,
+)
 from refgrid.errors import ArgumentError, RefgridError
-from refgrid.filesystems import filesystem
-from refgrid.sources import SourceIdentity, identity_from_info, identity_of, is_local
 
 GLOB_CHARACTERS = "*?["
 

@@ -25,9 +25,9 @@ from typing import IO, Any, NotRequired, TypedDict
 import orjson
 
 from refgrid.archive.record import FORMAT
+from refgrid.core.sources import SourceIdentity
 from refgrid.errors import BatchError
-from refgrid.sources import SourceIdentity
-from refgrid.write.atomic import clean_leftovers, replace_file, temporary_for
+from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for
 
 RECORDS = "records.bin"
 LOCK = "lock"

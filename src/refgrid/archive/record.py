@@ -14,10 +14,9 @@ import pickle
 from typing import Any
 
 from refgrid.errors import BatchError, RefgridError
-from refgrid.grid import AxisChunks, RectilinearGrid
-from refgrid.manifest import ChunkManifest
-from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.report import ReportEntry
+from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
+from refgrid.model.manifest import ChunkManifest
+from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
 
 FORMAT = 1
 SAFE_GLOBALS = frozenset({

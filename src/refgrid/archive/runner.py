@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from refgrid.archive.task import Failed, ScanJob, Scanned, scan_files
+from refgrid.core.sources import SourceIdentity
+from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError
-from refgrid.extras import import_extra
-from refgrid.sources import SourceIdentity
 
 Files = list[tuple[str, SourceIdentity | None]]
 OnResult = Callable[[list[Scanned | Failed]], None]

@@ -19,9 +19,9 @@ import numpy as np
 from refgrid.archive.journal import Header
 from refgrid.archive.record import dumps
 from refgrid.combine import with_inline_coordinates
+from refgrid.core.sources import SourceIdentity, is_local
 from refgrid.errors import RefgridError, ScanError
-from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.sources import SourceIdentity, is_local
+from refgrid.model.virtual import VirtualArray, VirtualGroup
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def _fetched_whole(url: str, recorded: SourceIdentity, job: ScanJob
                    ) -> AbstractContextManager[None]:
     """A small remote file fetched in one request and held while the worker scans and reads
     it (the scan alone would make three or four, and each read of a variable one more)."""
-    from refgrid.prefetch import held_file
+    from refgrid.core.sources import held_file
     from refgrid.scan.source import WHOLE_FILE_LIMIT, Source
 
     if is_local(url) or recorded["size"] > WHOLE_FILE_LIMIT:

@@ -1,6 +1,6 @@
 """Reading a virtual array: selection → chunks → byte ranges → decode → crop → assemble.
 
-The selection is decomposed per axis (:mod:`refgrid.selection`) and read in boxes of chunks.
+The selection is decomposed per axis (:mod:`refgrid.grid.selection`) and read in boxes of chunks.
 A box's chunks are fetched as coalesced byte ranges, decompressed as one batch, laid side by
 side as tiles, and the selection is copied out of all of them in one numpy step: beyond the
 decompressor call there is no Python work per chunk. Chunks decode to their *encoded* shape and
@@ -20,16 +20,16 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from refgrid.bounds import current as current_limits
+from refgrid.core.bounds import current as current_limits
+from refgrid.core.keys import chunk_key
+from refgrid.core.sources import SourceCheck
+from refgrid.core.util import thread_pool
 from refgrid.errors import ReadError, RefgridError
-from refgrid.keys import chunk_key
-from refgrid.manifest import INLINE, MISSING, chunk_coords
-from refgrid.model import VirtualArray
-from refgrid.pools import thread_pool
+from refgrid.grid.selection import AxisTile, orthogonal_index
+from refgrid.model.manifest import INLINE, MISSING, chunk_coords
+from refgrid.model.virtual import VirtualArray
 from refgrid.read.decode import ChunkDecodeError, chunk_decoder
 from refgrid.read.fetch import FetchError, is_local, read_ranges
-from refgrid.selection import AxisTile, orthogonal_index
-from refgrid.sources import SourceCheck
 
 BOX_BYTES = 8 * 2**20
 """Decoded bytes of one box: small enough to stay in cache and for its buffers to be reused."""

@@ -18,18 +18,18 @@ from xarray.backends.common import _decode_variable_name
 from xarray.coding.strings import create_vlen_dtype
 from xarray.core import indexing
 
-from refgrid.dtypes import (
+from refgrid.core.dtypes import (
     dataset_encoding,
     original_dtype,
     reader_attrs,
     variable_encoding,
     vlen_element,
 )
+from refgrid.core.sources import SourceCheck
 from refgrid.errors import ArgumentError, FormatError, GroupError
-from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.read.array import Reader
 from refgrid.scan import Input, scan
-from refgrid.sources import SourceCheck
 
 
 class RefgridBackendArray(BackendArray):

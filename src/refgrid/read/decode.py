@@ -4,7 +4,7 @@ Decoding a batch (:meth:`ChunkDecoder.decompress_many`) runs each bytes→bytes 
 whole list of chunks in a C-level loop, and a trailing byte shuffle (HDF5's usual first
 filter) as one numpy step over all of them; where the decoded size is known exactly,
 libdeflate inflates straight into a buffer of that size. One chunk's values are then made by
-the array's :class:`~refgrid.chunk_codecs.ChunkCodec`.
+the array's :class:`~refgrid.codecs.pipeline.ChunkCodec`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 import imagecodecs
 import numpy as np
 
-from refgrid.chunk_codecs import ChunkCodec, byte_codec, hdf5_shuffle_decode, unshuffle
-from refgrid.codecs import CodecJSON, Pipeline
+from refgrid.codecs.filters import CodecJSON, Pipeline
+from refgrid.codecs.pipeline import ChunkCodec, byte_codec, hdf5_shuffle_decode, unshuffle
 
 SIZE_KEEPING = frozenset({"numcodecs.shuffle", "refgrid.shuffle"})
 """Byte shuffles: decoded size equals encoded size."""

@@ -17,9 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from refgrid.filesystems import filesystem
-from refgrid.prefetch import held
-from refgrid.sources import is_local
+from refgrid.core.sources import filesystem, held, is_local
 
 LOCAL_GAP = 16 * 2**10
 REMOTE_GAP = 256 * 2**10

@@ -30,30 +30,30 @@ import numpy as np
 from fsspec import AbstractFileSystem
 from fsspec.mapping import FSMap
 
-from refgrid.codecs import CodecJSON, bytes_codec
-from refgrid.dtypes import (
+from refgrid.codecs.filters import CodecJSON, bytes_codec
+from refgrid.core.dtypes import (
     DTYPE_ATTR,
     ENCODING_ATTR,
     original_dtype,
     reader_attrs,
     zarr_records,
 )
+from refgrid.core.keys import chunk_of_key, document_node
+from refgrid.core.sources import SourceCheck
 from refgrid.errors import FormatError, RefgridError
-from refgrid.grid import RectilinearGrid
-from refgrid.keys import chunk_of_key, document_node
-from refgrid.manifest import MISSING, ChunkManifest
-from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.read.array import Reader, read_fill
-from refgrid.read.view_chunks import ViewChunks, view_chunks
-from refgrid.scan import Input, scan
-from refgrid.sources import SourceCheck
-from refgrid.zarr_json import (
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import MISSING, ChunkManifest
+from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.model.zarr_json import (
     ArrayDocument,
     Document,
     array_document,
     consolidated,
     group_document,
 )
+from refgrid.read.array import Reader, read_fill
+from refgrid.read.view_chunks import ViewChunks, view_chunks
+from refgrid.scan import Input, scan
 
 
 @dataclass(frozen=True)

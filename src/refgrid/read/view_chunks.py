@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import Literal
 
 from refgrid.errors import ArgumentError
-from refgrid.grid import AxisChunks
-from refgrid.model import VirtualArray
+from refgrid.grid.rectilinear import AxisChunks
+from refgrid.model.virtual import VirtualArray
 
 ViewChunks = Literal["auto", "native"] | Mapping[str, int]
 """``"auto"``: assembled blocks chosen by the cost model; ``"native"``: the native chunks

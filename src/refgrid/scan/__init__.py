@@ -1,4 +1,4 @@
-"""``scan(x)``: any input → :class:`~refgrid.model.VirtualGroup`, the one place that decides
+"""``scan(x)``: any input → :class:`~refgrid.model.virtual.VirtualGroup`, the one place that decides
 what an input is.
 
 Every reader goes through here — :func:`refgrid.get_mapper`, the xarray engine, the CLI — so
@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NoReturn
 
+from refgrid.core.keys import METADATA, ZMETADATA
 from refgrid.errors import (
     ArgumentError,
     FormatError,
@@ -33,8 +34,7 @@ from refgrid.errors import (
     RefgridError,
     ScanError,
 )
-from refgrid.keys import METADATA, ZMETADATA
-from refgrid.model import VirtualGroup
+from refgrid.model.virtual import VirtualGroup
 from refgrid.scan.allowed import check_sources, default_allowed
 from refgrid.scan.options import OnError, ScanOptions
 from refgrid.scan.source import Source

@@ -15,9 +15,9 @@ import posixpath
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from refgrid.core.sources import is_local
 from refgrid.errors import AccessError
-from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.sources import is_local
+from refgrid.model.virtual import VirtualArray, VirtualGroup
 
 
 def default_allowed(references_url: str | None) -> list[str] | None:

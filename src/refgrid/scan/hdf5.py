@@ -1,4 +1,4 @@
-"""HDF5 and NetCDF4 files → :class:`~refgrid.model.VirtualGroup`, through h5py.
+"""HDF5 and NetCDF4 files → :class:`~refgrid.model.virtual.VirtualGroup`, through h5py.
 
 Chunk positions come from ``DatasetID.chunk_iter`` (one pass over the chunk index, any index
 type). What cannot be a byte-range reference is inlined and reported: compact layouts, chunks
@@ -22,9 +22,9 @@ import hdf5plugin  # noqa: F401  (registers plugin filters with h5py for decoded
 import numcodecs
 import numpy as np
 
-from refgrid.chunk_codecs import decode_chunk, encode_chunk
-from refgrid.codecs import CodecJSON, UnsupportedFilter, bytes_codec, hdf5_pipeline
-from refgrid.dtypes import (
+from refgrid.codecs.filters import CodecJSON, UnsupportedFilter, bytes_codec, hdf5_pipeline
+from refgrid.codecs.pipeline import decode_chunk, encode_chunk
+from refgrid.core.dtypes import (
     ATTRIBUTE_TYPES_ATTR,
     ENCODING_ATTR,
     STRING,
@@ -32,12 +32,11 @@ from refgrid.dtypes import (
     attribute_types,
     storable,
 )
+from refgrid.core.util import gc_paused
 from refgrid.errors import ScanError
-from refgrid.gc_pause import gc_paused
-from refgrid.grid import RectilinearGrid
-from refgrid.manifest import INLINE, MISSING, ChunkManifest
-from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.report import ReportEntry
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
 from refgrid.scan.attributes import UnrepresentableAttribute, attribute_value
 from refgrid.scan.contiguous import rows_per_chunk
 from refgrid.scan.hdf5_encoding import enum_encoding, storage_encoding

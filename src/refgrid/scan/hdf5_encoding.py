@@ -4,7 +4,7 @@ Re-writing a dataset opened from references with ``to_netcdf`` should keep the s
 compression, chunking and record dimensions, as it does when the file itself is opened. The
 facts are read from the dataset creation property list at scan time (the references alone
 cannot tell a contiguous dataset from one split into virtual chunks) and stored in the
-``_refgrid_encoding`` attribute (:data:`refgrid.dtypes.ENCODING_ATTR`).
+``_refgrid_encoding`` attribute (:data:`refgrid.core.dtypes.ENCODING_ATTR`).
 """
 
 from __future__ import annotations

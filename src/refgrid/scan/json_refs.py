@@ -9,16 +9,16 @@ from typing import Any
 
 import orjson
 
-from refgrid.bounds import current as current_limits
+from refgrid.core.bounds import current as current_limits
+from refgrid.core.keys import METADATA
+from refgrid.core.sources import stored_identities
+from refgrid.core.util import gc_paused
 from refgrid.errors import FormatError
-from refgrid.gc_pause import gc_paused
-from refgrid.keys import METADATA
-from refgrid.model import VirtualGroup
+from refgrid.model.virtual import VirtualGroup
 from refgrid.scan.kerchunk import kerchunk_to_group, load_kerchunk
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
 from refgrid.scan.v3_refs import references_to_group
-from refgrid.sources import stored_identities
 
 
 def scan_json(source: Source, options: ScanOptions) -> VirtualGroup:

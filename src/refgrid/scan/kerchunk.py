@@ -17,14 +17,14 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from refgrid.chunk_codecs import numcodec
-from refgrid.codecs import ARRAY_TO_ARRAY, CodecJSON, bytes_codec
-from refgrid.dtypes import STRING
+from refgrid.codecs.filters import ARRAY_TO_ARRAY, CodecJSON, bytes_codec
+from refgrid.codecs.pipeline import numcodec
+from refgrid.core.dtypes import STRING
+from refgrid.core.keys import METADATA, ZARRAY, ZATTRS, ZGROUP
 from refgrid.errors import FormatError
-from refgrid.grid import RectilinearGrid
-from refgrid.keys import METADATA, ZARRAY, ZATTRS, ZGROUP
-from refgrid.manifest import INLINE, MISSING, ChunkManifest
-from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.scan.source import file_sizes
 from refgrid.scan.v3_refs import references_to_group
 

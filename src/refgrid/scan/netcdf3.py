@@ -20,13 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from refgrid.codecs import bytes_codec
-from refgrid.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, attribute_types
+from refgrid.codecs.filters import bytes_codec
+from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, attribute_types
 from refgrid.errors import FormatError
-from refgrid.grid import RectilinearGrid
-from refgrid.manifest import ChunkManifest
-from refgrid.model import VirtualArray, VirtualGroup
-from refgrid.report import ReportEntry
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import ChunkManifest
+from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
 from refgrid.scan.attributes import attribute_value, decode_text
 from refgrid.scan.contiguous import rows_per_chunk
 from refgrid.scan.options import ScanOptions

@@ -23,22 +23,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from refgrid.errors import FormatError
-from refgrid.filesystems import filesystem
-from refgrid.keys import METADATA, ZMETADATA, document_keys
-from refgrid.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
-from refgrid.model import VirtualGroup
-from refgrid.scan.kerchunk import v2_group
-from refgrid.scan.options import ScanOptions
-from refgrid.scan.source import Source, file_sizes
-from refgrid.sources import (
+from refgrid.core.keys import METADATA, ZMETADATA, document_keys
+from refgrid.core.sources import (
     RECORDS_KEY,
     SOURCES_KEY,
     SourceIdentity,
+    filesystem,
     record_digest,
     stored_identities,
 )
-from refgrid.zarr_json import group_from_documents
+from refgrid.errors import FormatError
+from refgrid.model.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
+from refgrid.model.virtual import VirtualGroup
+from refgrid.model.zarr_json import group_from_documents
+from refgrid.scan.kerchunk import v2_group
+from refgrid.scan.options import ScanOptions
+from refgrid.scan.source import Source, file_sizes
 
 
 @dataclass(frozen=True)

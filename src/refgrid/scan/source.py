@@ -18,10 +18,8 @@ from typing import IO, Any
 
 import fsspec
 
+from refgrid.core.sources import SourceIdentity, filesystem, held, identity_from_info, identity_of
 from refgrid.errors import ScanError
-from refgrid.filesystems import filesystem
-from refgrid.prefetch import held
-from refgrid.sources import SourceIdentity, identity_from_info, identity_of
 
 WHOLE_FILE_LIMIT = 32 * 2**20
 """Remote files up to this size are fetched in one request."""

@@ -1,6 +1,6 @@
 """Reference sets with Zarr v3 keys (refgrid's own JSON) → the model.
 
-Every ``zarr.json`` becomes a group or an array (:mod:`refgrid.zarr_json`); the chunk
+Every ``zarr.json`` becomes a group or an array (:mod:`refgrid.model.zarr_json`); the chunk
 references become manifest columns, key parsing and value columns done in numpy — a JSON
 reference dict of 10^5 keys is walked once, with no Python object kept per chunk.
 """
@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from refgrid.core.keys import chunk_finder, document_keys
+from refgrid.core.util import gc_paused
 from refgrid.errors import FormatError
-from refgrid.gc_pause import gc_paused
-from refgrid.grid import RectilinearGrid
-from refgrid.keys import chunk_finder, document_keys
-from refgrid.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
-from refgrid.model import VirtualGroup
-from refgrid.zarr_json import group_from_documents
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
+from refgrid.model.virtual import VirtualGroup
+from refgrid.model.zarr_json import group_from_documents
 
 ChunkRefs = list[tuple[str, Any]]
 """One array's chunk references: (key tail such as ``"0/3/1"``, reference value)."""
@@ -139,10 +139,10 @@ def _flat_indices(tails: list[str], counts: tuple[int, ...]) -> np.ndarray:
         if not (digits.isascii() and digits.isdigit()) or set(
                 map(operator.methodcaller("count", "/"), tails)) != {len(counts) - 1}:
             raise ValueError("keys of another rank, or not numeric")
-        coords = np.fromstring(text.replace("/", " "), dtype=np.int64, sep=" ")
-        if len(coords) != len(tails) * len(counts):  # an empty part ("1//2")
+        numbers = np.fromstring(text.replace("/", " "), dtype=np.int64, sep=" ")
+        if len(numbers) != len(tails) * len(counts):  # an empty part ("1//2")
             raise ValueError("empty coordinates")
-        coords = coords.reshape(len(tails), len(counts))
+        coords = numbers.reshape(len(tails), len(counts))
     except ValueError:  # some keys of another rank or not numeric: parse one by one
         coords = np.array([[int(c) for c in t.split("/")] if _is_key(t, len(counts)) else
                            [-1] * len(counts) for t in tails], np.int64).reshape(-1, len(counts))

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from refgrid.errors import FormatError
-from refgrid.grid import RectilinearGrid
-from refgrid.grid_json import emit_chunk_grid, parse_chunk_grid
+from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
+from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.scan.v3_refs import ChunkRefs
 
 SHARDING = "sharding_indexed"

@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from refgrid.gc_pause import gc_paused
-from refgrid.keys import chunk_finder, document_keys
-from refgrid.model import VirtualGroup
+from refgrid.core.keys import chunk_finder, document_keys
+from refgrid.core.util import gc_paused
+from refgrid.model.virtual import VirtualGroup
+from refgrid.model.zarr_json import group_from_documents
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
 from refgrid.scan.v3_refs import ChunkRefs, chunk_manifest, document
 from refgrid.scan.zarr_shards import is_sharded, unshard
-from refgrid.zarr_json import group_from_documents
 
 
 def scan_zarr_store(source: Source, options: ScanOptions) -> VirtualGroup:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from refgrid.extras import import_extra
+from refgrid.core.util import import_extra
 
 if TYPE_CHECKING:
     from aiohttp import web

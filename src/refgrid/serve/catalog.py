@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from refgrid.core.keys import METADATA, ZMETADATA
 from refgrid.errors import AccessError, ArgumentError, RefgridError
-from refgrid.keys import METADATA, ZMETADATA
-from refgrid.model import VirtualGroup
+from refgrid.model.virtual import VirtualGroup
 from refgrid.scan import scan
 from refgrid.scan.allowed import check_sources, normalized
 from refgrid.serve.views import NativeView, RegularView, ViewSpec

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from refgrid.model import VirtualArray
-from refgrid.reprs import array_summary, group_summary, size, unusual_chunks
+from refgrid.core.reprs import array_summary, group_summary, size, unusual_chunks
+from refgrid.model.virtual import VirtualArray
 from refgrid.serve.catalog import Dataset, Entry
 
 STYLE = """

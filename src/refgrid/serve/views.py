@@ -19,15 +19,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from refgrid.core.keys import chunk_of_key, document_node
+from refgrid.core.sources import SourceCheck
 from refgrid.errors import ArgumentError, FormatError, RefgridError
-from refgrid.keys import chunk_of_key, document_node
-from refgrid.manifest import INLINE, MISSING, flat_index
-from refgrid.model import VirtualArray, VirtualGroup
+from refgrid.model.manifest import INLINE, MISSING, flat_index
+from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.model.zarr_json import consolidated, documents
 from refgrid.read.array import fetch_chunks
 from refgrid.read.mapper import RegularViewFileSystem
 from refgrid.read.view_chunks import ViewChunks
-from refgrid.sources import SourceCheck
-from refgrid.zarr_json import consolidated, documents
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,212 @@
+"""The source files behind references: the fsspec filesystem of a URL, each file's identity
+(checked before reading it), and remote files held in memory while a batch worker uses them.
+
+Source identity: which file a reference set was made from, checked before reading it.
+
+References are byte ranges. If a source is rewritten in place, replaced by another file or
+its S3 object overwritten, the same ranges decode silently to other data. Scanners record
+each source's identity — its size always, its modification time locally, its ETag (and
+version) where the store gives one — and writers keep the table beside the references. A
+reader checks a file's identity once per open, the first time it reads from it, and raises a
+:class:`~refgrid.errors.ReadError` naming the file and what changed (``verify_sources=False``
+skips the check). Remote files are checked concurrently with each other and with the data
+requests of that first read, whose bytes are handed out only once the check has passed: the
+check costs no round trip of its own.
+
+Held files: a batch worker scans a small remote file and then reads its concat coordinate and
+the variables it digests. Fetched once with :func:`held_file`, the file serves the scan's
+metadata reads (:class:`~refgrid.scan.source.Source`) and those chunk reads
+(:mod:`refgrid.read.fetch`) from memory: one request per file instead of one per step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, NotRequired, TypedDict
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from refgrid.core.util import thread_pool
+from refgrid.errors import MissingExtraError, ReadError
+
+SOURCES_KEY = "refgrid"
+"""Top-level key of JSON references (and of parquet's ``.zmetadata``) holding
+``{"sources": {url: identity}}``."""
+
+
+RECORDS_KEY = "records"
+"""Key, beside ``sources`` in parquet's ``.zmetadata`` section, of each record file's digest
+(relative name → :func:`record_digest`)."""
+
+
+def record_digest(data: bytes) -> str:
+    """The digest of a parquet record file's bytes, written beside it and checked by the
+    reader: parquet's page checksums leave page headers and the footer uncovered, where
+    damaged bytes can decode to other references."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class SourceIdentity(TypedDict):
+    size: int
+    mtime: NotRequired[float]
+    etag: NotRequired[str]
+    version: NotRequired[str]
+
+
+def filesystem(url: str, storage_options: Mapping[str, Any] | None = None
+               ) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem serving ``url`` and the path within it. Local files need nothing beyond
+    fsspec; ``s3://`` needs s3fs and ``http(s)://`` aiohttp (the ``remote`` extra), which
+    fsspec's own message for a missing protocol package does not name."""
+    try:
+        return url_to_fs(url, **(storage_options or {}))
+    except ImportError as e:
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        raise MissingExtraError("remote", f"reading {protocol}:// URLs ({url})",
+                                e.name or str(e)) from None
+
+
+def is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file://")
+
+
+def identity_of(url: str, storage_options: Mapping[str, Any] | None = None) -> SourceIdentity:
+    """The identity of the file at ``url`` now (one ``stat`` or ``HEAD``)."""
+    if is_local(url):
+        stat = os.stat(url.removeprefix("file://"))
+        return {"size": stat.st_size, "mtime": stat.st_mtime}
+    fs, path = filesystem(url, dict(storage_options or {}))
+    return identity_from_info(fs.info(path))
+
+
+def identity_from_info(info: Mapping[str, Any]) -> SourceIdentity:
+    """The identity of a remote file from fsspec's ``info`` (or a ``glob``/``find`` listing
+    with ``detail=True``, which gives the same fields without a request per file)."""
+    out: SourceIdentity = {"size": int(info["size"])}
+    etag = info.get("ETag") or info.get("etag")
+    if etag:
+        out["etag"] = str(etag).strip('"')
+    version = info.get("VersionId") or info.get("version_id")
+    if version:
+        out["version"] = str(version)
+    return out
+
+
+def stored_identities(container: Any) -> dict[str, SourceIdentity]:
+    """The table stored in a reference set's top level (or ``.zmetadata``), kept only where
+    it has the expected shape."""
+    section = container.get(SOURCES_KEY) if isinstance(container, Mapping) else None
+    value = section.get("sources") if isinstance(section, Mapping) else None
+    if not isinstance(value, Mapping):
+        return {}
+    out: dict[str, SourceIdentity] = {}
+    for url, entry in value.items():
+        if isinstance(url, str) and isinstance(entry, Mapping) and isinstance(
+                entry.get("size"), int):
+            out[url] = SourceIdentity(**{k: entry[k] for k in SourceIdentity.__annotations__
+                                         if k in entry})  # type: ignore[typeddict-item]
+    return out
+
+
+def identity_difference(was: SourceIdentity, now: SourceIdentity) -> str:
+    """What differs between two identities of a file (``""``: nothing they both record)."""
+    before, after = dict(was), dict(now)
+    return "; ".join(f"{key} was {before[key]!r}, is {after[key]!r}"
+                     for key in ("size", "etag", "version", "mtime")
+                     if key in before and key in after and before[key] != after[key])
+
+
+CHECK_WORKERS = 16
+"""Identity requests in flight at once."""
+
+
+def _nothing() -> None:
+    pass
+
+
+class SourceCheck:
+    """Checks each recorded source once, the first time a read touches it."""
+
+    def __init__(self, recorded: Mapping[str, SourceIdentity],
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        self.recorded = dict(recorded)
+        self.storage_options = dict(storage_options or {})
+        self.checked: set[str] = set()
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"recorded": self.recorded, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["recorded"], state["storage_options"])  # type: ignore[misc]
+
+    def forget(self) -> None:
+        """Check every source again at its next read (a long-running reader's sources may
+        be rewritten after their first check)."""
+        with self.lock:
+            self.checked.clear()
+
+    def start(self, urls: Iterable[str]) -> Callable[[], None]:
+        """Begin checking those of ``urls`` not checked yet: local files now, remote ones
+        concurrently in the background. Returns the function that waits for them (and
+        raises for a changed source)."""
+        todo = [u for u in dict.fromkeys(urls) if u in self.recorded and u not in self.checked]
+        remote = [u for u in todo if not is_local(u)]
+        for url in todo:
+            if is_local(url):
+                self._check(url)
+                self._done(url)
+        if not remote:
+            return _nothing
+        pool = thread_pool("refgrid-check", CHECK_WORKERS)
+        futures = [pool.submit(self._check, url) for url in remote]
+
+        def wait() -> None:
+            for url, future in zip(remote, futures, strict=True):
+                future.result()
+                self._done(url)
+
+        return wait
+
+    def _done(self, url: str) -> None:
+        with self.lock:
+            self.checked.add(url)
+
+    def _check(self, url: str) -> None:
+        expected = self.recorded[url]
+        try:
+            now = identity_of(url, self.storage_options)
+        except FileNotFoundError:
+            return  # the read that follows names the missing file and the chunk
+        except OSError as e:
+            raise ReadError(f"{url}: cannot check the source: {e}") from None
+        changed = identity_difference(expected, now)
+        if changed:
+            raise ReadError(f"{url}: the source changed since it was scanned ({changed}); "
+                            "scan it again, or pass verify_sources=False to read it anyway")
+
+
+_held: dict[str, tuple[bytes, SourceIdentity]] = {}
+_held_lock = threading.Lock()
+
+
+@contextmanager
+def held_file(url: str, data: bytes, identity: SourceIdentity) -> Iterator[None]:
+    """Within the block, reads of ``url`` (in this process) are served from ``data``."""
+    with _held_lock:
+        _held[url] = (data, identity)
+    try:
+        yield
+    finally:
+        with _held_lock:
+            _held.pop(url, None)
+
+
+def held(url: str) -> tuple[bytes, SourceIdentity] | None:
+    """The bytes and identity of ``url`` if it is held, else ``None``."""
+    return _held.get(url)

@@ -1,0 +1,74 @@
+"""Small process-level helpers every part shares: optional dependencies imported when first
+used, process-wide thread pools, pausing the garbage collector around bulk object creation,
+and read-only mappings in frozen dataclasses that still pickle."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+
+from refgrid.errors import MissingExtraError
+
+
+def import_extra(module: str, extra: str, what: str) -> Any:
+    """``module``, imported; ``what`` needs it, and ``pip install 'refgrid[extra]'`` has it.
+
+    ``import refgrid`` stays light, and a missing one is a
+    :class:`~refgrid.errors.MissingExtraError` naming the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingExtraError(extra, what, e.name or module) from None
+
+
+_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
+_pools_lock = threading.Lock()
+
+
+def thread_pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """The process-wide pool called ``name`` (its threads are named after it), made on first
+    use and anew in a forked child (whose threads are gone)."""
+    with _pools_lock:
+        found = _pools.get(name)
+        if found is None or found[0] != os.getpid():
+            found = _pools[name] = (os.getpid(), ThreadPoolExecutor(workers,
+                                                                    thread_name_prefix=name))
+        return found[1]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: building 10^6 acyclic objects (selection
+    pieces, h5py's per-chunk records) otherwise triggers repeated collector passes over all
+    of them, costing more than the construction itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class FrozenPickle:
+    """Mixin for frozen dataclasses whose mapping fields are ``MappingProxyType``.
+
+    ``MappingProxyType`` keeps a model's attribute and inline-chunk mappings read-only, but it
+    cannot be pickled, and dask.distributed and multiprocessing pickle every lazily opened
+    dataset they ship: such fields are plain dicts in the pickle, wrapped again when loaded.
+    """
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: dict(v) if isinstance(v, MappingProxyType) else v
+                for k, v in self.__dict__.items()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, MappingProxyType(v) if isinstance(v, dict) else v)

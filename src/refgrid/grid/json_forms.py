@@ -1,0 +1,235 @@
+"""JSON forms of chunk grids: ``regular``, ``rectilinear`` (+ encoded extents), ``rectangular``.
+
+Kept apart from :mod:`refgrid.grid.rectilinear` because the wire formats change independently of the
+in-memory model (the encoded-extent field is still a proposal: zarr-extensions #74 / #75).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, NotRequired, TypedDict
+
+import numpy as np
+
+from refgrid.errors import GridError
+from refgrid.grid.rectilinear import AxisChunks, GridForm, RectilinearGrid, check_chunk_count
+
+EdgeSpec = int | list[int | list[int]]
+"""One dimension's edges: a regular length, or lengths and ``[length, repeat]`` runs."""
+
+
+class ChunkGridConfiguration(TypedDict, total=False):
+    chunk_shape: list[Any]
+    """``regular``: one integer per dimension; ``rectangular``: an integer or a list each."""
+    kind: str
+    chunk_shapes: list[EdgeSpec]
+    encoded_chunk_shapes: list[EdgeSpec]
+
+
+class ChunkGridJSON(TypedDict):
+    """A ``chunk_grid`` document (``zarr.json``)."""
+
+    name: str
+    configuration: ChunkGridConfiguration
+    must_understand: NotRequired[bool]
+
+
+def parse_chunk_grid(doc: Mapping[str, Any] | str, shape: Sequence[int]) -> RectilinearGrid:
+    """Build a grid from a ``chunk_grid`` document (or its JSON text) for ``shape``."""
+    if isinstance(doc, str):
+        try:
+            doc = json.loads(doc)
+        except json.JSONDecodeError as e:
+            raise GridError(f"a chunk grid document is not JSON: {e}") from None
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("configuration"), Mapping):
+        raise GridError(f"a chunk grid needs 'name' and a 'configuration' object, got {doc!r:.120}")
+    name, config = doc.get("name"), doc["configuration"]
+    if name == "regular":
+        chunk_shape = _dims(config, "chunk_shape", shape, name)
+        if not all(_is_int(c) for c in chunk_shape):
+            raise GridError(f"regular chunk_shape must be a list of integers, got {chunk_shape!r}")
+        return RectilinearGrid.regular(shape, chunk_shape)
+    if name == "rectilinear":
+        if config.get("kind") != "inline":
+            raise GridError(f"rectilinear grid kind {config.get('kind')!r} is not supported "
+                            "(only 'inline')")
+        specs = _dims(config, "chunk_shapes", shape, name)
+        encoded = config.get("encoded_chunk_shapes")
+        if encoded is not None and (not isinstance(encoded, list) or len(encoded) != len(shape)):
+            raise GridError(f"encoded_chunk_shapes must list one entry per dimension "
+                            f"({len(shape)}), got {encoded!r:.120}")
+        return _checked(RectilinearGrid(tuple(
+            _parse_axis(dim, n, spec, None if encoded is None else encoded[dim], rle=True)
+            for dim, (n, spec) in enumerate(zip(shape, specs, strict=True)))))
+    if name == "rectangular":
+        specs = _dims(config, "chunk_shape", shape, name)
+        return _checked(RectilinearGrid(tuple(
+            _parse_axis(dim, n, spec, None, rle=False)
+            for dim, (n, spec) in enumerate(zip(shape, specs, strict=True)))))
+    raise GridError(f"unknown chunk grid {name!r} (expected regular, rectilinear or rectangular)")
+
+
+def _checked(grid: RectilinearGrid) -> RectilinearGrid:
+    check_chunk_count(grid.chunk_counts)
+    return grid
+
+
+def emit_chunk_grid(grid: RectilinearGrid, form: GridForm = "auto") -> ChunkGridJSON:
+    """The shortest document for ``grid``: ``regular`` when possible under ``form="auto"``."""
+    if form == "auto" and grid.is_regular:
+        return {"name": "regular", "configuration": {"chunk_shape": list(grid.chunk_shape or ())}}
+    if form == "rectangular":
+        return {"name": "rectangular",
+                "configuration": {"chunk_shape": [_rectangular_dim(d, a)
+                                                  for d, a in enumerate(grid.axes)]}}
+    if form not in ("auto", "rectilinear"):
+        raise GridError(f"unknown grid form {form!r} (auto, rectilinear or rectangular)")
+    with_encoded = any(a.padded_inside for a in grid.axes)
+    config: ChunkGridConfiguration = {"kind": "inline",
+                                      "chunk_shapes": [_edges_spec(a, with_encoded)
+                                                       for a in grid.axes]}
+    if with_encoded:
+        config["encoded_chunk_shapes"] = [_encoded_spec(a) for a in grid.axes]
+    return {"name": "rectilinear", "configuration": config}
+
+
+def rle(values: np.ndarray) -> list[int | list[int]]:
+    """Run-length encode edge lengths, using ``[length, repeat]`` where it is no longer."""
+    if len(values) == 0:
+        return []
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(values)) + 1))
+    counts = np.diff(np.concatenate((starts, [len(values)])))
+    out: list[int | list[int]] = []
+    for v, n in zip(values[starts].tolist(), counts.tolist(), strict=True):
+        if n > 1 and len(f"[{v},{n}]") <= n * (len(str(v)) + 1) - 1:
+            out.append([v, n])
+        else:
+            out.extend([v] * n)
+    return out
+
+
+def _edges_spec(axis: AxisChunks, with_encoded: bool) -> EdgeSpec:
+    """Edges of one dimension; without ``encoded_chunk_shapes`` the last edge carries the
+    padding of the array's final chunk (it overflows the shape, as the spec allows)."""
+    size = axis.regular_size
+    if size is not None:
+        return size
+    return rle(axis.logical if with_encoded else axis.declared())
+
+
+def _encoded_spec(axis: AxisChunks) -> EdgeSpec:
+    if axis.nchunks and (axis.encoded == axis.encoded[0]).all():
+        return int(axis.encoded[0])
+    return rle(axis.encoded)
+
+
+def _rectangular_dim(dim: int, axis: AxisChunks) -> EdgeSpec:
+    if axis.regular_size is not None:
+        return axis.regular_size
+    padded = np.flatnonzero(axis.encoded != axis.logical)
+    if padded.size:
+        c = int(padded[0])
+        raise GridError(
+            f"dimension {dim}: chunk {c} is stored padded ({int(axis.encoded[c])} elements for "
+            f"{int(axis.logical[c])}), which a ZEP0003 'rectangular' grid cannot express; "
+            "write the 'rectilinear' form instead")
+    return axis.logical.tolist()
+
+
+def _dims(config: Mapping[str, Any], key: str, shape: Sequence[int], name: str) -> list[Any]:
+    specs = config.get(key)
+    if not isinstance(specs, list):
+        raise GridError(f"{name} grid configuration needs a list {key!r}, got {specs!r:.120}")
+    if len(specs) != len(shape):
+        raise GridError(f"{name} grid has {len(specs)} dimensions in {key!r} but the array "
+                        f"shape {tuple(shape)} has {len(shape)}")
+    return specs
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+MAX_EDGE = 2**62
+"""The longest chunk edge accepted (lengths are summed in int64 without overflow)."""
+
+
+def _expand(dim: int, spec: Any, what: str, rle_allowed: bool, *, reach: int | None = None,
+            count: int | None = None) -> tuple[np.ndarray, int]:
+    """Edge lengths from a list of lengths (with ``[length, repeat]`` runs if allowed),
+    expanded only as far as needed — until they cover ``reach`` elements or number ``count``
+    edges — so a run of 10^12 edges past the array's end costs nothing. Returns the edges
+    and how many the list declares in all."""
+    if not isinstance(spec, list):
+        raise GridError(f"dimension {dim}: {what} must be an integer or a list, got {spec!r:.80}")
+    values, repeats = [], []
+    for item in spec:
+        if _is_int(item):
+            value, repeat = item, 1
+        elif rle_allowed and isinstance(item, list) and len(item) == 2 and all(map(_is_int, item)):
+            value, repeat = item
+            if repeat < 1:
+                raise GridError(f"dimension {dim}: run {item} in {what} has a repeat count "
+                                "below 1")
+        else:
+            form = "an integer or a [length, repeat] pair" if rle_allowed else "an integer"
+            raise GridError(f"dimension {dim}: malformed entry {item!r:.80} in {what}; each "
+                            f"entry must be {form}")
+        if not 1 <= value <= MAX_EDGE:
+            raise GridError(f"dimension {dim}: {what} must be >= 1 and <= 2**62, "
+                            f"got {value}")
+        values.append(int(value))
+        repeats.append(int(repeat))
+    declared = sum(repeats)
+    taken, covered, edges = 0, 0, 0
+    for k, (value, repeat) in enumerate(zip(values, repeats, strict=True)):
+        need = repeat
+        if reach is not None:
+            need = min(repeat, max(1, -(-(reach - covered) // value)))
+        if count is not None:
+            need = min(need, count - edges)
+        repeats[k] = need
+        covered += need * value
+        edges += need
+        taken = k + 1
+        if (reach is not None and covered >= reach) or (count is not None and edges >= count):
+            break
+    check_chunk_count([edges])  # before the edges are made
+    out = np.repeat(np.asarray(values[:taken], dtype=np.int64), repeats[:taken])
+    return out, declared
+
+
+def _parse_axis(dim: int, length: int, spec: Any, encoded_spec: Any, rle: bool) -> AxisChunks:
+    if _is_int(spec):
+        if not 1 <= spec <= MAX_EDGE:
+            raise GridError(f"dimension {dim}: chunk length {spec} must be >= 1 and <= 2**62")
+        regular = RectilinearGrid.regular([length], [int(spec)]).axes[0]  # (checks the count)
+        edges = regular.encoded
+        declared = len(edges)
+    else:
+        edges, declared = _expand(dim, spec, "chunk lengths", rle, reach=length)
+    total = int(edges.sum())
+    if total < length:
+        raise GridError(f"dimension {dim}: chunk lengths sum to {total}, shorter than the "
+                        f"array's length {length}")
+    starts = np.cumsum(edges) - edges
+    kept = int(np.searchsorted(starts, length))  # chunks that begin beyond the end hold nothing
+    logical = np.minimum(edges[:kept], length - starts[:kept])
+    if encoded_spec is None:
+        encoded = edges[:kept]
+    else:
+        if _is_int(encoded_spec):
+            if not 1 <= encoded_spec <= MAX_EDGE:
+                raise GridError(f"dimension {dim}: encoded chunk length {encoded_spec} must "
+                                "be >= 1 and <= 2**62")
+            encoded_all, encoded_declared = (np.full(len(edges), int(encoded_spec), np.int64),
+                                             declared)
+        else:
+            encoded_all, encoded_declared = _expand(dim, encoded_spec, "encoded chunk lengths",
+                                                    True, count=len(edges))
+        if encoded_declared != declared:
+            raise GridError(f"dimension {dim}: encoded_chunk_shapes has {encoded_declared} "
+                            f"edges but chunk_shapes has {declared}; they must be equal")
+        encoded = encoded_all[:kept]
+    return AxisChunks.of(dim, logical, encoded, int(spec) if _is_int(spec) else 1)

@@ -1,0 +1,145 @@
+"""Chunk manifests: where every chunk of one array lives, as numpy columns.
+
+Archives reach 10^7 chunks, so a manifest is never a Python object per chunk: ``path_id``
+(an index into a table of URLs, or a sentinel), ``offset`` and ``length`` are arrays shaped like
+the chunk grid (20 bytes a chunk). The few chunks that have no byte range (compact layouts,
+decoded fallbacks) are kept as bytes in ``inline``, keyed by chunk coordinates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from refgrid.core.reprs import Displayed
+from refgrid.core.util import FrozenPickle
+from refgrid.errors import ModelError
+
+MISSING = -1
+"""``path_id`` of a chunk that was never written: it reads as the fill value."""
+INLINE = -2
+"""``path_id`` of a chunk whose bytes are in :attr:`ChunkManifest.inline`."""
+
+
+def chunk_coords(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """The grid coordinates of the chunk at C-order index ``flat`` (``()`` for a 0-d grid):
+    the key of :attr:`ChunkManifest.inline` and of chunk names."""
+    return tuple(int(c) for c in np.unravel_index(flat, tuple(shape)))
+
+
+def flat_index(coords: tuple[int, ...], shape: Sequence[int]) -> int:
+    """The C-order index of the chunk at ``coords`` (the inverse of :func:`chunk_coords`)."""
+    return int(np.ravel_multi_index(coords, tuple(shape))) if coords else 0
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ChunkManifest(Displayed, FrozenPickle):
+    """Byte locations of every chunk of one array."""
+
+    _display = "manifest"
+
+    paths: tuple[str, ...]
+    path_id: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    inline: Mapping[tuple[int, ...], bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path_id", np.asarray(self.path_id, dtype=np.int32))
+        object.__setattr__(self, "offset", np.asarray(self.offset, dtype=np.uint64))
+        object.__setattr__(self, "length", np.asarray(self.length, dtype=np.uint64))
+        object.__setattr__(self, "paths", tuple(self.paths))
+        object.__setattr__(self, "inline", MappingProxyType(dict(self.inline)))
+        shapes = {self.path_id.shape, self.offset.shape, self.length.shape}
+        if len(shapes) != 1:
+            raise ModelError(f"manifest columns have different shapes: {sorted(shapes)}")
+        if self.path_id.size and (self.path_id.min() < INLINE
+                                  or self.path_id.max() >= len(self.paths)):
+            raise ModelError(f"manifest path ids must lie in [{INLINE}, {len(self.paths)}); got "
+                             f"[{self.path_id.min()}, {self.path_id.max()}]")
+        marked = {tuple(int(i) for i in c) for c in np.argwhere(self.path_id == INLINE)}
+        if marked != set(self.inline):
+            raise ModelError("manifest inline chunks disagree with the chunks marked inline: "
+                             f"{sorted(marked ^ set(self.inline))[:5]}")
+
+    @classmethod
+    def empty(cls, shape: Sequence[int]) -> ChunkManifest:
+        """A manifest in which every chunk is missing (reads as the fill value)."""
+        return cls((), np.full(shape, MISSING, np.int32), np.zeros(shape, np.uint64),
+                   np.zeros(shape, np.uint64))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.path_id.shape
+
+    @property
+    def missing(self) -> np.ndarray:
+        """Boolean array: chunks that were never written."""
+        return self.path_id == MISSING
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the columns and inline bytes."""
+        return (self.path_id.nbytes + self.offset.nbytes + self.length.nbytes
+                + sum(len(b) for b in self.inline.values()))
+
+    def stored(self) -> tuple[np.ndarray, list[int], list[int], list[int]]:
+        """The chunks with a byte range: their C-order indices, and as lists (writers emit one
+        entry each) their path ids, offsets and lengths."""
+        flat = np.flatnonzero(self.path_id.reshape(-1) >= 0)
+        ids, offsets, lengths = (c.reshape(-1)[flat].tolist() for c in
+                                 (self.path_id, self.offset, self.length))
+        return flat, ids, offsets, lengths
+
+    def urls(self) -> np.ndarray:
+        """Object array of each chunk's URL (``None`` where missing or inline)."""
+        table = np.array([*self.paths, None, None], dtype=object)
+        return table[self.path_id]  # the sentinels -1 and -2 index the two trailing Nones
+
+    def slice(self, axis: int, chunks: slice) -> ChunkManifest:
+        """The manifest of the chunks ``chunks`` along ``axis`` (a step of 1)."""
+        index = (slice(None),) * axis + (chunks,)
+        first = chunks.indices(self.shape[axis])[0]
+        inline = {}
+        for coords, data in self.inline.items():
+            if coords[axis] in range(*chunks.indices(self.shape[axis])):
+                inline[(*coords[:axis], coords[axis] - first, *coords[axis + 1:])] = data
+        return ChunkManifest(self.paths, self.path_id[index], self.offset[index],
+                             self.length[index], inline)
+
+    @classmethod
+    def concat(cls, manifests: Sequence[ChunkManifest], axis: int) -> ChunkManifest:
+        """Join manifests along ``axis``, merging their URL tables."""
+        if not manifests:
+            raise ModelError("cannot concatenate an empty list of manifests")
+        table: dict[str, int] = {}
+        path_ids, inline, shift = [], {}, 0
+        for m in manifests:
+            remap = np.array([table.setdefault(p, len(table)) for p in m.paths] + [INLINE, MISSING],
+                             dtype=np.int32)
+            path_ids.append(remap[m.path_id])  # -1 → MISSING and -2 → INLINE via the tail
+            for coords, data in m.inline.items():
+                inline[(*coords[:axis], coords[axis] + shift, *coords[axis + 1:])] = data
+            shift += m.shape[axis]
+        try:
+            return cls(tuple(table), np.concatenate(path_ids, axis=axis),
+                       np.concatenate([m.offset for m in manifests], axis=axis),
+                       np.concatenate([m.length for m in manifests], axis=axis), inline)
+        except ValueError as e:
+            shapes = [m.shape for m in manifests]
+            raise ModelError(f"cannot join manifests of chunk shapes {shapes} along axis "
+                             f"{axis}: {e}") from None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ChunkManifest):
+            return NotImplemented
+        return (self.shape == other.shape
+                and np.array_equal(self.offset, other.offset)
+                and np.array_equal(self.length, other.length)
+                and np.array_equal(self.urls(), other.urls())
+                and dict(self.inline) == dict(other.inline))
+
+    __hash__ = None  # type: ignore[assignment]

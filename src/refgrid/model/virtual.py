@@ -1,0 +1,221 @@
+"""The in-memory model of a virtual dataset: arrays and groups over chunk manifests.
+
+Scanners produce it, :mod:`refgrid.combine` joins it, writers serialise it. Attributes are kept
+exactly as the source has them (CF attributes included) so that xarray decodes the virtual
+dataset as it would decode the file. A scan never drops a variable quietly: what it could not
+represent as plain references is a :class:`ReportEntry` in the group's report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+
+from refgrid.codecs.filters import CodecJSON
+from refgrid.core.reprs import Displayed
+from refgrid.core.sources import SourceIdentity
+from refgrid.core.util import FrozenPickle
+from refgrid.errors import GridError, ModelError
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import ChunkManifest
+
+Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict"]
+"""What was done with something plain references cannot express (``attribute-conflict``:
+combine kept the first file's value of an attribute that differs between files)."""
+
+
+@dataclass(frozen=True)
+class ReportEntry:
+    """One variable (or attribute) a scan or combine could not represent as plain references
+    — skipped, or served another way (decoded and inlined, stored in a documented encoding) —
+    with the reason, so a user can see exactly what the virtual dataset holds."""
+
+    url: str
+    variable: str
+    action: Action
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.url}: {self.variable}: {self.action}: {self.reason}"
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equality for attribute and fill values: NaN equals NaN, arrays compare element-wise."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same_value(p, q) for p, q in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        x, y = np.asarray(a), np.asarray(b)
+        if x.shape != y.shape:
+            return False
+        if x.dtype.kind in "fc" and y.dtype.kind in "fc":
+            return bool(np.array_equal(x, y, equal_nan=True))
+        return bool(np.array_equal(x, y))
+    if isinstance(a, float | np.floating) and isinstance(b, float | np.floating):
+        return bool(a == b or (np.isnan(a) and np.isnan(b)))
+    return bool(a == b)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class VirtualArray(Displayed, FrozenPickle):
+    """One array: its metadata, its chunk grid and where its chunks live."""
+
+    _display = "array"
+
+    name: str
+    dims: tuple[str, ...]
+    dtype: np.dtype
+    """The type as stored: its byte order is the chunks' (the ``bytes`` codec's ``endian``).
+    Values are read as :attr:`value_dtype`."""
+    grid: RectilinearGrid
+    manifest: ChunkManifest
+    fill_value: Any = None
+    codecs: tuple[CodecJSON, ...] = ()
+    """Zarr v3 codec pipeline (JSON), array→bytes codec first as Zarr lists it."""
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dims", tuple(self.dims))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "codecs", tuple(self.codecs))
+        object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))
+        if self.dtype.itemsize == 0:
+            raise ModelError(f"array {self.name!r}: data type {self.dtype} has no bytes")
+        if not all(isinstance(d, str) for d in self.dims):
+            raise ModelError(f"array {self.name!r}: dimension names {self.dims!r:.80} are not "
+                             "all strings")
+        if len(self.dims) != self.grid.ndim:
+            raise ModelError(f"array {self.name!r}: {len(self.dims)} dimension names "
+                             f"{self.dims} for a {self.grid.ndim}-dimensional grid")
+        if self.manifest.shape != self.grid.chunk_counts:
+            raise ModelError(f"array {self.name!r}: manifest of {self.manifest.shape} chunks "
+                             f"for a grid of {self.grid.chunk_counts} chunks")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.grid.shape
+
+    @property
+    def value_dtype(self) -> np.dtype:
+        """The type values are read as: native byte order; strings and bytes as objects."""
+        if self.dtype.kind in "OT":
+            return np.dtype(object)
+        if self.dtype.fields is None and self.dtype.itemsize > 1 and self.dtype.kind != "V":
+            return self.dtype.newbyteorder("=")
+        return self.dtype
+
+    def axis(self, dim: str) -> int:
+        try:
+            return self.dims.index(dim)
+        except ValueError:
+            raise ModelError(f"array {self.name!r} has no dimension {dim!r} "
+                             f"(dimensions: {self.dims})") from None
+
+    def slice(self, dim: str, start: int, stop: int) -> VirtualArray:
+        """The elements ``[start, stop)`` along ``dim``; ``start`` on a chunk boundary."""
+        axis = self.axis(dim)
+        try:
+            grid, chunks = self.grid.slice(axis, start, stop)
+        except GridError as e:
+            raise ModelError(f"array {self.name!r}: {e}") from None
+        return replace(self, grid=grid, manifest=self.manifest.slice(axis, chunks))
+
+    @classmethod
+    def concat(cls, arrays: Sequence[VirtualArray], dim: str) -> VirtualArray:
+        """Join arrays along ``dim``; attributes are the first array's.
+
+        Everything that would change how a chunk decodes or where it lands must agree, and
+        every disagreement is reported, naming the position of the offending array.
+        """
+        if not arrays:
+            raise ModelError("cannot concatenate an empty list of arrays")
+        first = arrays[0]
+        problems = [f"#{k} {p}" for k, a in enumerate(arrays[1:], start=1)
+                    for p in _concat_conflicts(first, a)]
+        if problems:
+            raise ModelError(f"cannot concatenate array {first.name!r} along {dim!r}: "
+                             + "; ".join(problems))
+        axis = first.axis(dim)
+        try:
+            grid = RectilinearGrid.concat([a.grid for a in arrays], axis)
+        except GridError as e:
+            raise ModelError(
+                f"cannot concatenate array {first.name!r} along {dim!r}: {e}") from None
+        manifest = ChunkManifest.concat([a.manifest for a in arrays], axis)
+        return replace(first, grid=grid, manifest=manifest)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, VirtualArray):
+            return NotImplemented
+        return (self.name == other.name and self.dims == other.dims
+                and self.dtype == other.dtype and self.grid == other.grid
+                and self.manifest == other.manifest
+                and same_value(self.fill_value, other.fill_value)
+                and same_value(list(self.codecs), list(other.codecs))
+                and same_value(dict(self.attrs), dict(other.attrs)))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _concat_conflicts(a: VirtualArray, b: VirtualArray) -> list[str]:
+    checks = [
+        ("dimensions", a.dims, b.dims, a.dims == b.dims),
+        ("dtype", a.dtype, b.dtype, a.dtype == b.dtype),
+        ("fill value", a.fill_value, b.fill_value, same_value(a.fill_value, b.fill_value)),
+        ("codecs", list(a.codecs), list(b.codecs), same_value(list(a.codecs), list(b.codecs))),
+    ]
+    return [f"has {what} {vb!r}, #0 has {va!r}" for what, va, vb, ok in checks if not ok]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class VirtualGroup(Displayed, FrozenPickle):
+    """A group: attributes, arrays and child groups (NetCDF4 / HDF5 groups nest)."""
+
+    _display = "group"
+
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    arrays: Mapping[str, VirtualArray] = field(default_factory=dict)
+    groups: Mapping[str, VirtualGroup] = field(default_factory=dict)
+    report: tuple[ReportEntry, ...] = ()
+    """What the scan could not express as references (not part of equality)."""
+    sources: Mapping[str, SourceIdentity] = field(default_factory=dict)
+    """Each source file's identity when it was scanned, by URL (kept on the root group; not
+    part of equality)."""
+
+    def __post_init__(self) -> None:
+        for name in ("attrs", "arrays", "groups", "sources"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        clash = set(self.arrays) & set(self.groups)
+        if clash:
+            raise ModelError(f"names used for both an array and a group: {sorted(clash)}")
+
+    def __getitem__(self, path: str) -> VirtualArray | VirtualGroup:
+        """An array or group by ``/``-separated path relative to this group."""
+        node: VirtualArray | VirtualGroup = self
+        for part in [p for p in path.split("/") if p]:
+            if not isinstance(node, VirtualGroup) or part not in {**node.arrays, **node.groups}:
+                raise KeyError(f"no array or group {path!r}")
+            node = node.arrays[part] if part in node.arrays else node.groups[part]
+        return node
+
+    def walk(self, prefix: str = "") -> Iterator[tuple[str, VirtualGroup | VirtualArray]]:
+        """Every node below this group with its path, groups before their contents."""
+        for name, array in self.arrays.items():
+            yield f"{prefix}{name}", array
+        for name, group in self.groups.items():
+            yield f"{prefix}{name}", group
+            yield from group.walk(f"{prefix}{name}/")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, VirtualGroup):
+            return NotImplemented
+        return (same_value(dict(self.attrs), dict(other.attrs))
+                and dict(self.arrays) == dict(other.arrays)
+                and dict(self.groups) == dict(other.groups))
+
+    __hash__ = None  # type: ignore[assignment]

@@ -1,0 +1,155 @@
+"""Zarr v3 metadata documents (``zarr.json``) ↔ the model, in both directions.
+
+Writers emit these documents inside references; the reference and store scanners parse them
+back; the regular-grid view serves documents of its own. Keeping both directions here (as
+zarr-python's ``ArrayV3Metadata.from_dict``/``to_dict``) means a field added on one side
+cannot be forgotten on the other.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Literal, NotRequired, TypedDict
+
+from refgrid.codecs.filters import CodecJSON, stored_dtype
+from refgrid.core.dtypes import model_attributes, zarr_attributes, zarr_data_type, zarr_fill_value
+from refgrid.core.keys import CHUNK_KEY_ENCODING, ChunkKeyEncodingJSON, document_key
+from refgrid.errors import FormatError, RefgridError
+from refgrid.grid.json_forms import ChunkGridJSON, emit_chunk_grid, parse_chunk_grid
+from refgrid.grid.rectilinear import GridForm, RectilinearGrid
+from refgrid.model.manifest import ChunkManifest
+from refgrid.model.virtual import VirtualArray, VirtualGroup
+
+
+class ArrayDocument(TypedDict):
+    zarr_format: Literal[3]
+    node_type: Literal["array"]
+    shape: list[int]
+    data_type: Any
+    chunk_grid: ChunkGridJSON
+    chunk_key_encoding: ChunkKeyEncodingJSON
+    fill_value: Any
+    codecs: list[CodecJSON]
+    attributes: dict[str, Any]
+    dimension_names: list[str | None]
+    storage_transformers: NotRequired[list[Any]]
+
+
+class GroupDocument(TypedDict):
+    zarr_format: Literal[3]
+    node_type: Literal["group"]
+    attributes: dict[str, Any]
+    consolidated_metadata: NotRequired[dict[str, Any]]
+
+
+Document = ArrayDocument | GroupDocument
+ManifestFor = Callable[[str, RectilinearGrid], ChunkManifest]
+"""(array path, its grid) → its manifest: how a scanner supplies chunk references."""
+
+
+def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDocument:
+    """The ``zarr.json`` of one array: regular grid when possible, rectilinear otherwise."""
+    return {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": list(array.shape),
+        "data_type": zarr_data_type(array.dtype),
+        "chunk_grid": emit_chunk_grid(array.grid, grid_form),
+        "chunk_key_encoding": CHUNK_KEY_ENCODING,
+        "fill_value": zarr_fill_value(array.dtype, array.fill_value),
+        "codecs": [c.copy() for c in array.codecs],
+        "attributes": zarr_attributes(array.attrs, array.value_dtype),
+        "dimension_names": list(array.dims),
+        "storage_transformers": [],
+    }
+
+
+def consolidated(root: Mapping[str, Any], docs: Mapping[str, Document]) -> dict[str, Any]:
+    """``root`` with every other node's document inlined (``docs``: node path → document,
+    ``""`` the root, left out): zarr's consolidated metadata, so a store opens in one request.
+    Ordered as zarr writes it, by depth then path (zarr 3.1 loses children otherwise)."""
+    out = dict(root)
+    out["consolidated_metadata"] = {
+        "kind": "inline", "must_understand": False,
+        "metadata": {p: docs[p] for p in sorted((p for p in docs if p),
+                                                key=lambda p: (p.count("/"), p))}}
+    return out
+
+
+def group_document(group: VirtualGroup) -> GroupDocument:
+    return {"zarr_format": 3, "node_type": "group", "attributes": dict(group.attrs)}
+
+
+def documents(group: VirtualGroup, grid_form: GridForm = "auto") -> dict[str, Document]:
+    """Every node's ``zarr.json``, keyed ``zarr.json``, ``tas/zarr.json``, ``sub/zarr.json``..."""
+    out: dict[str, Document] = {document_key(""): group_document(group)}
+    for path, node in group.walk():
+        out[document_key(path)] = group_document(node) if isinstance(node, VirtualGroup) \
+            else array_document(node, grid_form)
+    return out
+
+
+def group_from_documents(docs: Mapping[str, Mapping[str, Any]], manifest_for: ManifestFor,
+                         source: str) -> VirtualGroup:
+    """The model of a tree of ``zarr.json`` documents (keyed by node path, ``""`` the root);
+    ``manifest_for`` supplies each array's chunk references."""
+    if "" not in docs:
+        raise FormatError(source, None, "no root zarr.json: not Zarr v3 references")
+    arrays = {path: _array(path, doc, manifest_for, source)
+              for path, doc in docs.items() if doc.get("node_type") == "array"}
+    if "" in arrays:  # a store that is one array: shown as a group holding it
+        name = root_array_name(source)
+        return VirtualGroup(arrays={name: replace(arrays[""], name=name)})
+    return _group("", docs, arrays)
+
+
+def root_array_name(source: str) -> str:
+    """The variable name of a store whose root is an array: the store's name without its
+    suffix (``tas.zarr`` → ``tas``), as a user would call it."""
+    stem = source.rstrip("/").rsplit("/", 1)[-1].split(".", 1)[0]
+    return stem or "data"
+
+
+def _group(path: str, docs: Mapping[str, Mapping[str, Any]],
+           arrays: dict[str, VirtualArray]) -> VirtualGroup:
+    prefix = f"{path}/" if path else ""
+    children = [p for p in docs if p.startswith(prefix) and p != path
+                and "/" not in p[len(prefix):]]
+    return VirtualGroup(
+        attrs=docs[path].get("attributes", {}),
+        arrays={p[len(prefix):]: arrays[p] for p in children if p in arrays},
+        groups={p[len(prefix):]: _group(p, docs, arrays) for p in children
+                if docs[p].get("node_type") == "group"},
+    )
+
+
+def _array(path: str, doc: Mapping[str, Any], manifest_for: ManifestFor,
+           source: str) -> VirtualArray:
+    from zarr.core.dtype import get_data_type_from_json
+
+    try:
+        shape = [int(n) for n in doc["shape"]]
+        grid = parse_chunk_grid(doc["chunk_grid"], shape)
+        codecs = tuple(doc.get("codecs", ()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            zdtype = get_data_type_from_json(doc["data_type"], zarr_format=3)
+            dtype = zdtype.to_native_dtype()
+            fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
+        if codecs:
+            dtype = stored_dtype(dtype, codecs)
+        names = doc.get("dimension_names") or [None] * len(shape)
+        if not isinstance(names, list) or len(names) != len(shape) or not all(
+                n is None or isinstance(n, str) for n in names):
+            raise FormatError(source, path, f"dimension_names {names!r:.80} is not a list of "
+                              f"{len(shape)} names")
+        dims = tuple(n if n is not None else f"dim_{k}" for k, n in enumerate(names))
+        attrs = model_attributes(doc.get("attributes") or {}, dtype)
+        return VirtualArray(path.rsplit("/", 1)[-1], dims, dtype, grid,
+                            manifest_for(path, grid), fill, codecs, attrs)
+    except RefgridError:
+        raise
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
+        raise FormatError(source, path, f"unusable zarr.json: {type(e).__name__}: {e}") from None

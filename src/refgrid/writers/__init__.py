@@ -1,0 +1,127 @@
+"""Writing a virtual dataset, every output in one package; :func:`write` (``refgrid.write``)
+is its front and chooses the form its readers need:
+
+* ``format="json"`` / ``"parquet"``: kerchunk references with Zarr v3 documents inside
+  (rectilinear grids), for refgrid's engine, mapper and service, and zarr >= 3.2;
+* ``format="kerchunk-v2"``: classic kerchunk references with Zarr v2 keys, for datasets whose
+  arrays all have regular grids, read by every kerchunk consumer;
+* an Icechunk repository or session as the target: metadata and virtual chunk references
+  committed to it (:mod:`refgrid.writers.icechunk`).
+
+``padded="rewrite"`` first rewrites the padded interior chunks of combined archives
+(:mod:`refgrid.writers.padded`), so that the references need no ``encoded_chunk_shapes``:
+the package sits above :mod:`refgrid.read` because that rewrite reads chunks. The other
+modules only turn a model into bytes: :mod:`~refgrid.writers.references` (the reference
+formats), ``refs`` (JSON), ``parquet``, ``kerchunk_v2``, ``icechunk``, and ``atomic`` (the
+swap-in every output goes through).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from refgrid.errors import ArgumentError, WriteError
+from refgrid.grid.rectilinear import GridForm
+from refgrid.model.virtual import VirtualGroup
+from refgrid.writers.padded import (
+    INLINE_LIMIT,
+    PADDED_CHOICES,
+    Padded,
+    PaddedRewrite,
+    needs_rewrite,
+    prune_sidecar,
+    rewrite_padded,
+    sidecar_for,
+)
+from refgrid.writers.parquet import RECORD_SIZE
+from refgrid.writers.references import Format, check_format, to_kerchunk, write_references
+
+
+@dataclass(frozen=True)
+class Saved:
+    """Where :func:`save` put the references, and what the padded rewrite copied."""
+
+    path: Path
+    rewrite: PaddedRewrite | None = None
+
+
+def write(group: VirtualGroup, target: Any, *, format: Format | None = None,
+          padded: Padded = "encoded", grid_form: GridForm = "auto",
+          record_size: int = RECORD_SIZE, inline_limit: int = INLINE_LIMIT,
+          message: str | None = None,
+          storage_options: dict[str, Any] | None = None) -> Any:
+    """Write ``group`` for its readers; returns the path written (or, for an Icechunk
+    target, the new snapshot id).
+
+    ``target`` is a path, or an Icechunk ``Repository``/``Session`` (the ``icechunk``
+    extra): the arrays' metadata and virtual references are committed with ``message``.
+
+    ``format``: ``"json"`` (kerchunk JSON v1, Zarr v3 documents; the default, or parquet for
+    a path ending ``.parq``/``.parquet``), ``"parquet"`` (a directory of columnar records for
+    large archives) or ``"kerchunk-v2"`` (classic kerchunk, Zarr v2 keys; JSON, or parquet for
+    such a suffix) — regular grids only.
+
+    ``padded``: ``"encoded"`` (default) keeps every chunk a reference into its source and
+    describes chunks padded inside the array with ``encoded_chunk_shapes``, which only refgrid
+    reads; ``"rewrite"`` copies those chunks, cropped, inline (up to ``inline_limit`` bytes)
+    or into ``<target>.chunks/`` beside the references, so any rectilinear reader reads them.
+
+    ``record_size`` is the number of chunks per parquet record file; ``storage_options``
+    reach the sources read by the rewrite. The output appears atomically and a killed write
+    leaves no litter (:mod:`refgrid.writers.atomic`).
+    """
+    if _is_icechunk(target):
+        from refgrid.writers.icechunk import write_icechunk
+
+        check_icechunk_options(format, padded)
+        return write_icechunk(group, target, message=message)
+    return save(group, target, format=format, padded=padded, grid_form=grid_form,
+                record_size=record_size, inline_limit=inline_limit,
+                storage_options=storage_options).path
+
+
+def save(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format | None = None,
+         padded: Padded = "encoded", grid_form: GridForm = "auto",
+         record_size: int = RECORD_SIZE, inline_limit: int = INLINE_LIMIT,
+         storage_options: dict[str, Any] | None = None) -> Saved:
+    """:func:`write` to a path, also returning the padded rewrite's report (the CLI prints
+    it)."""
+    if padded not in PADDED_CHOICES:
+        raise WriteError(f"unknown padded={padded!r} (choose from {', '.join(PADDED_CHOICES)})")
+    check_format(format)  # before any chunk is rewritten
+    target = Path(path)
+    sidecar = sidecar_for(target)
+    report: PaddedRewrite | None = None
+    if padded == "rewrite" and format != "kerchunk-v2" and needs_rewrite(group):
+        group, report = rewrite_padded(group, sidecar, inline_limit=inline_limit,
+                                       storage_options=storage_options)
+    elif padded == "rewrite":
+        report = PaddedRewrite()
+    try:
+        written = write_references(group, target, format=format, grid_form=grid_form,
+                                   record_size=record_size)
+    except BaseException:
+        if report is not None and report.directory is not None and report.fresh:
+            shutil.rmtree(report.directory, ignore_errors=True)
+        raise
+    prune_sidecar(sidecar, keep=report.directory if report is not None else None)
+    return Saved(written, report)
+
+
+def check_icechunk_options(format: str | None, padded: str) -> None:
+    """An Icechunk target has one form: refuse options asking for another."""
+    if format is not None or padded != "encoded":
+        raise ArgumentError("an Icechunk output takes neither format= nor padded= (its arrays "
+                            "must have regular grids, where no chunk is padded)")
+
+
+def _is_icechunk(target: Any) -> bool:
+    return type(target).__module__.split(".")[0] == "icechunk"
+
+
+__all__ = ["PADDED_CHOICES", "Padded", "PaddedRewrite", "Saved", "check_icechunk_options",
+           "save", "to_kerchunk", "write"]

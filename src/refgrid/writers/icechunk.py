@@ -1,0 +1,151 @@
+"""Icechunk output: a virtual dataset committed to an Icechunk repository.
+
+Icechunk is the transactional, versioned store of virtual references that VirtualiZarr
+users commit to. The arrays' ``zarr.json`` documents are written as they are; every stored
+chunk becomes a virtual reference (``file:///...`` for local sources) carrying the source's
+ETag, or else its modification time, as Icechunk's checksum, so that Icechunk too refuses to
+read a source changed since it was scanned; inline chunks are written as Icechunk's own
+chunks. Icechunk 1.x knows only regular chunk grids, so a rectilinear array is refused,
+naming it. Each write is one commit: writing a grown archive again commits its new extent,
+and the earlier snapshot still reads the old one. Sources must lie under one of the
+repository's virtual chunk containers (``icechunk.VirtualChunkContainer``); one that does
+not is an error naming it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from refgrid.core.keys import chunk_key
+from refgrid.core.sources import SourceIdentity, is_local
+from refgrid.core.util import import_extra
+from refgrid.errors import WriteError
+from refgrid.model.manifest import chunk_coords
+from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.model.zarr_json import documents
+from refgrid.writers.kerchunk_v2 import require_regular
+from refgrid.writers.refs import dumps
+
+
+def location(url: str) -> str:
+    """An Icechunk location: local paths as ``file://`` URLs."""
+    if is_local(url):
+        return url if url.startswith("file://") else "file://" + url
+    return url
+
+
+def local_repository(path: str | os.PathLike[str], sources: Iterable[str]) -> Any:
+    """The Icechunk repository at local ``path`` (created when absent), allowed to read the
+    local ``sources``: one virtual chunk container per top-level directory they lie under
+    (what the ``--icechunk`` option of ``refgrid batch`` uses; repositories on object stores
+    or reading remote sources are configured by the caller)."""
+    icechunk = import_extra("icechunk", "icechunk", "Icechunk output")
+    urls = list(sources)
+    remote = [u for u in urls if not is_local(u)]
+    if remote:
+        raise WriteError(f"a local Icechunk repository reads local sources only, not "
+                         f"{remote[0]}; configure a repository with a container for it in "
+                         "Python and pass it to refgrid.batch")
+    prefixes = sorted({_top_directory(u) for u in urls})
+    storage = icechunk.local_filesystem_storage(str(Path(path).resolve()))
+    access = {p: None for p in prefixes}
+    try:
+        if icechunk.Repository.exists(storage):
+            repo = icechunk.Repository.open(storage)
+            known = {c.url_prefix for c in repo.config.virtual_chunk_containers.values()} \
+                if repo.config.virtual_chunk_containers else set()
+            if set(prefixes) - known:
+                config = icechunk.RepositoryConfig.default()
+                _add_containers(icechunk, config, prefixes)
+                repo = icechunk.Repository.open(storage, config, access)
+                repo.save_config()
+            return icechunk.Repository.open(storage, authorize_virtual_chunk_access=access)
+        config = icechunk.RepositoryConfig.default()
+        _add_containers(icechunk, config, prefixes)
+        return icechunk.Repository.create(storage, config, access)
+    except WriteError:
+        raise
+    except Exception as e:  # icechunk's own errors
+        raise WriteError(f"cannot open the Icechunk repository {path}: {type(e).__name__}: "
+                         f"{e}") from None
+
+
+def _top_directory(url: str) -> str:
+    parts = Path(url.removeprefix("file://")).resolve().parts
+    return "file://" + "/".join(parts[:2]).replace("//", "/") + "/"
+
+
+def _add_containers(icechunk: Any, config: Any, prefixes: list[str]) -> None:
+    for prefix in prefixes:
+        config.set_virtual_chunk_container(icechunk.VirtualChunkContainer(
+            prefix, icechunk.local_filesystem_store(prefix.removeprefix("file://"))))
+
+
+def write_icechunk(group: VirtualGroup, target: Any, *, message: str | None = None,
+                   branch: str = "main") -> str:
+    """Write ``group`` into ``target`` (an Icechunk ``Repository``, whose ``branch`` gets a
+    new commit, or a writable ``Session``, which is committed) and return the snapshot id."""
+    icechunk = import_extra("icechunk", "icechunk", "Icechunk output")
+    for path, node in group.walk():
+        if isinstance(node, VirtualArray):
+            require_regular(path, node, "Icechunk output")
+    session = target.writable_session(branch) if isinstance(target, icechunk.Repository) \
+        else target
+    if getattr(session, "read_only", False):
+        raise WriteError("the Icechunk session is read-only: pass a writable session or the "
+                         "repository")
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    store = session.store
+    buffer = default_buffer_prototype().buffer
+    for key, document in documents(group).items():
+        sync(store.set(key, buffer.from_bytes(dumps(document).encode())))
+    for path, node in group.walk():
+        if isinstance(node, VirtualArray):
+            _chunk_refs(icechunk, store, path, node, group.sources, buffer)
+    try:
+        return str(session.commit(message or "refgrid: write virtual references"))
+    except Exception as e:  # icechunk's own errors (conflicts, nothing to commit...)
+        raise WriteError(f"cannot commit to the Icechunk repository: {type(e).__name__}: "
+                         f"{e}") from None
+
+
+def _chunk_refs(icechunk: Any, store: Any, path: str, array: VirtualArray,
+                sources: Any, buffer: Any) -> None:
+    from zarr.core.sync import sync
+
+    manifest = array.manifest
+    flat, ids, offsets, lengths = manifest.stored()
+    urls = [location(u) for u in manifest.paths]
+    checksums = [_checksum(sources.get(u)) for u in manifest.paths]
+    specs = [icechunk.VirtualChunkSpec(list(chunk_coords(f, manifest.shape)), urls[i], o, n,
+                                       **checksums[i])
+             for f, i, o, n in zip(flat.tolist(), ids, offsets, lengths, strict=True)]
+    if specs:
+        failed = store.set_virtual_refs(f"/{path}", specs, validate_containers=True)
+        if failed:
+            f = failed[0]
+            bad = urls[int(manifest.path_id[tuple(f)])]
+            raise WriteError(f"array {path!r}: {len(failed)} chunk(s) lie outside the "
+                             f"repository's virtual chunk containers, e.g. {bad}; add an "
+                             "icechunk.VirtualChunkContainer for its prefix")
+    for coords, data in manifest.inline.items():
+        sync(store.set(chunk_key(path, coords), buffer.from_bytes(data)))
+
+
+def _checksum(identity: SourceIdentity | None) -> dict[str, Any]:
+    if identity is None:
+        return {}
+    if "etag" in identity:
+        return {"etag_checksum": identity["etag"]}
+    if "mtime" in identity:  # whole seconds, rounded up: Icechunk compares at that precision
+        seconds = int(np.ceil(identity["mtime"]))
+        return {"last_updated_at_checksum": dt.datetime.fromtimestamp(seconds, dt.UTC)}
+    return {}

@@ -1,0 +1,262 @@
+"""Padded interior chunks rewritten to their logical extent: the portable form.
+
+Where files are concatenated, an HDF5 chunk that was padded at a file's end sits inside the
+combined array. refgrid describes it with ``encoded_chunk_shapes`` (zarr-extensions #74/#75,
+a proposal), which other Zarr readers ignore: zarr-python >= 3.2 decodes every chunk to its
+declared edge and fails on the padded ones. :func:`rewrite_padded` decodes each such chunk,
+crops it to its logical extent, re-encodes it with the array's own codecs and keeps it inline
+(small chunks) or as a chunk file in a sidecar directory beside the references, so the grid
+becomes a plain rectilinear grid. Only these chunks are copied; every other reference stays a
+byte range into the source files.
+
+The sidecar holds one subdirectory per write, named by a hash of its contents
+(``OUT.chunks/<hash>/tas/c/3/0/0``): a new write fills a directory the old references never
+name, the references are swapped in atomically, and only then are other subdirectories
+removed, so at every instant the references on disk name chunk files that exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from refgrid.codecs.pipeline import ChunkCodec
+from refgrid.core.keys import chunk_key
+from refgrid.core.sources import SourceCheck, SourceIdentity
+from refgrid.errors import RefgridError, WriteError
+from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
+from refgrid.model.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
+from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.read.array import fetch_chunks
+from refgrid.writers.atomic import TEMPORARY, clean_leftovers, temporary_for
+
+Padded = Literal["encoded", "rewrite"]
+PADDED_CHOICES: tuple[Padded, ...] = ("encoded", "rewrite")
+INLINE_LIMIT = 4096
+"""Rewritten chunks that encode to at most this many bytes are kept inline."""
+BATCH = 64
+"""Chunks fetched per request round."""
+STAGING = "staging"
+"""Chunk files are written under ``OUT.chunks/.staging.tmp-<pid>-<token>`` first."""
+
+
+@dataclass(frozen=True)
+class PaddedRewrite:
+    """What :func:`rewrite_padded` copied: counts, bytes, and where the files went."""
+
+    chunks: int = 0
+    inline: int = 0
+    bytes: int = 0
+    """Encoded bytes of every rewritten chunk (inline ones included)."""
+    arrays: tuple[str, ...] = ()
+    directory: Path | None = None
+    """The sidecar subdirectory holding this write's chunk files (None when all inline)."""
+    fresh: bool = False
+    """The directory was made by this write (not one an earlier write of the same chunks
+    left, which the references on disk may name)."""
+
+    def __str__(self) -> str:
+        if not self.chunks:
+            return "no padded interior chunks: nothing rewritten"
+        where = f"{self.chunks - self.inline} in {self.directory}" if self.directory else \
+            "none as files"
+        return (f"rewrote {self.chunks} padded chunk(s) of {', '.join(self.arrays)} "
+                f"({self.bytes} bytes): {self.inline} inline, {where}")
+
+
+def sidecar_for(target: Path) -> Path:
+    """The sidecar directory of the references at ``target``: ``refs.json.chunks``."""
+    return target.with_name(target.name + ".chunks")
+
+
+def needs_rewrite(group: VirtualGroup) -> bool:
+    return any(isinstance(node, VirtualArray) and _padded_inside(node.grid)
+               for _, node in group.walk())
+
+
+def _padded_inside(grid: RectilinearGrid) -> bool:
+    return any(a.padded_inside for a in grid.axes)
+
+
+def rewrite_padded(group: VirtualGroup, sidecar: Path, *,
+                   inline_limit: int = INLINE_LIMIT,
+                   storage_options: Mapping[str, Any] | None = None
+                   ) -> tuple[VirtualGroup, PaddedRewrite]:
+    """``group`` with every padded interior chunk cropped to its logical extent, and a
+    report. Chunk files go under a new ``sidecar/<hash>/`` directory; the caller swaps the
+    references in and then calls :func:`prune_sidecar`."""
+    if inline_limit < 0:
+        raise WriteError(f"inline_limit must be >= 0, got {inline_limit}")
+    staging = temporary_for(sidecar / STAGING)
+    check = SourceCheck(group.sources, storage_options)
+    digest = hashlib.sha256()
+    rewritten: dict[str, _Rewritten] = {}
+    try:
+        for path, node in group.walk():
+            if isinstance(node, VirtualArray) and _padded_inside(node.grid):
+                rewritten[path] = _rewrite_array(path, node, staging, inline_limit,
+                                                 dict(storage_options or {}), check, digest)
+        total_files = sum(len(r.files) for r in rewritten.values())
+        final = sidecar / digest.hexdigest()[:16] if total_files else None
+        fresh = final is not None and not final.exists()
+        if fresh:
+            os.rename(staging, final)  # type: ignore[arg-type]
+        else:  # all inline, or the same chunks written before: that directory serves
+            shutil.rmtree(staging, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise WriteError(f"cannot write padded chunks under {sidecar}: {e}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    sources = dict(group.sources)
+    out = _replace_arrays(group, "", rewritten, final, sources)
+    report = PaddedRewrite(
+        chunks=sum(r.count for r in rewritten.values()),
+        inline=sum(len(r.inline) for r in rewritten.values()),
+        bytes=sum(r.nbytes for r in rewritten.values()),
+        arrays=tuple(p for p, r in rewritten.items() if r.count),
+        directory=final, fresh=fresh)
+    return replace(out, sources=sources), report
+
+
+def prune_sidecar(sidecar: Path, keep: Path | None) -> None:
+    """Remove every subdirectory of ``sidecar`` but ``keep`` (and ``sidecar`` itself when
+    nothing is kept), once references naming ``keep`` are in place. Staging directories of
+    writers still running are left alone."""
+    if not sidecar.is_dir():
+        return
+    clean_leftovers(sidecar / STAGING)
+    for entry in sidecar.iterdir():
+        if entry != keep and not TEMPORARY.fullmatch(entry.name):
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(
+                missing_ok=True)
+    if keep is None:
+        with contextlib.suppress(OSError):  # a concurrent writer's staging directory is there
+            sidecar.rmdir()
+
+
+def _padded_mask(grid: RectilinearGrid) -> np.ndarray:
+    """Boolean grid of the chunks padded somewhere other than the array's end."""
+    mask = np.zeros(grid.chunk_counts, dtype=bool)
+    for dim, axis in enumerate(grid.axes):
+        inside = (axis.encoded != axis.logical)
+        inside[-1:] = False
+        shape = [1] * grid.ndim
+        shape[dim] = axis.nchunks
+        mask |= inside.reshape(shape)
+    return mask
+
+
+def _portable_grid(grid: RectilinearGrid) -> RectilinearGrid:
+    """Encoded lengths equal to logical ones, but the last chunk's: the array's final chunk
+    may still overflow the shape (the spec's trailing edge does exactly that)."""
+    axes = []
+    for axis in grid.axes:
+        encoded = axis.logical.copy()
+        if axis.nchunks:
+            encoded[-1] = axis.encoded[-1]
+        axes.append(AxisChunks(axis.logical, encoded, axis.empty_chunk))
+    return RectilinearGrid(tuple(axes))
+
+
+@dataclass
+class _Rewritten:
+    count: int
+    nbytes: int
+    files: dict[tuple[int, ...], tuple[str, int]]
+    """Chunk coordinates → (path relative to the sidecar subdirectory, byte count)."""
+    inline: dict[tuple[int, ...], bytes]
+    grid: RectilinearGrid
+
+
+def _rewrite_array(path: str, array: VirtualArray, staging: Path, inline_limit: int,
+                   storage_options: dict[str, Any], check: SourceCheck,
+                   digest: Any) -> _Rewritten:
+    mask = _padded_mask(array.grid)
+    manifest = array.manifest
+    flat_all = np.flatnonzero(mask.reshape(-1) & (manifest.path_id.reshape(-1) != MISSING))
+    new_grid = _portable_grid(array.grid)
+    try:
+        codec = ChunkCodec(array.codecs, array.dtype)
+    except Exception as e:  # a codec's own configuration checks raise anything
+        raise WriteError(f"array {path!r}: cannot re-encode its padded chunks: "
+                         f"{type(e).__name__}: {e}") from None
+    out = _Rewritten(0, 0, {}, {}, new_grid)
+    path_id = manifest.path_id.reshape(-1)
+    for start in range(0, len(flat_all), BATCH):
+        flat = flat_all[start:start + BATCH]
+        stored = flat[path_id[flat] >= 0]
+        blobs = dict(zip(stored.tolist(), fetch_chunks(array, path, stored, storage_options,
+                                                       check), strict=True))
+        for f in flat.tolist():
+            coords = chunk_coords(f, manifest.shape)
+            data = blobs[f] if f in blobs else manifest.inline[coords]
+            encoded = _cropped(path, array, codec, coords, data, new_grid)
+            out.count += 1
+            out.nbytes += len(encoded)
+            if len(encoded) <= inline_limit:
+                out.inline[coords] = encoded
+                continue
+            relative = chunk_key(path, coords)
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(encoded)
+            digest.update(relative.encode() + b"\0" + hashlib.sha256(encoded).digest())
+            out.files[coords] = (relative, len(encoded))
+    return out
+
+
+def _cropped(path: str, array: VirtualArray, codec: ChunkCodec, coords: tuple[int, ...],
+             data: Any, new_grid: RectilinearGrid) -> bytes:
+    encoded_shape = array.grid.encoded_chunk_shape(coords)
+    keep = tuple(slice(0, n) for n in new_grid.encoded_chunk_shape(coords))
+    try:
+        values = codec.decode(data, encoded_shape)
+        return codec.encode(np.ascontiguousarray(values[keep]))
+    except RefgridError:
+        raise
+    except Exception as e:  # codecs raise anything on bytes they cannot take
+        raise WriteError(f"array {path!r}, chunk {chunk_key(path, coords)}: cannot rewrite "
+                         f"the padded chunk: {type(e).__name__}: {e}") from None
+
+
+def _replace_arrays(group: VirtualGroup, prefix: str, rewritten: Mapping[str, _Rewritten],
+                    final: Path | None, sources: dict[str, SourceIdentity]) -> VirtualGroup:
+    arrays = {}
+    for name, array in group.arrays.items():
+        done = rewritten.get(prefix + name)
+        arrays[name] = array if done is None else _with_chunks(array, done, final, sources)
+    groups = {name: _replace_arrays(child, f"{prefix}{name}/", rewritten, final, sources)
+              for name, child in group.groups.items()}
+    return replace(group, arrays=arrays, groups=groups)
+
+
+def _with_chunks(array: VirtualArray, done: _Rewritten, final: Path | None,
+                 sources: dict[str, SourceIdentity]) -> VirtualArray:
+    manifest = array.manifest
+    paths = list(manifest.paths)
+    path_id, offset = manifest.path_id.copy(), manifest.offset.copy()
+    length = manifest.length.copy()
+    inline = dict(manifest.inline)
+    for coords, data in done.inline.items():
+        path_id[coords], offset[coords], length[coords] = INLINE, 0, 0
+        inline[coords] = data
+    for coords, (relative, nbytes) in done.files.items():
+        assert final is not None
+        url = str((final / relative).resolve())
+        stat = os.stat(url)
+        sources[url] = {"size": stat.st_size, "mtime": stat.st_mtime}
+        path_id[coords], offset[coords], length[coords] = len(paths), 0, nbytes
+        inline.pop(coords, None)
+        paths.append(url)
+    return replace(array, grid=done.grid,
+                   manifest=ChunkManifest(tuple(paths), path_id, offset, length, inline))
