@@ -235,7 +235,7 @@ def test_other_formats_and_layouts_read_as_xarray_reads_the_files(kind, tmp_path
 def test_nested_groups_and_several_variables_as_combine_does(tmp_path):
     files = sorted((FIXTURES / "groups").glob("*.nc"))
     refgrid.batch([str(f) for f in files], tmp_path / "b.json", progress=False,
-                  scheduler="synchronous")
+                  scheduler="synchronous", padded="encoded")  # the combine's model as it is
     combined = refgrid.combine([refgrid.scan(f) for f in files], "time")
     assert refgrid.to_kerchunk(refgrid.scan(tmp_path / "b.json")) == refgrid.to_kerchunk(
         combined)
@@ -416,7 +416,7 @@ def test_an_s3_glob_is_scanned_by_the_workers_in_few_requests_with_one_pool_each
             distributed.Client(cluster) as client:
         result = refgrid.batch(f"s3://{s3_server.bucket}/batch/tas_*.nc", tmp_path / "s3.parq",
                                storage_options=s3_server.storage_options, scheduler=client,
-                               progress=False)
+                               progress=False, padded="encoded")  # the scans' requests only
         pools = client.run(_s3_filesystems)
     assert result.ok and result.scanned == GOOD
     per_file: dict[str, int] = {}

@@ -39,7 +39,7 @@ def _files(archive):
 def _combined(archive, tmp_path):
     files = _files(archive)
     group = combine([refgrid.scan(f) for f in reversed(files)], "time")  # order by time
-    return group, refgrid.write(group, tmp_path / "combined.json"), files
+    return group, refgrid.write(group, tmp_path / "combined.json", padded="encoded"), files
 
 
 @pytest.mark.parametrize("archive", ARCHIVES)
@@ -82,8 +82,9 @@ def test_monthly_chunk10_grid_json(tmp_path):
     group, _, _ = _combined("monthly/chunk10", tmp_path)
     assert emit_chunk_grid(group["tas"].grid) == {"name": "rectilinear", "configuration": {
         "kind": "inline",
-        "chunk_shapes": [[[10, 3], 1, 10, 10, 8, [10, 3], 1, [10, 6], 1, [10, 6], 1, [10, 3], 1,
-                          [10, 6], 1, [10, 6], 1], 6, 8],
+        "chunk_shapes": [[[10, 3], [1, 1], [10, 2], [8, 1], [10, 3], [1, 1], [10, 6], [1, 1],
+                          [10, 6], [1, 1], [10, 3], [1, 1], [10, 6], [1, 1], [10, 6], [1, 1]],
+                         [[6, 1]], [[8, 1]]],
         "encoded_chunk_shapes": [10, 6, 8]}}
     assert group["time"].manifest.path_id.tolist() == [INLINE]  # the coordinate is inlined
 

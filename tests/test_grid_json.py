@@ -28,7 +28,7 @@ def test_design_example_two_files_of_550_rows_in_chunks_of_200(rectilinear_schem
     doc = emit_chunk_grid(g)
     assert doc == {"name": "rectilinear", "configuration": {
         "kind": "inline",
-        "chunk_shapes": [[[200, 2], 150, [200, 2], 150]],
+        "chunk_shapes": [[[200, 2], [150, 1], [200, 2], [150, 1]]],
         "encoded_chunk_shapes": [200]}}
     _validate(doc, rectilinear_schema)
     assert parse_chunk_grid(doc, [1100]) == g
@@ -44,7 +44,8 @@ def test_ragged_without_interior_padding_has_no_encoded_field(rectilinear_schema
     g = RectilinearGrid.concat([RectilinearGrid.regular([n, 4], [n, 4]) for n in (31, 28, 31)], 0)
     doc = emit_chunk_grid(g)
     assert doc == {"name": "rectilinear",
-                   "configuration": {"kind": "inline", "chunk_shapes": [[31, 28, 31], 4]}}
+                   "configuration": {"kind": "inline",
+                                     "chunk_shapes": [[[31, 1], [28, 1], [31, 1]], [[4, 1]]]}}
     _validate(doc, rectilinear_schema)
 
 
@@ -52,13 +53,14 @@ def test_padding_inside_needs_encoded_field_padding_at_end_does_not(rectilinear_
     # 365/366/365 with chunk 100: every file's last chunk is padded, so padding sits inside
     g = RectilinearGrid.concat([RectilinearGrid.regular([n], [100]) for n in (365, 366, 365)], 0)
     doc = emit_chunk_grid(g)
-    assert doc["configuration"]["chunk_shapes"] == [[[100, 3], 65, [100, 3], 66, [100, 3], 65]]
+    assert doc["configuration"]["chunk_shapes"] == [[[100, 3], [65, 1], [100, 3], [66, 1],
+                                                    [100, 3], [65, 1]]]
     assert doc["configuration"]["encoded_chunk_shapes"] == [100]
     _validate(doc, rectilinear_schema)
     # irregular lengths, padded only at the array's end: the last edge overflows the shape
     g = RectilinearGrid.from_lengths([[5, 7, 3]], [[5, 7, 10]])
     doc = emit_chunk_grid(g)
-    assert doc["configuration"] == {"kind": "inline", "chunk_shapes": [[5, 7, 10]]}
+    assert doc["configuration"] == {"kind": "inline", "chunk_shapes": [[[5, 1], [7, 1], [10, 1]]]}
     assert parse_chunk_grid(doc, [15]) == g
     _validate(doc, rectilinear_schema)
 
@@ -154,3 +156,17 @@ def test_json_string_is_accepted():
     g = parse_chunk_grid('{"name": "regular", "configuration": {"chunk_shape": [3]}}',
                                   [7])
     assert g.lengths(0).tolist() == [3, 3, 1]
+
+
+def test_chunk_shapes_are_runs_only_the_form_every_rectilinear_reader_parses():
+    """Icechunk 2 refuses a bare integer for a dimension and integers mixed among runs
+    (``cannot parse chunk_shapes``); zarr-python parses all three. refgrid emits runs only,
+    and still reads every form."""
+    g = RectilinearGrid.concat([RectilinearGrid.regular([n, 6], [10, 6]) for n in (31, 28)], 0)
+    shapes = emit_chunk_grid(g)["configuration"]["chunk_shapes"]
+    assert shapes == [[[10, 3], [1, 1], [10, 2], [8, 1]], [[6, 1]]]
+    assert all(isinstance(run, list) and len(run) == 2 for dim in shapes for run in dim)
+    logical = RectilinearGrid.from_lengths([[10, 10, 10, 1, 10, 10, 8], [6]])
+    for form in (shapes, [[[10, 3], 1, [10, 2], 8], 6], [[10, 10, 10, 1, 10, 10, 8], [6]]):
+        doc = {"name": "rectilinear", "configuration": {"kind": "inline", "chunk_shapes": form}}
+        assert parse_chunk_grid(doc, [59, 6]) == logical

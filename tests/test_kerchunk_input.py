@@ -337,3 +337,56 @@ def test_an_unknown_codec_is_named(tmp_path):
     path = _write_refs(tmp_path, {"compressor": {"id": "no_such_codec"}})
     with pytest.raises(FormatError, match=r"refs\.json.*\bv\b.*'no_such_codec' is not available"):
         refgrid.scan(path)
+
+
+NAMES = ["Zürich", "Malmö", "Besançon", "Açores", "Москва", "東京", "Praha"]
+
+
+@pytest.fixture(scope="module")
+def stations(tmp_path_factory) -> Path:
+    """Station names as a netCDF file keeps them: UTF-8 text (any script), and the same
+    names as Latin-1 bytes in a char array."""
+    import netCDF4
+
+    path = tmp_path_factory.mktemp("stations") / "stations.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("station", len(NAMES))
+        nc.createDimension("nchar", 24)
+        nc.createVariable("name", str, ("station",))[:] = np.array(NAMES, dtype=object)
+        utf8 = nc.createVariable("name_utf8", "S1", ("station", "nchar"))
+        latin1 = nc.createVariable("name_latin1", "S1", ("station", "nchar"))
+        for i, name in enumerate(NAMES):
+            for var, encoding in ((utf8, "utf-8"), (latin1, "latin-1")):
+                data = name.encode(encoding, errors="replace").ljust(24, b"\0")
+                var[i] = np.frombuffer(data, "S1")
+        nc.createVariable("height", "f4", ("station",))[:] = np.arange(len(NAMES)) * 10.5
+    return path
+
+
+def test_kerchunk_inline_text_chunks_read_as_fsspec_reads_them(stations, tmp_path):
+    """kerchunk inlines small chunks as plain JSON text whenever their bytes decode as
+    UTF-8 (names with accents or in other scripts), as base64 otherwise; fsspec reads text
+    back as UTF-8. refgrid reads the same JSON exactly as fsspec + zarr do and as netCDF4
+    reads the file."""
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    with open(stations, "rb") as f:
+        refs = SingleHdf5ToZarr(f, str(stations), inline_threshold=1000).translate()
+    texts = [v for k, v in refs["refs"].items() if not k.endswith((".zarray", ".zattrs",
+             ".zgroup")) and isinstance(v, str) and not v.startswith("base64:")]
+    assert any(not t.isascii() for t in texts), "kerchunk inlined no non-ASCII text"
+    assert any(isinstance(v, str) and v.startswith("base64:") for v in refs["refs"].values())
+    path = tmp_path / "stations.json"
+    path.write_text(json.dumps(refs, ensure_ascii=False), encoding="utf-8")
+    theirs = _kerchunk_read(path)
+    ours = xr.open_dataset(path, engine="refgrid", mask_and_scale=False)
+    import h5py
+
+    with xr.open_dataset(stations, engine="netcdf4", mask_and_scale=False) as truth, \
+            h5py.File(stations) as raw:
+        for name in ("name_utf8", "name_latin1", "height"):
+            np.testing.assert_array_equal(ours[name].values, truth[name].values, err_msg=name)
+            np.testing.assert_array_equal(theirs(name), raw[name][...], err_msg=name)
+        assert [n.decode() for n in ours["name_utf8"].values] == NAMES
+    group = refgrid.scan(refs)  # the same references as a loaded dict
+    assert {p for p, _ in group.walk()} >= {"name_utf8", "name_latin1", "height"}

@@ -61,8 +61,8 @@ def test_missing_remote_source_is_a_read_error(http_server, tmp_path):
     url = f"{http_server.url}/fixtures/{MONTHS[0]}"
     group = refgrid.scan(url)
     refs = refgrid.to_kerchunk(group)
-    broken = {**refs, "templates": {k: v.replace("tas_200101", "gone") for k, v in
-                                    refs["templates"].items()}}
+    broken = {**refs, "refs": {k: [v[0].replace("tas_200101", "gone"), *v[1:]]
+                               if isinstance(v, list) else v for k, v in refs["refs"].items()}}
     with pytest.raises(refgrid.RefgridError, match=r"array 'time'.*gone\.nc"):
         xr.open_dataset(broken, engine="refgrid")  # index coordinates are read at open
     ds = xr.open_dataset(broken, engine="refgrid", drop_variables=["time", "lat", "lon"])

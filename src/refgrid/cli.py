@@ -73,10 +73,11 @@ format_option = click.option(
          "archives (default for names ending in .parq); kerchunk-v2: classic kerchunk with "
          "Zarr v2 keys, for readers without Zarr v3 (regular grids only; parquet for .parq).")
 padded_option = click.option(
-    "--padded", type=click.Choice(["encoded", "rewrite"]), default="encoded", show_default=True,
-    help="encoded: chunks padded inside the array stay references, described by "
-         "encoded_chunk_shapes (read by refgrid); rewrite: copy those chunks cropped, inline "
-         "or into OUTPUT.chunks/, so every rectilinear Zarr reader (zarr >= 3.2) reads them.")
+    "--padded", type=click.Choice(["rewrite", "encoded"]), default="rewrite", show_default=True,
+    help="rewrite: copy the chunks padded inside the array cropped, inline or into "
+         "OUTPUT.chunks/, so every rectilinear Zarr reader (zarr >= 3.2, Icechunk) reads "
+         "them; encoded: copy nothing and describe them with encoded_chunk_shapes, which "
+         "only refgrid reads.")
 
 
 def _echo_rewrite(saved: Any) -> None:
@@ -156,7 +157,7 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
       refgrid combine 'data/tas_*.nc' -o tas.parq
       refgrid combine s3://bucket/tas_*.nc -o tas.json -s anon=true
       refgrid combine @files.txt -o tas.json        # one path or URL per line
-      refgrid combine 'data/tas_*.nc' -o tas.json --padded rewrite   # for zarr >= 3.2
+      refgrid combine 'data/tas_*.nc' -o tas.json --padded encoded   # copy nothing
     """
     import refgrid
     from refgrid.archive.inputs import expand

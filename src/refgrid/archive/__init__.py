@@ -26,7 +26,14 @@ from refgrid.core.sources import SourceIdentity, identity_difference
 from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
 from refgrid.scan.source import Source
-from refgrid.writers import PADDED_CHOICES, Padded, check_icechunk_options, save, write
+from refgrid.writers import (
+    DEFAULT_PADDED,
+    PADDED_CHOICES,
+    Padded,
+    check_icechunk_options,
+    save,
+    write,
+)
 from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for
 from refgrid.writers.references import FORMATS, Format
 
@@ -83,7 +90,7 @@ def batch(
     overlap: Literal["error", "allow"] = "error",
     codecs: Literal["error", "recode"] = "error",
     format: Format | None = None,
-    padded: Padded = "encoded",
+    padded: Padded = DEFAULT_PADDED,
     message: str | None = None,
     allowed_sources: list[str] | None = None,
     storage_options: dict[str, Any] | None = None,
@@ -157,7 +164,8 @@ def batch(
     result = replace(result, notes=[str(entry) for entry in group.report])
     if repository is not None:
         snapshot = write(group, repository, message=message or
-                         f"refgrid batch: {len(good)} files along {concat_dim!r}")
+                         f"refgrid batch: {len(good)} files along {concat_dim!r}",
+                         storage_options=options)
         result = replace(result, snapshot=snapshot)
     else:
         saved = save(group, target, format=chosen, padded=padded, storage_options=options)

@@ -109,13 +109,25 @@ def rle(values: np.ndarray) -> list[int | list[int]]:
     return out
 
 
+def runs(values: np.ndarray) -> list[int | list[int]]:
+    """Edge lengths as ``[length, repeat]`` runs only: the one form of ``chunk_shapes``
+    every rectilinear reader parses (Icechunk 2 refuses bare integers, for a dimension or
+    mixed among runs, where zarr-python takes all three)."""
+    if len(values) == 0:
+        return []
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(values)) + 1))
+    counts = np.diff(np.concatenate((starts, [len(values)])))
+    return [[v, n] for v, n in zip(values[starts].tolist(), counts.tolist(), strict=True)]
+
+
 def _edges_spec(axis: AxisChunks, with_encoded: bool) -> EdgeSpec:
-    """Edges of one dimension; without ``encoded_chunk_shapes`` the last edge carries the
-    padding of the array's final chunk (it overflows the shape, as the spec allows)."""
+    """Edges of one dimension, as runs; without ``encoded_chunk_shapes`` the last edge
+    carries the padding of the array's final chunk (it overflows the shape, as the spec
+    allows)."""
     size = axis.regular_size
     if size is not None:
-        return size
-    return rle(axis.logical if with_encoded else axis.declared())
+        return [[size, axis.nchunks]] if axis.nchunks else size
+    return runs(axis.logical if with_encoded else axis.declared())
 
 
 def _encoded_spec(axis: AxisChunks) -> EdgeSpec:

@@ -211,6 +211,16 @@ class VirtualGroup(Displayed, FrozenPickle):
             yield f"{prefix}{name}", group
             yield from group.walk(f"{prefix}{name}/")
 
+    def with_arrays(self, arrays: Mapping[str, VirtualArray], prefix: str = ""
+                    ) -> VirtualGroup:
+        """This group with the arrays at the given paths (relative to it) replaced."""
+        if not arrays:
+            return self
+        mine = {name: arrays.get(prefix + name, array) for name, array in self.arrays.items()}
+        groups = {name: child.with_arrays(arrays, f"{prefix}{name}/")
+                  for name, child in self.groups.items()}
+        return replace(self, arrays=mine, groups=groups)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, VirtualGroup):
             return NotImplemented

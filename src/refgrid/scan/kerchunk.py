@@ -76,11 +76,14 @@ def kerchunk_to_group(refs: Mapping[str, Any], url: str,
 
 
 def _value(value: Any) -> Any:
-    """A reference value as refgrid's JSON form: lists as they are, data as base64."""
+    """A reference value as refgrid's JSON form: lists as they are, data as base64. Inline
+    text is UTF-8, the rule fsspec's reference filesystem reads it by: kerchunk inlines a
+    chunk as plain text whenever its bytes decode as UTF-8 (station names with accents or
+    other scripts included), as base64 otherwise."""
     if isinstance(value, list):
         return value
     data = value if isinstance(value, bytes) else (
-        base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode("latin-1"))
+        base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode("utf-8"))
     return "base64:" + base64.b64encode(data).decode("ascii")
 
 

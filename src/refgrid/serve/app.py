@@ -39,6 +39,7 @@ from refgrid.serve.pages import dataset_page, index_page, listing_page
 from refgrid.serve.views import (
     Assembled,
     Bytes,
+    Cropped,
     Listing,
     Metadata,
     NativeView,
@@ -313,7 +314,7 @@ async def _serve(request: web.Request, dataset: Dataset, view: NativeView | Regu
         data = await _waiting(request, request.app[STATE].batcher(view).get(found.array,
                                                                              found.flat))
         return _chunk(request, dataset, data, etag)
-    assert isinstance(found, Assembled) and isinstance(view, RegularView)
+    assert isinstance(found, Assembled | Cropped)
     loop = asyncio.get_running_loop()
     data = await _waiting(request, loop.run_in_executor(request.app[POOL], view.content, key))
     if data is None:

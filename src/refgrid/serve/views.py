@@ -1,7 +1,10 @@
 """The two Zarr v3 stores a dataset is served as, as plain lookups from key to content.
 
 * :class:`NativeView`: the dataset as it is — its own ``zarr.json`` documents (rectilinear
-  grids, ``encoded_chunk_shapes``, codecs) and each chunk's stored bytes, passed through;
+  grids, codecs) and each chunk's stored bytes, passed through; a chunk padded inside the
+  array (an HDF5 file's padded last chunk, once files are concatenated) is served cropped and
+  re-encoded, and the documents declare its real extent, so zarr >= 3.2 reads it (no
+  ``encoded_chunk_shapes`` left for a reader to understand);
 * :class:`RegularView`: the regular-grid view of :mod:`refgrid.read.mapper`, which stock zarr
   3.1 reads, assembled and decoded by refgrid.
 
@@ -28,6 +31,12 @@ from refgrid.model.zarr_json import consolidated, documents
 from refgrid.read.array import fetch_chunks
 from refgrid.read.mapper import RegularViewFileSystem
 from refgrid.read.view_chunks import ViewChunks
+from refgrid.writers.padded import (
+    cropped_chunks,
+    padded_arrays,
+    padded_mask,
+    portable_documents_group,
+)
 
 
 @dataclass(frozen=True)
@@ -97,13 +106,20 @@ class Assembled:
 
 
 @dataclass(frozen=True)
+class Cropped:
+    """A chunk padded inside its array: fetched, cropped and re-encoded on request."""
+
+    key: str
+
+
+@dataclass(frozen=True)
 class Bytes:
     """Content already at hand (an inlined chunk)."""
 
     data: bytes
 
 
-Found = Metadata | Listing | StoredChunk | Assembled | Bytes | None
+Found = Metadata | Listing | StoredChunk | Assembled | Cropped | Bytes | None
 """What a key is: None for nothing (404, which for a chunk key means "fill value")."""
 
 
@@ -147,8 +163,10 @@ class NativeView(_View):
 
     def __init__(self, group: VirtualGroup, storage_options: dict[str, Any]) -> None:
         self.groups, self.arrays = _tree(group)
-        docs: dict[str, Any] = {k[:-len("zarr.json")].rstrip("/"): v
-                                for k, v in documents(group).items()}
+        self.padded = {path: padded_mask(array.grid).reshape(-1)
+                       for path, array in padded_arrays(group).items()}
+        docs: dict[str, Any] = {k[:-len("zarr.json")].rstrip("/"): v for k, v in
+                                documents(portable_documents_group(group)).items()}
         docs[""] = consolidated(docs[""], docs)
         self.documents = {node: json.dumps(doc).encode() for node, doc in docs.items()}
         self.storage_options = storage_options
@@ -175,9 +193,23 @@ class NativeView(_View):
         kind = int(array.manifest.path_id.reshape(-1)[flat])
         if kind == MISSING:
             return None
+        if path in self.padded and self.padded[path][flat]:
+            return Cropped(key)
         if kind == INLINE:
             return Bytes(bytes(array.manifest.inline[coords]))
         return StoredChunk(path, flat, int(array.manifest.length.reshape(-1)[flat]))
+
+    def content(self, key: str) -> bytes | None:
+        """A padded chunk (:class:`Cropped`), cropped to its extent (blocking)."""
+        found = chunk_of_key(key, self.arrays)
+        assert found is not None
+        path, tail = found
+        array = self.arrays[path]
+        coords = _coords(tail, array.manifest.shape)
+        assert coords is not None
+        flat = np.array([flat_index(coords, array.manifest.shape)])
+        return next(data for _, data in cropped_chunks(path, array, self.storage_options,
+                                                       self.check, flat))
 
     def fetch(self, path: str, flats: list[int]) -> list[bytes]:
         """The stored bytes of chunks ``flats`` of array ``path`` (blocking; checks the

@@ -28,6 +28,7 @@ from refgrid.errors import ArgumentError, WriteError
 from refgrid.grid.rectilinear import GridForm
 from refgrid.model.virtual import VirtualGroup
 from refgrid.writers.padded import (
+    DEFAULT_PADDED,
     INLINE_LIMIT,
     PADDED_CHOICES,
     Padded,
@@ -50,7 +51,7 @@ class Saved:
 
 
 def write(group: VirtualGroup, target: Any, *, format: Format | None = None,
-          padded: Padded = "encoded", grid_form: GridForm = "auto",
+          padded: Padded = DEFAULT_PADDED, grid_form: GridForm = "auto",
           record_size: int = RECORD_SIZE, inline_limit: int = INLINE_LIMIT,
           message: str | None = None,
           storage_options: dict[str, Any] | None = None) -> Any:
@@ -65,10 +66,12 @@ def write(group: VirtualGroup, target: Any, *, format: Format | None = None,
     large archives) or ``"kerchunk-v2"`` (classic kerchunk, Zarr v2 keys; JSON, or parquet for
     such a suffix) — regular grids only.
 
-    ``padded``: ``"encoded"`` (default) keeps every chunk a reference into its source and
-    describes chunks padded inside the array with ``encoded_chunk_shapes``, which only refgrid
-    reads; ``"rewrite"`` copies those chunks, cropped, inline (up to ``inline_limit`` bytes)
-    or into ``<target>.chunks/`` beside the references, so any rectilinear reader reads them.
+    ``padded`` is what happens to chunks padded inside the array (an HDF5 file's padded last
+    chunk, once files are concatenated): ``"rewrite"`` (default) copies just those chunks,
+    cropped, inline (up to ``inline_limit`` bytes) or into ``<target>.chunks/`` beside the
+    references — or, for Icechunk, as the repository's own chunks — so every rectilinear
+    reader (zarr >= 3.2, Icechunk) reads the output; ``"encoded"`` copies nothing and
+    describes them with ``encoded_chunk_shapes``, which only refgrid's readers understand.
 
     ``record_size`` is the number of chunks per parquet record file; ``storage_options``
     reach the sources read by the rewrite. The output appears atomically and a killed write
@@ -78,14 +81,14 @@ def write(group: VirtualGroup, target: Any, *, format: Format | None = None,
         from refgrid.writers.icechunk import write_icechunk
 
         check_icechunk_options(format, padded)
-        return write_icechunk(group, target, message=message)
+        return write_icechunk(group, target, message=message, storage_options=storage_options)
     return save(group, target, format=format, padded=padded, grid_form=grid_form,
                 record_size=record_size, inline_limit=inline_limit,
                 storage_options=storage_options).path
 
 
 def save(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format | None = None,
-         padded: Padded = "encoded", grid_form: GridForm = "auto",
+         padded: Padded = DEFAULT_PADDED, grid_form: GridForm = "auto",
          record_size: int = RECORD_SIZE, inline_limit: int = INLINE_LIMIT,
          storage_options: dict[str, Any] | None = None) -> Saved:
     """:func:`write` to a path, also returning the padded rewrite's report (the CLI prints
@@ -114,14 +117,18 @@ def save(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format | 
 
 def check_icechunk_options(format: str | None, padded: str) -> None:
     """An Icechunk target has one form: refuse options asking for another."""
-    if format is not None or padded != "encoded":
-        raise ArgumentError("an Icechunk output takes neither format= nor padded= (its arrays "
-                            "must have regular grids, where no chunk is padded)")
+    if format is not None:
+        raise ArgumentError(f"an Icechunk output takes no format= (got {format!r}): the "
+                            "repository holds Zarr v3 arrays")
+    if padded != "rewrite":
+        raise ArgumentError(f"an Icechunk output takes no padded={padded!r}: Icechunk decodes "
+                            "every chunk to its declared shape, so padded interior chunks are "
+                            "always stored cropped, as the repository's own chunks")
 
 
 def _is_icechunk(target: Any) -> bool:
     return type(target).__module__.split(".")[0] == "icechunk"
 
 
-__all__ = ["PADDED_CHOICES", "Padded", "PaddedRewrite", "Saved", "check_icechunk_options",
-           "save", "to_kerchunk", "write"]
+__all__ = ["DEFAULT_PADDED", "PADDED_CHOICES", "Padded", "PaddedRewrite", "Saved",
+           "check_icechunk_options", "save", "to_kerchunk", "write"]

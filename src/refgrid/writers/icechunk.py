@@ -5,8 +5,12 @@ users commit to. The arrays' ``zarr.json`` documents are written as they are; ev
 chunk becomes a virtual reference (``file:///...`` for local sources) carrying the source's
 ETag, or else its modification time, as Icechunk's checksum, so that Icechunk too refuses to
 read a source changed since it was scanned; inline chunks are written as Icechunk's own
-chunks. Icechunk 1.x knows only regular chunk grids, so a rectilinear array is refused,
-naming it. Each write is one commit: writing a grown archive again commits its new extent,
+chunks. Icechunk 2 stores rectilinear grids (``chunk_shapes`` as runs, the form it parses);
+it decodes every chunk to its declared shape, so a chunk padded inside an irregular archive
+cannot stay virtual: each is read once, cropped, re-encoded and stored as Icechunk's own
+chunk (:func:`refgrid.writers.padded.cropped_chunks`) — only those are copied. Icechunk 1.x
+(Python 3.11) knows only regular grids, so there a rectilinear array is refused, naming it.
+Each write is one commit: writing a grown archive again commits its new extent,
 and the earlier snapshot still reads the old one. Sources must lie under one of the
 repository's virtual chunk containers (``icechunk.VirtualChunkContainer``); one that does
 not is an error naming it.
@@ -17,20 +21,33 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from refgrid.core.keys import chunk_key
-from refgrid.core.sources import SourceIdentity, is_local
+from refgrid.core.sources import SourceCheck, SourceIdentity, is_local
 from refgrid.core.util import import_extra
 from refgrid.errors import WriteError
-from refgrid.model.manifest import chunk_coords
+from refgrid.model.manifest import MISSING, ChunkManifest, chunk_coords
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import documents
 from refgrid.writers.kerchunk_v2 import require_regular
+from refgrid.writers.padded import cropped_chunks, padded_arrays, padded_mask, portable_grid
 from refgrid.writers.refs import dumps
+
+
+def rectilinear_supported(icechunk: Any) -> bool:
+    """Icechunk 2 stores rectilinear grids; 1.x only regular ones."""
+    return int(str(icechunk.__version__).split(".")[0]) >= 2
+
+
+def local_access(icechunk: Any) -> Any:
+    """The credential that lets a repository read ``file://`` containers: Icechunk 2's
+    explicit ``LocalFileSystemAccess`` (``None`` is deprecated there), ``None`` on 1.x."""
+    return getattr(icechunk.credentials, "LocalFileSystemAccess", None)
 
 
 def location(url: str) -> str:
@@ -54,7 +71,7 @@ def local_repository(path: str | os.PathLike[str], sources: Iterable[str]) -> An
                          "Python and pass it to refgrid.batch")
     prefixes = sorted({_top_directory(u) for u in urls})
     storage = icechunk.local_filesystem_storage(str(Path(path).resolve()))
-    access = {p: None for p in prefixes}
+    access = {p: local_access(icechunk) for p in prefixes}
     try:
         if icechunk.Repository.exists(storage):
             repo = icechunk.Repository.open(storage)
@@ -88,13 +105,17 @@ def _add_containers(icechunk: Any, config: Any, prefixes: list[str]) -> None:
 
 
 def write_icechunk(group: VirtualGroup, target: Any, *, message: str | None = None,
-                   branch: str = "main") -> str:
+                   branch: str = "main",
+                   storage_options: dict[str, Any] | None = None) -> str:
     """Write ``group`` into ``target`` (an Icechunk ``Repository``, whose ``branch`` gets a
-    new commit, or a writable ``Session``, which is committed) and return the snapshot id."""
+    new commit, or a writable ``Session``, which is committed) and return the snapshot id.
+    ``storage_options`` reach the sources of the padded chunks that are copied."""
     icechunk = import_extra("icechunk", "icechunk", "Icechunk output")
-    for path, node in group.walk():
-        if isinstance(node, VirtualArray):
-            require_regular(path, node, "Icechunk output")
+    if not rectilinear_supported(icechunk):
+        for path, node in group.walk():
+            if isinstance(node, VirtualArray):
+                require_regular(path, node, f"Icechunk {icechunk.__version__} output (Icechunk "
+                                            ">= 2, on Python >= 3.12, stores rectilinear grids)")
     session = target.writable_session(branch) if isinstance(target, icechunk.Repository) \
         else target
     if getattr(session, "read_only", False):
@@ -105,11 +126,17 @@ def write_icechunk(group: VirtualGroup, target: Any, *, message: str | None = No
 
     store = session.store
     buffer = default_buffer_prototype().buffer
-    for key, document in documents(group).items():
+    padded = padded_arrays(group)
+    portable = group.with_arrays({path: _without_padded(node) for path, node in padded.items()})
+    for key, document in documents(portable).items():
         sync(store.set(key, buffer.from_bytes(dumps(document).encode())))
-    for path, node in group.walk():
+    for path, node in portable.walk():
         if isinstance(node, VirtualArray):
             _chunk_refs(icechunk, store, path, node, group.sources, buffer)
+    check = SourceCheck(group.sources, storage_options)
+    for path, node in padded.items():
+        for coords, data in cropped_chunks(path, node, storage_options or {}, check):
+            sync(store.set(chunk_key(path, coords), buffer.from_bytes(data)))
     try:
         return str(session.commit(message or "refgrid: write virtual references"))
     except Exception as e:  # icechunk's own errors (conflicts, nothing to commit...)
@@ -138,6 +165,18 @@ def _chunk_refs(icechunk: Any, store: Any, path: str, array: VirtualArray,
                              "icechunk.VirtualChunkContainer for its prefix")
     for coords, data in manifest.inline.items():
         sync(store.set(chunk_key(path, coords), buffer.from_bytes(data)))
+
+
+def _without_padded(array: VirtualArray) -> VirtualArray:
+    """``array`` on its portable grid, its padded interior chunks marked missing (they are
+    written as Icechunk's own chunks instead of virtual references)."""
+    manifest = array.manifest
+    mask = padded_mask(array.grid)
+    path_id = np.where(mask, MISSING, manifest.path_id).astype(manifest.path_id.dtype)
+    inline = {c: d for c, d in manifest.inline.items() if not mask[c]}
+    return replace(array, grid=portable_grid(array.grid),
+                   manifest=ChunkManifest(manifest.paths, path_id, manifest.offset,
+                                          manifest.length, inline))
 
 
 def _checksum(identity: SourceIdentity | None) -> dict[str, Any]:

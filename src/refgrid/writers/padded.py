@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +40,9 @@ from refgrid.writers.atomic import TEMPORARY, clean_leftovers, temporary_for
 
 Padded = Literal["encoded", "rewrite"]
 PADDED_CHOICES: tuple[Padded, ...] = ("encoded", "rewrite")
+DEFAULT_PADDED: Padded = "rewrite"
+"""The default: every reader (zarr >= 3.2, Icechunk, fsspec) reads the output; only the padded
+interior chunks are copied, and an archive without any copies nothing."""
 INLINE_LIMIT = 4096
 """Rewritten chunks that encode to at most this many bytes are kept inline."""
 BATCH = 64
@@ -78,11 +81,24 @@ def sidecar_for(target: Path) -> Path:
 
 
 def needs_rewrite(group: VirtualGroup) -> bool:
-    return any(isinstance(node, VirtualArray) and _padded_inside(node.grid)
-               for _, node in group.walk())
+    return bool(padded_arrays(group))
 
 
-def _padded_inside(grid: RectilinearGrid) -> bool:
+def portable_documents_group(group: VirtualGroup) -> VirtualGroup:
+    """``group`` with its arrays on their portable grids, for their ``zarr.json`` documents
+    only: the manifests still name the padded chunks' stored bytes, which a reader must
+    crop (:func:`cropped_chunks`) before handing them out."""
+    return group.with_arrays({path: replace(array, grid=portable_grid(array.grid))
+                              for path, array in padded_arrays(group).items()})
+
+
+def padded_arrays(group: VirtualGroup) -> dict[str, VirtualArray]:
+    """The arrays of ``group`` (by path) with a chunk padded inside them."""
+    return {path: node for path, node in group.walk()
+            if isinstance(node, VirtualArray) and padded_inside(node.grid)}
+
+
+def padded_inside(grid: RectilinearGrid) -> bool:
     return any(a.padded_inside for a in grid.axes)
 
 
@@ -98,12 +114,12 @@ def rewrite_padded(group: VirtualGroup, sidecar: Path, *,
     staging = temporary_for(sidecar / STAGING)
     check = SourceCheck(group.sources, storage_options)
     digest = hashlib.sha256()
+    arrays = padded_arrays(group)
     rewritten: dict[str, _Rewritten] = {}
     try:
-        for path, node in group.walk():
-            if isinstance(node, VirtualArray) and _padded_inside(node.grid):
-                rewritten[path] = _rewrite_array(path, node, staging, inline_limit,
-                                                 dict(storage_options or {}), check, digest)
+        for path, node in arrays.items():
+            rewritten[path] = _rewrite_array(path, node, staging, inline_limit,
+                                             dict(storage_options or {}), check, digest)
         total_files = sum(len(r.files) for r in rewritten.values())
         final = sidecar / digest.hexdigest()[:16] if total_files else None
         fresh = final is not None and not final.exists()
@@ -118,7 +134,8 @@ def rewrite_padded(group: VirtualGroup, sidecar: Path, *,
         shutil.rmtree(staging, ignore_errors=True)
         raise
     sources = dict(group.sources)
-    out = _replace_arrays(group, "", rewritten, final, sources)
+    out = group.with_arrays({path: _with_chunks(arrays[path], done, final, sources)
+                             for path, done in rewritten.items()})
     report = PaddedRewrite(
         chunks=sum(r.count for r in rewritten.values()),
         inline=sum(len(r.inline) for r in rewritten.values()),
@@ -144,7 +161,7 @@ def prune_sidecar(sidecar: Path, keep: Path | None) -> None:
             sidecar.rmdir()
 
 
-def _padded_mask(grid: RectilinearGrid) -> np.ndarray:
+def padded_mask(grid: RectilinearGrid) -> np.ndarray:
     """Boolean grid of the chunks padded somewhere other than the array's end."""
     mask = np.zeros(grid.chunk_counts, dtype=bool)
     for dim, axis in enumerate(grid.axes):
@@ -156,7 +173,7 @@ def _padded_mask(grid: RectilinearGrid) -> np.ndarray:
     return mask
 
 
-def _portable_grid(grid: RectilinearGrid) -> RectilinearGrid:
+def portable_grid(grid: RectilinearGrid) -> RectilinearGrid:
     """Encoded lengths equal to logical ones, but the last chunk's: the array's final chunk
     may still overflow the shape (the spec's trailing edge does exactly that)."""
     axes = []
@@ -178,40 +195,53 @@ class _Rewritten:
     grid: RectilinearGrid
 
 
-def _rewrite_array(path: str, array: VirtualArray, staging: Path, inline_limit: int,
-                   storage_options: dict[str, Any], check: SourceCheck,
-                   digest: Any) -> _Rewritten:
-    mask = _padded_mask(array.grid)
+def cropped_chunks(path: str, array: VirtualArray, storage_options: Mapping[str, Any],
+                   check: SourceCheck | None, flats: np.ndarray | None = None
+                   ) -> Iterator[tuple[tuple[int, ...], bytes]]:
+    """Each padded interior chunk of ``array`` (not missing; of those, the C-order indexes
+    ``flats`` when given), decoded, cropped to its extent on :func:`portable_grid` and
+    re-encoded with the array's codecs, fetched a batch at a time (sources checked) so
+    memory holds one batch."""
+    mask = padded_mask(array.grid).reshape(-1)
     manifest = array.manifest
-    flat_all = np.flatnonzero(mask.reshape(-1) & (manifest.path_id.reshape(-1) != MISSING))
-    new_grid = _portable_grid(array.grid)
+    if flats is not None:
+        mask = mask & np.isin(np.arange(mask.size), flats)
+    flat_all = np.flatnonzero(mask & (manifest.path_id.reshape(-1) != MISSING))
+    new_grid = portable_grid(array.grid)
     try:
         codec = ChunkCodec(array.codecs, array.dtype)
     except Exception as e:  # a codec's own configuration checks raise anything
         raise WriteError(f"array {path!r}: cannot re-encode its padded chunks: "
                          f"{type(e).__name__}: {e}") from None
-    out = _Rewritten(0, 0, {}, {}, new_grid)
     path_id = manifest.path_id.reshape(-1)
     for start in range(0, len(flat_all), BATCH):
         flat = flat_all[start:start + BATCH]
         stored = flat[path_id[flat] >= 0]
-        blobs = dict(zip(stored.tolist(), fetch_chunks(array, path, stored, storage_options,
-                                                       check), strict=True))
+        blobs = dict(zip(stored.tolist(), fetch_chunks(array, path, stored,
+                                                       dict(storage_options), check),
+                         strict=True))
         for f in flat.tolist():
             coords = chunk_coords(f, manifest.shape)
             data = blobs[f] if f in blobs else manifest.inline[coords]
-            encoded = _cropped(path, array, codec, coords, data, new_grid)
-            out.count += 1
-            out.nbytes += len(encoded)
-            if len(encoded) <= inline_limit:
-                out.inline[coords] = encoded
-                continue
-            relative = chunk_key(path, coords)
-            target = staging / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(encoded)
-            digest.update(relative.encode() + b"\0" + hashlib.sha256(encoded).digest())
-            out.files[coords] = (relative, len(encoded))
+            yield coords, _cropped(path, array, codec, coords, data, new_grid)
+
+
+def _rewrite_array(path: str, array: VirtualArray, staging: Path, inline_limit: int,
+                   storage_options: dict[str, Any], check: SourceCheck,
+                   digest: Any) -> _Rewritten:
+    out = _Rewritten(0, 0, {}, {}, portable_grid(array.grid))
+    for coords, encoded in cropped_chunks(path, array, storage_options, check):
+        out.count += 1
+        out.nbytes += len(encoded)
+        if len(encoded) <= inline_limit:
+            out.inline[coords] = encoded
+            continue
+        relative = chunk_key(path, coords)
+        target = staging / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(encoded)
+        digest.update(relative.encode() + b"\0" + hashlib.sha256(encoded).digest())
+        out.files[coords] = (relative, len(encoded))
     return out
 
 
@@ -227,17 +257,6 @@ def _cropped(path: str, array: VirtualArray, codec: ChunkCodec, coords: tuple[in
     except Exception as e:  # codecs raise anything on bytes they cannot take
         raise WriteError(f"array {path!r}, chunk {chunk_key(path, coords)}: cannot rewrite "
                          f"the padded chunk: {type(e).__name__}: {e}") from None
-
-
-def _replace_arrays(group: VirtualGroup, prefix: str, rewritten: Mapping[str, _Rewritten],
-                    final: Path | None, sources: dict[str, SourceIdentity]) -> VirtualGroup:
-    arrays = {}
-    for name, array in group.arrays.items():
-        done = rewritten.get(prefix + name)
-        arrays[name] = array if done is None else _with_chunks(array, done, final, sources)
-    groups = {name: _replace_arrays(child, f"{prefix}{name}/", rewritten, final, sources)
-              for name, child in group.groups.items()}
-    return replace(group, arrays=arrays, groups=groups)
 
 
 def _with_chunks(array: VirtualArray, done: _Rewritten, final: Path | None,

@@ -2,8 +2,10 @@
 
 Keys are Zarr v3 (``zarr.json``, ``tas/c/0/3/1``), or classic kerchunk's Zarr v2
 (``tas/.zarray``, ``tas/0.3.1``: :mod:`refgrid.writers.kerchunk_v2`); values are
-``[url, offset, length]`` with URLs through ``templates``, or ``base64:`` inline bytes stored
-verbatim.
+``[url, offset, length]``, or ``base64:`` inline bytes stored verbatim. URLs go through
+``templates`` (``{{u0}}``) where several files are referenced — a combined archive names each
+file for many chunks; the references of a single file name it plainly, the form readers that
+do not expand templates (VirtualiZarr's kerchunk parser) open.
 """
 
 from __future__ import annotations
@@ -39,27 +41,32 @@ def to_kerchunk_v2(group: VirtualGroup) -> dict[str, Any]:
 
 def _references(group: VirtualGroup, metadata: dict[str, str],
                 key_of: Callable[[str, tuple[int, ...]], str]) -> dict[str, Any]:
-    templates: dict[str, str] = {}
+    arrays = [(path, node) for path, node in group.walk() if isinstance(node, VirtualArray)]
+    several = len({url for _, array in arrays for url in array.manifest.paths}) > 1
+    templates: dict[str, str] | None = {} if several else None
     refs: dict[str, Any] = dict(metadata)
     with gc_paused():  # 10^5 small lists: the collector would walk them again and again
-        for path, node in group.walk():
-            if isinstance(node, VirtualArray):
-                _chunk_refs(path, node, templates, refs, key_of)
-    out = {"version": 1, "templates": {v: k for k, v in templates.items()}, "refs": refs}
+        for path, array in arrays:
+            _chunk_refs(path, array, templates, refs, key_of)
+    out: dict[str, Any] = {"version": 1, "refs": refs}
+    if templates:
+        out["templates"] = {v: k for k, v in templates.items()}
     if group.sources:  # readers check the sources against it (fsspec ignores the key)
         out[SOURCES_KEY] = {"sources": dict(group.sources)}
     return out
 
 
-def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str],
+def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str] | None,
                 refs: dict[str, Any], key_of: Callable[[str, tuple[int, ...]], str]) -> None:
+    """``templates`` is None where URLs are written plainly."""
     manifest = array.manifest
-    names = [templates.setdefault(url, f"u{len(templates)}") for url in manifest.paths]
+    names = list(manifest.paths) if templates is None else [
+        "{{" + templates.setdefault(url, f"u{len(templates)}") + "}}" for url in manifest.paths]
     flat, ids, offsets, lengths = manifest.stored()
     axes = np.unravel_index(flat, manifest.shape) if manifest.shape else ()
     for k, (pid, off, n) in enumerate(zip(ids, offsets, lengths, strict=True)):
         key = key_of(path, tuple(int(c[k]) for c in axes))
-        refs[key] = ["{{" + names[pid] + "}}", off, n]
+        refs[key] = [names[pid], off, n]
     for coords, data in manifest.inline.items():  # ChunkManifest checks they are marked INLINE
         refs[key_of(path, coords)] = "base64:" + base64.b64encode(data).decode("ascii")
 
