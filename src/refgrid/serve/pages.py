@@ -71,8 +71,11 @@ def dataset_page(dataset: Dataset, base: str) -> str:
              f"<pre>import fsspec, xarray as xr\nds = xr.open_dataset(fsspec.get_mapper("
              f"\"{escape(url)}/regular\"), engine=\"zarr\")\n# other chunks: "
              f"\"{escape(url)}/regular;chunks=time:30\"</pre>",
-             "<p>The dataset as it is (rectilinear grids, native chunks), with refgrid:</p>",
-             f"<pre>ds = xr.open_dataset(\"{escape(url)}/native\", engine=\"refgrid\")</pre>",
+             "<p>The dataset as it is (rectilinear grids, native chunks), with zarr &ge; 3.2 "
+             "(Python &ge; 3.12) or with refgrid:</p>",
+             "<pre>import zarr\nzarr.config.set({\"array.rectilinear_chunks\": True})\n"
+             f"ds = xr.open_zarr(\"{escape(url)}/native\")\n"
+             f"ds = xr.open_dataset(\"{escape(url)}/native\", engine=\"refgrid\")</pre>",
              "<h2>Arrays</h2>",
              "<table><tr><th>array</th><th>dims &times; shape</th><th>dtype</th><th>chunks</th>"
              "<th>size</th><th>stored</th></tr>"]
