@@ -13,11 +13,16 @@ PYTHON ?= $(call first_python,$(CANDIDATES))
 OLDEST_PYTHON ?= $(call first_python,$(OLDEST_CANDIDATES))
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+CORE   := $(VENV)/.refgrid-core
 STAMP  := $(VENV)/.refgrid-installed
 OLDEST := .venv-oldest
 DEMO_OUT ?= demo-output
 
-.PHONY: demo test test-oldest lint bench fixtures clean browser FORCE
+.PHONY: demo test test-oldest lint bench fixtures clean browser python FORCE
+
+# which interpreter `make demo` / `make test` would use
+python:
+	@echo "$(PYTHON)"
 
 # The interpreter the venv was made with; a different PYTHON makes the venv anew.
 $(VENV)/.python: FORCE
@@ -28,12 +33,18 @@ $(VENV)/.python: FORCE
 	  "$(PYTHON)" -m venv $(VENV) && echo "$$want" > $@; \
 	fi
 
+# the demo needs the core install only (no extras); the suite needs the test extra
+$(CORE): $(VENV)/.python pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(CORE)
+
 $(STAMP): $(VENV)/.python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
-	touch $(STAMP)
+	touch $(STAMP) $(CORE)
 
-demo: $(STAMP)
+demo: $(CORE)
 	$(BIN)/refgrid demo fixtures --out $(DEMO_OUT)
 
 test: $(STAMP) browser

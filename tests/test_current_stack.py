@@ -221,7 +221,7 @@ def test_batch_appends_an_irregular_archive_to_icechunk(tmp_path):
 
     from refgrid.writers.icechunk import local_repository
 
-    repo = local_repository(out, map(str, files))
+    repo = local_repository(out)  # reopened: its own containers authorized
     snapshots = [c.id for c in repo.ancestry(branch="main")]
     latest = xr.open_zarr(repo.readonly_session(snapshot_id=snapshots[0]).store,
                           consolidated=False, **RAW)

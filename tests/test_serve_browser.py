@@ -27,7 +27,7 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("browser")
     files = sorted((FIXTURES / "monthly" / "chunk10").glob("*.nc"))
     refgrid.write(refgrid.combine([refgrid.scan(f) for f in files], "time"),
-                  root / "monthly.json")
+                  root / "monthly.json", padded="encoded")  # the picture marks padded chunks
     refgrid.write(refgrid.scan(FIXTURES / "features" / "netcdf4_features.nc"),
                   root / "features.json")
     yield from start_refgrid_serve(root, allow_sources=(str(FIXTURES),))

@@ -120,8 +120,10 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
     arrays = sum(1 for _, node in group.walk() if isinstance(node, refgrid.VirtualArray))
     click.echo(f"wrote {output} ({arrays} arrays, {len(group.report)} report entries)")
     if show_report:
-        for entry in group.report:
-            click.echo(f"  {entry}")
+        from refgrid.core.reprs import report_lines
+
+        for line in report_lines(group.report):
+            click.echo(f"  {line}")
 
 
 @main.command()
@@ -160,12 +162,14 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
       refgrid combine 'data/tas_*.nc' -o tas.json --padded encoded   # copy nothing
     """
     import refgrid
-    from refgrid.archive.inputs import expand
+    from refgrid.core.inputs import expand_counting
     from refgrid.writers import save
 
     options = _storage_options(storage)
-    groups = _scan(list(expand(sources, options)), timeout, allowed_sources=list(allowed) or None,
-                   **options)
+    found, twice = expand_counting(sources, options)
+    for url, times in twice.items():
+        click.echo(f"note: {url} is named {times} times: combined once")
+    groups = _scan(list(found), timeout, allowed_sources=list(allowed) or None, **options)
     group = refgrid.combine(groups, concat_dim, overlap="allow" if allow_overlap else "error",
                             others="stack" if stack_others else "identical",
                             codecs="recode" if recode else "error", storage_options=options)
@@ -173,8 +177,10 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
     click.echo(f"combined {len(groups)} files along {concat_dim!r} -> {output}")
     _echo_rewrite(saved)
     if show_report:
-        for entry in group.report:
-            click.echo(f"  {entry}")
+        from refgrid.core.reprs import report_lines
+
+        for line in report_lines(group.report):
+            click.echo(f"  {line}")
 
 
 def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]:
@@ -267,13 +273,16 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
       refgrid batch 'data/tas_*.nc' -o tas.icechunk --icechunk -m "2001 added"
     """
     from refgrid.archive import batch as run_batch
+    from refgrid.core.util import import_extra
 
+    import_extra("dask", "batch", "refgrid batch")  # before any repository is created
     target: Any = output
     if to_icechunk:
-        from refgrid.archive.inputs import expand
+        from refgrid.core.inputs import expand
         from refgrid.writers.icechunk import local_repository
 
-        target = local_repository(output, expand(list(sources), _storage_options(storage)))
+        target = local_repository(output, expand(list(sources), _storage_options(storage)),
+                                  echo=click.echo)
         work_dir = work_dir or output.with_name(output.name + ".parts")
     result = run_batch(list(sources), target, concat_dim=concat_dim, scheduler=scheduler,
                        workers=workers, work_dir=work_dir, format=format_, padded=padded,
@@ -322,13 +331,18 @@ def inspect(source: str, as_json: bool, allowed: tuple[str, ...],
       refgrid inspect refs.parq --json | jq '.arrays.tas.chunks'
     """
     from refgrid.core.reprs import group_summary, group_text
+    from refgrid.explore.axes import time_ranges
     from refgrid.scan import scan as scan_input
 
-    group = scan_input(source, allowed_sources=allowed or None, **_storage_options(storage))
+    options = _storage_options(storage)
+    group = scan_input(source, allowed_sources=allowed or None, **options)
+    spans = time_ranges(group, options)
     if as_json:
-        click.echo(json.dumps(group_summary(group), indent=1))
-    else:
-        click.echo(group_text(group))
+        click.echo(json.dumps({**group_summary(group), "time_ranges": spans}, indent=1))
+        return
+    click.echo(group_text(group))
+    for path, span in spans.items():
+        click.echo(f"  {path}: {span['first']} to {span['last']} ({span['steps']:,} steps)")
 
 
 @main.command()
@@ -393,10 +407,12 @@ def advise(source: str, size: str, access: tuple[str, ...], variable: str | None
               help="A dask.distributed scheduler (default: threads of this process).")
 @click.option("--workers", default=None, type=click.IntRange(1), help="Local threads.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--progress/--no-progress", default=None,
+              help="The progress bar (default: only when stderr is a terminal).")
 @storage_option
 def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
-                scheduler: str | None, workers: int | None, overwrite: bool, progress: bool,
+                scheduler: str | None, workers: int | None, overwrite: bool,
+                progress: bool | None,
                 storage: tuple[str, ...]) -> None:
     """Copy a virtual dataset into a real, regular Zarr v3 store (resumable: run it again
     after an interruption and it continues where it stopped).
@@ -470,21 +486,26 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
 
 @main.command()
 @click.argument("fixtures", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                default="fixtures")
+                required=False)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="demo-output",
               show_default=True, help="Folder for the reference files.")
-def demo(fixtures: Path, out: Path) -> None:
-    """Scan the bundled monthly fixtures, combine the year, write and verify references.
+def demo(fixtures: Path | None, out: Path) -> None:
+    """Scan a monthly archive, combine the year, write and verify references.
+
+    FIXTURES is the repository's fixtures folder; without it, ./fixtures is used when there
+    is one, else the demo writes a small monthly archive of its own into OUT/inputs.
 
     \b
-    Example:
+    Examples:
+      refgrid demo                       # anywhere
       refgrid demo fixtures --out demo-output
     """
-    from refgrid.demo import run
+    from refgrid.demo import inputs, run
 
-    click.echo(f"Scanning {fixtures / 'monthly' / 'chunk10'} (daily data, monthly files):")
     try:
-        written = run(fixtures, out, echo=click.echo)
+        sources = inputs(fixtures, out, echo=click.echo)
+        click.echo(f"Scanning {sources[0].parent} (daily data, monthly files):")
+        written = run(sources, out, echo=click.echo)
     except (RefgridError, FileNotFoundError, AssertionError) as e:
         raise click.ClickException(str(e)) from None
     first, year = written[0].resolve(), written[-1].resolve()
@@ -493,12 +514,18 @@ Wrote {len(written) - 1} per-file reference files to {out.resolve()}/monthly and
 year to {year}. Open them with xarray:
 
     import xarray as xr
-    ds = xr.open_dataset("{year}", engine="refgrid", chunks={{}})  # native chunks 10,10,10,1,...
+    ds = xr.open_dataset("{year}", engine="refgrid")  # lazy
+    # with dask installed, chunks={{}} gives dask chunks equal to the native ones: 10,10,10,1,...
 
     # a single file has a regular grid: stock zarr reads it too
     import fsspec, zarr
     fs = fsspec.filesystem("reference", fo="{first}", asynchronous=True)
     ds = xr.open_dataset(zarr.storage.FsspecStore(fs, read_only=True), engine="zarr")
+
+    # the year's rectilinear grid: zarr >= 3.2 (Python >= 3.12) with its flag on
+    zarr.config.set({{"array.rectilinear_chunks": True}})
+    fs = fsspec.filesystem("reference", fo="{year}", asynchronous=True)
+    ds = xr.open_zarr(zarr.storage.FsspecStore(fs, read_only=True))
 """)
 
 

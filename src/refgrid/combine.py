@@ -20,6 +20,7 @@ Policies, all reported rather than silent:
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
@@ -28,7 +29,8 @@ import numpy as np
 
 from refgrid.codecs.filters import bytes_codec
 from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, reader_attrs
-from refgrid.errors import CombineError, RefgridError
+from refgrid.core.inputs import expand_counting
+from refgrid.errors import ArgumentError, CombineError, RefgridError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
 from refgrid.model.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup, same_value
@@ -39,8 +41,13 @@ LEVEL_KEYS = frozenset({"level", "clevel", "complevel"})
 """Codec settings that change how data was compressed, not how it decodes."""
 
 
+Sources = Sequence[VirtualGroup | str | os.PathLike[str]] | str | os.PathLike[str]
+"""What :func:`combine` takes: scanned groups, or what the CLI takes — paths, URLs, glob
+patterns and ``@list`` files — scanned here."""
+
+
 def combine(
-    groups: Sequence[VirtualGroup],
+    groups: Sources,
     concat_dim: str = "time",
     *,
     sources: Sequence[str] | None = None,
@@ -50,9 +57,13 @@ def combine(
     storage_options: dict[str, Any] | None = None,
     fingerprint: Callable[[VirtualArray], str | None] | None = None,
 ) -> VirtualGroup:
-    """Concatenate scanned files along ``concat_dim`` (see the module docstring).
+    """Concatenate files along ``concat_dim`` (see the module docstring).
 
-    ``sources`` names the files in messages (default: the first URL each group references).
+    ``groups``: groups :func:`refgrid.scan` made, or — as ``refgrid combine`` takes them —
+    paths, URLs, glob patterns (``"data/tas_*.nc"``) and ``@list`` files, which are
+    expanded and scanned with ``storage_options``; a file named twice is combined once, and
+    said so in the report. ``sources`` names the files in messages (default: the first URL
+    each group references).
     ``codecs="recode"`` accepts files whose codecs decode differently from the first file's
     (say contiguous, uncompressed files among compressed chunked ones): their chunks are
     decoded, re-encoded with the first file's codecs and inlined — data is copied, and each
@@ -62,9 +73,11 @@ def combine(
     (batch workers compute them where they scan): arrays without the concat dimension whose
     digests are equal are identical and are not read.
     """
+    groups, named, report = _scanned(groups, storage_options)
     if not groups:
         raise CombineError("nothing to combine: no groups given")
-    labels = list(sources) if sources is not None else [_label(g, k) for k, g in enumerate(groups)]
+    labels = list(sources) if sources is not None else named or [
+        _label(g, k) for k, g in enumerate(groups)]
     if len(labels) != len(groups):
         raise CombineError(f"{len(labels)} source names for {len(groups)} groups")
     dims = {d for g in groups for _, node in g.walk() if isinstance(node, VirtualArray)
@@ -78,7 +91,7 @@ def combine(
     root = job.group(list(groups), labels, "")
     scanned = tuple(entry for g in groups for entry in g.report)
     identities = {url: identity for g in groups for url, identity in g.sources.items()}
-    return replace(root, report=scanned + tuple(job.report), sources=identities)
+    return replace(root, report=(*report, *scanned, *job.report), sources=identities)
 
 
 def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
@@ -323,6 +336,28 @@ def _signature(array: VirtualArray, axis: int) -> dict[str, Any]:
         "fill value": _comparable(array.fill_value),
         **{name: _comparable(attrs.get(name)) for name in DECODING_ATTRS},
     }
+
+
+def _scanned(items: Sources, storage_options: dict[str, Any] | None
+             ) -> tuple[list[VirtualGroup], list[str] | None, list[ReportEntry]]:
+    """The groups to combine, their names (None: groups as given), and the report of files
+    named more than once."""
+    from refgrid.scan import scan
+
+    listed = [items] if isinstance(items, str | os.PathLike) else list(items)
+    groups = [x for x in listed if isinstance(x, VirtualGroup)]
+    paths = [os.fspath(x) for x in listed if isinstance(x, str | os.PathLike)]
+    if len(groups) == len(listed):
+        return groups, None, []
+    if len(paths) != len(listed):
+        kinds = sorted({type(x).__name__ for x in listed})
+        raise ArgumentError(f"combine takes the groups refgrid.scan made, or paths, URLs and "
+                            f"glob patterns (as refgrid combine does) — not a mix of "
+                            f"{', '.join(kinds)}")
+    found, twice = expand_counting(paths, storage_options)
+    report = [ReportEntry(url, "", "duplicate", f"named {n} times: combined once")
+              for url, n in twice.items()]
+    return [scan(url, **(storage_options or {})) for url in found], list(found), report
 
 
 def _label(group: VirtualGroup, k: int) -> str:

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -79,7 +80,8 @@ class MaterializeResult:
 
 def materialize(refs: Input, out: str | os.PathLike[str], chunks: Chunks = "auto", *,
                 codec: str = "zstd", level: int = 3, scheduler: Any = None,
-                workers: int | None = None, progress: bool = True, overwrite: bool = False,
+                workers: int | None = None, progress: bool | None = None,
+                overwrite: bool = False,
                 target: str | int = "10MiB", block_bytes: int = BLOCK_BYTES,
                 storage_options: dict[str, Any] | None = None) -> MaterializeResult:
     """Copy the dataset ``refs`` (references, a Zarr store, a file: anything refgrid reads)
@@ -132,7 +134,7 @@ def _quiet_zarr() -> Iterator[None]:
 
 
 def _copy(refs: Input, ds: Any, group: VirtualGroup, store: Path, plan: dict[str, Any],
-          resuming: bool, scheduler: Any, workers: int | None, progress: bool,
+          resuming: bool, scheduler: Any, workers: int | None, progress: bool | None,
           block_bytes: int, options: dict[str, Any]) -> MaterializeResult:
     """Every block copied as stored, the other variables by xarray, then the mark."""
     journal = store / JOURNAL
@@ -341,7 +343,7 @@ class _Copy:
 
 
 def _run(task: Callable[[Block], str], blocks: list[Block], scheduler: Any,
-         workers: int | None, progress: bool) -> None:
+         workers: int | None, progress: bool | None) -> None:
     """Every block through ``task`` on dask, with a progress bar."""
     if not blocks:
         return
@@ -376,6 +378,9 @@ def _run(task: Callable[[Block], str], blocks: list[Block], scheduler: Any,
         bar.close()
 
 
-def _bar(total: int, progress: bool) -> Any:
-    tqdm = import_extra("tqdm", "batch", "materialize's progress bar").tqdm
-    return tqdm(total=total, unit="block", desc="materialize", disable=not progress)
+def _bar(total: int, progress: bool | None) -> Any:
+    """A progress bar on stderr: when ``progress`` is None, only if stderr is a terminal
+    (as batch does), so logs and pipes get none."""
+    tqdm = import_extra("tqdm.auto", "batch", "materialize's progress bar").tqdm
+    show = sys.stderr.isatty() if progress is None else progress
+    return tqdm(total=total, unit="block", desc="materialize", disable=not show)

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from refgrid.archive.assemble import combine_records
-from refgrid.archive.inputs import expand
 from refgrid.archive.journal import Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
+from refgrid.core.inputs import expand
 from refgrid.core.sources import SourceIdentity, identity_difference
 from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
@@ -155,7 +155,10 @@ def batch(
                              failed, dropped)
         if not good:
             _save(result)
-            raise BatchError(f"no file could be scanned ({len(failed)} failed; see {report})")
+            shown = "; ".join(f.message for f in failed[:3])
+            more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
+            raise BatchError(f"no file could be scanned ({len(failed)} failed): {shown}{more} "
+                             f"(every failure is in {report})")
         try:
             group = _combine(journal, good, concat_dim, overlap, codecs, options, show)
         except RefgridError as e:

@@ -231,3 +231,24 @@ class Displayed:
 
     def _repr_html_(self) -> str:
         return html(self._display, self)
+
+
+def report_lines(entries: Any, shown: int = 3) -> list[str]:
+    """A scan or combine report for people: one line per variable and action, the files it
+    concerns counted and a few named (an attribute that differs in 11 files is one line, not
+    11), the first reason given."""
+    grouped: dict[tuple[str, str], list[Any]] = {}
+    for entry in entries:
+        grouped.setdefault((entry.variable, entry.action), []).append(entry)
+    lines = []
+    for (variable, action), found in grouped.items():
+        where = f"{variable}: " if variable else ""
+        if len(found) == 1:
+            lines.append(f"{found[0].url}: {where}{action}: {found[0].reason}")
+            continue
+        names = [e.url.rstrip("/").rsplit("/", 1)[-1] for e in found]
+        more = f", ... ({len(found) - shown} more)" if len(found) > shown else ""
+        lines.append(f"{where}{action} in {len(found)} files ({', '.join(names[:shown])}"
+                     f"{more}): {found[0].reason}" + ("" if len({e.reason for e in found}) == 1
+                                                      else ", and others"))
+    return lines

@@ -26,6 +26,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict
 
 import fsspec
@@ -114,11 +115,23 @@ def stored_identities(container: Any) -> dict[str, SourceIdentity]:
 
 
 def identity_difference(was: SourceIdentity, now: SourceIdentity) -> str:
-    """What differs between two identities of a file (``""``: nothing they both record)."""
+    """What differs between two identities of a file, in words (``""``: nothing they both
+    record): ``modified 2026-11-24 10:15:42 UTC, now 2026-11-24 10:15:47 UTC``."""
     before, after = dict(was), dict(now)
-    return "; ".join(f"{key} was {before[key]!r}, is {after[key]!r}"
+    words = {"size": "size", "etag": "ETag", "version": "version", "mtime": "modified"}
+    return "; ".join(f"{words[key]} {_shown(key, before[key])}, now {_shown(key, after[key])}"
                      for key in ("size", "etag", "version", "mtime")
                      if key in before and key in after and before[key] != after[key])
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "mtime" and isinstance(value, int | float):
+        when = datetime.fromtimestamp(value, UTC)
+        return when.strftime("%Y-%m-%d %H:%M:%S") + (f".{when.microsecond // 1000:03d}"
+                                                      if when.microsecond else "") + " UTC"
+    if key == "size" and isinstance(value, int):
+        return f"{value:,} bytes"
+    return repr(value)
 
 
 CHECK_WORKERS = 16

@@ -26,7 +26,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -61,6 +61,14 @@ def parse_size(size: int | float | str, what: str = "size") -> int:
     return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
 
 
+SMALL = 4
+"""An array this many times smaller than the chunk size aimed at is called far below it."""
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB"
+
+
 @dataclass(frozen=True)
 class PatternCost:
     """What one access pattern costs with a chunk shape."""
@@ -91,6 +99,12 @@ class ChunkAdvice:
     """Source chunks read per source chunk when copying into these chunks (None: unknown)."""
     candidates: tuple[tuple[tuple[int, ...], float], ...] = field(default=(), repr=False)
     """The best shapes considered with their scores (lower is better), best first."""
+    target_bytes: int | None = None
+    """The chunk size aimed at."""
+
+    @property
+    def array_bytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
 
     @property
     def chunk_bytes(self) -> int:
@@ -107,9 +121,13 @@ class ChunkAdvice:
                  f"{self.partial_fraction:.3f}"
                  + (f", copy reads {self.copy_reads:.2f}x" if self.copy_reads else "")]
         for p in self.patterns:
-            lines.append(f"  {'+'.join(p.dims)} (weight {p.weight:g}): {p.chunks:,} chunk"
-                         f"{'s' if p.chunks != 1 else ''}, "
-                         f"{p.amplification:.1f}x bytes, ~{p.seconds:.3g} s")
+            lines.append(f"  one read along {'+'.join(p.dims)} (weight {p.weight:g}): "
+                         f"{p.chunks:,} chunk{'s' if p.chunks != 1 else ''}, "
+                         f"{p.amplification:.1f} times the bytes it wants, ~{p.seconds:.3g} s")
+        if self.target_bytes and self.array_bytes * SMALL < self.target_bytes:
+            lines.append(f"  note: the whole array is {_mib(self.array_bytes)}, far below the "
+                         f"{_mib(self.target_bytes)} aimed at: one chunk holds it all, and "
+                         "every read reads all of it (fine for a small array)")
         return "\n".join(lines)
 
 
@@ -153,13 +171,15 @@ def advise_chunks(target: VirtualArray | VirtualGroup | Sequence[int],
         if len(shape) != 3:
             raise ArgumentError(f"the balanced-3d method takes 3-D arrays, not rank {len(shape)}")
         chunks = _balanced_3d(shape, target_bytes, itemsize, partial_fraction)
-        return _advice(names, shape, chunks, itemsize, method, patterns, grid, ())
-    if method != "general":
+        advice = _advice(names, shape, chunks, itemsize, method, patterns, grid, ())
+    elif method != "general":
         raise ArgumentError(f"method {method!r}: general or balanced-3d")
-    low, high = (parse_size(w, "window") for w in window) if window else (
-        min(SIZE_WINDOW[0], target_bytes), max(SIZE_WINDOW[1], target_bytes))
-    return _general(names, shape, itemsize, target_bytes, (low, high), partial_fraction,
-                    patterns, grid if align else None)
+    else:
+        low, high = (parse_size(w, "window") for w in window) if window else (
+            min(SIZE_WINDOW[0], target_bytes), max(SIZE_WINDOW[1], target_bytes))
+        advice = _general(names, shape, itemsize, target_bytes, (low, high), partial_fraction,
+                          patterns, grid if align else None)
+    return replace(advice, target_bytes=target_bytes)
 
 
 def _array(target: Any, variable: str | None) -> VirtualArray | None:

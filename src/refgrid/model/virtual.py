@@ -23,9 +23,11 @@ from refgrid.errors import GridError, ModelError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import ChunkManifest
 
-Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict"]
+Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict",
+                 "duplicate"]
 """What was done with something plain references cannot express (``attribute-conflict``:
-combine kept the first file's value of an attribute that differs between files)."""
+combine kept the first file's value of an attribute that differs between files;
+``duplicate``: a file named more than once was combined once)."""
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from refgrid.core.inputs import is_pattern
 from refgrid.core.keys import METADATA, ZMETADATA
+from refgrid.core.sources import filesystem
 from refgrid.errors import (
     ArgumentError,
     FormatError,
@@ -100,6 +103,11 @@ def scan(
         raise ArgumentError(f"refgrid reads a path, a URL or a dict of references, not a "
                             f"{type(source).__name__}")
     where = "<references>" if isinstance(source, Mapping) else os.fspath(source)
+    if isinstance(source, str) and is_pattern(source) and not _exists(source, storage_options):
+        raise ArgumentError(f"{source} is a glob pattern, and refgrid.scan reads one file: to "
+                            f"join the files it matches along a dimension, use "
+                            f"refgrid.combine({source!r}, 'time') (or refgrid combine / "
+                            f"refgrid batch from the shell)")
     try:
         if isinstance(source, Mapping):
             from refgrid.scan.json_refs import reference_dict_to_group
@@ -187,8 +195,30 @@ def _directory_format(source: Source) -> Format | None:
 def _not_an_input_directory(source: Source) -> NoReturn:
     if not source.is_local and not source.is_directory():
         raise ScanError(source.url, None, "file not found")
+    hint = ""
+    if source.is_local:
+        root = Path(source.url.removeprefix("file://"))
+        data = sorted(p.name for p in root.iterdir() if p.suffix in DATA_SUFFIXES)
+        if data:
+            pattern = str(root / f"*{Path(data[0]).suffix}")
+            hint = (f"; it holds {len(data)} data file(s) ({', '.join(data[:3])}"
+                    f"{', ...' if len(data) > 3 else ''}): to join them along a dimension use "
+                    f"refgrid.combine({pattern!r}, 'time'), or refgrid batch '{pattern}' -o "
+                    "out.parq from the shell; refgrid.scan reads one file")
     raise FormatError(source.url, None, f"a directory with no zarr.json (not a Zarr v3 store) "
-                      f"and no {ZMETADATA}: not kerchunk parquet references")
+                      f"and no {ZMETADATA}: not kerchunk parquet references{hint}")
+
+
+DATA_SUFFIXES = (".nc", ".nc4", ".h5", ".hdf5", ".he5", ".hdf")
+
+
+def _exists(url: str, storage_options: dict[str, Any]) -> bool:
+    """Whether a path with glob characters names a file as it is (names may hold ``[``)."""
+    try:
+        fs, path = filesystem(url, storage_options)
+        return bool(fs.exists(path))
+    except Exception:  # an unreachable store: the scan itself says why
+        return True
 
 
 __all__ = ["Format", "Input", "OnError", "ScanOptions", "detect_format", "scan"]

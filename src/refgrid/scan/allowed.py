@@ -45,14 +45,15 @@ def is_allowed(url: str, bases: Sequence[str]) -> bool:
                for base in bases)
 
 
-def check_sources(group: VirtualGroup, prefixes: Sequence[str], where: str) -> None:
+def check_sources(group: VirtualGroup, prefixes: Sequence[str], where: str,
+                  remedy: str = "pass allowed_sources=[...], or --allow-source PREFIX on the "
+                                "command line, to allow it") -> None:
     """Raise :class:`AccessError` for the first array whose references name a file outside
-    ``prefixes``."""
+    ``prefixes``; the message ends with ``remedy``."""
     bases = [normalized(p) for p in prefixes]
     for path, node in group.walk():
         if isinstance(node, VirtualArray):
             for url in node.manifest.paths:
                 if not is_allowed(url, bases):
                     raise AccessError(where, path, f"references {url!r}, outside the allowed "
-                                      f"sources {list(prefixes)} (pass allowed_sources=[...] "
-                                      "to allow it)")
+                                      f"sources {list(prefixes)} ({remedy})")

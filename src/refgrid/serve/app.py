@@ -418,13 +418,25 @@ def _chunk(request: web.Request, dataset: Dataset, data: bytes, etag: str) -> we
                         content_type="application/octet-stream")
 
 
+SURVEY = 200
+"""Datasets opened at start-up to tell at once which cannot be served."""
+
+
 def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool = True,
         **options: Any) -> None:
     """Serve ``root`` until interrupted (SIGINT/SIGTERM: in-flight requests finish first);
     ``access_log``: a JSON line a request on the ``refgrid.serve.access`` logger."""
     app = make_app(root, **options)
-    log.info("serving %d datasets under %s at http://%s:%d/", len(app[CATALOG].entries),
-             app[CATALOG].root, host, port)
+    catalog = app[CATALOG]
+    refused = catalog.survey(SURVEY)
+    log.info("serving %d datasets under %s at http://%s:%d/%s", len(catalog.entries),
+             catalog.root, host, port, f" ({len(refused)} of the first {SURVEY} checked cannot "
+             "be served: they answer 403)" if refused else "")
+    for name, error in refused[:5]:
+        log.warning("%s: %s", name, error)
+    if any(isinstance(e, AccessError) for _, e in refused):
+        log.warning("their sources lie outside %s: allow them with --allow-source PREFIX",
+                    " and ".join(catalog.allowed))
     web.run_app(app, host=host, port=port, shutdown_timeout=10, print=None,
                 **(AccessLog.options() if access_log else {"access_log": None}))
 

@@ -233,8 +233,8 @@ class Catalog:
                                                      "served root"))
         try:
             group = scan(real, **self.storage_options)
-            check_sources(group, self.allowed, entry.name)  # every format: reference sets,
-            # and Zarr stores whose chunk files may be symlinks; before anything is read
+            check_sources(group, self.allowed, entry.name, REMEDY)  # every format: reference
+            # sets, and Zarr stores whose chunk files may be symlinks; before anything is read
         except RefgridError as e:
             log.warning("cannot serve %s: %s", entry.name, e)
             return Refused(entry, stamp, e)
@@ -245,6 +245,22 @@ class Catalog:
                                      if isinstance(i.get("mtime"), int | float)]
         log.info("opened %s (%s)", entry.name, entry.kind)
         return Dataset(entry, stamp, group, self.storage_options, tag, max(mtimes))
+
+
+    def survey(self, limit: int) -> list[tuple[str, RefgridError]]:
+        """Open the first ``limit`` datasets (by name), as a start-up check: the ones that
+        cannot be served, with why."""
+        refused = []
+        for name in sorted(self.entries)[:limit]:
+            try:
+                self.dataset(self.entries[name])
+            except RefgridError as e:
+                refused.append((name, e))
+        return refused
+
+
+REMEDY = ("start refgrid serve with --allow-source PREFIX to allow it; in Python, "
+          "make_app(root, allow_sources=[...])")
 
 
 def _served(known: Dataset | Refused) -> Dataset:

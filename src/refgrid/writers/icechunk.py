@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -57,11 +57,14 @@ def location(url: str) -> str:
     return url
 
 
-def local_repository(path: str | os.PathLike[str], sources: Iterable[str]) -> Any:
-    """The Icechunk repository at local ``path`` (created when absent), allowed to read the
-    local ``sources``: one virtual chunk container per top-level directory they lie under
-    (what the ``--icechunk`` option of ``refgrid batch`` uses; repositories on object stores
-    or reading remote sources are configured by the caller)."""
+def local_repository(path: str | os.PathLike[str], sources: Iterable[str] = (),
+                     echo: Callable[[str], object] | None = None) -> Any:
+    """The Icechunk repository at local ``path``, opened with every virtual chunk container
+    it has authorized — how to reopen one refgrid wrote, to read it — and, given local
+    ``sources``, created when absent with a container for the directory they share (one
+    more is added for sources outside the existing ones). ``echo`` is told what was created.
+    (What ``refgrid batch --icechunk`` uses; repositories on object stores, or reading remote
+    sources, are configured by the caller.)"""
     icechunk = import_extra("icechunk", "icechunk", "Icechunk output")
     urls = list(sources)
     remote = [u for u in urls if not is_local(u)]
@@ -69,23 +72,29 @@ def local_repository(path: str | os.PathLike[str], sources: Iterable[str]) -> An
         raise WriteError(f"a local Icechunk repository reads local sources only, not "
                          f"{remote[0]}; configure a repository with a container for it in "
                          "Python and pass it to refgrid.batch")
-    prefixes = sorted({_top_directory(u) for u in urls})
     storage = icechunk.local_filesystem_storage(str(Path(path).resolve()))
-    access = {p: local_access(icechunk) for p in prefixes}
     try:
-        if icechunk.Repository.exists(storage):
-            repo = icechunk.Repository.open(storage)
-            known = {c.url_prefix for c in repo.config.virtual_chunk_containers.values()} \
-                if repo.config.virtual_chunk_containers else set()
-            if set(prefixes) - known:
-                config = icechunk.RepositoryConfig.default()
-                _add_containers(icechunk, config, prefixes)
-                repo = icechunk.Repository.open(storage, config, access)
-                repo.save_config()
-            return icechunk.Repository.open(storage, authorize_virtual_chunk_access=access)
-        config = icechunk.RepositoryConfig.default()
-        _add_containers(icechunk, config, prefixes)
-        return icechunk.Repository.create(storage, config, access)
+        exists = icechunk.Repository.exists(storage)
+        if not exists and not urls:
+            raise WriteError(f"{path}: no Icechunk repository there")
+        config = icechunk.Repository.open(storage).config if exists else \
+            icechunk.RepositoryConfig.default()
+        known = [c.url_prefix for c in (config.virtual_chunk_containers or {}).values()]
+        needed = _shared_directory(urls) if urls else None
+        added = needed is not None and not any(needed.startswith(k) for k in known)
+        if added and needed is not None:
+            _add_containers(icechunk, config, [needed])
+            known.append(needed)
+            if echo is not None:
+                echo(f"{'created' if not exists else 'updated'} the Icechunk repository {path} "
+                     f"with a virtual chunk container for {needed} (the sources' directory)")
+        access = {prefix: local_access(icechunk) for prefix in known}
+        if not exists:
+            return icechunk.Repository.create(storage, config, access)
+        repo = icechunk.Repository.open(storage, config, access)
+        if added:
+            repo.save_config()
+        return repo
     except WriteError:
         raise
     except Exception as e:  # icechunk's own errors
@@ -93,9 +102,11 @@ def local_repository(path: str | os.PathLike[str], sources: Iterable[str]) -> An
                          f"{e}") from None
 
 
-def _top_directory(url: str) -> str:
-    parts = Path(url.removeprefix("file://")).resolve().parts
-    return "file://" + "/".join(parts[:2]).replace("//", "/") + "/"
+def _shared_directory(urls: list[str]) -> str:
+    """The deepest directory every local source lies under, as a ``file://`` prefix."""
+    paths = [str(Path(u.removeprefix("file://")).resolve()) for u in urls]
+    common = os.path.commonpath([os.path.dirname(p) for p in paths])
+    return "file://" + common.rstrip("/") + "/"
 
 
 def _add_containers(icechunk: Any, config: Any, prefixes: list[str]) -> None:

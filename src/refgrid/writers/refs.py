@@ -17,19 +17,23 @@ from typing import Any
 
 import numpy as np
 
-from refgrid.core.keys import chunk_key, chunk_key_v2
+from refgrid.core.keys import METADATA, chunk_key, chunk_key_v2
 from refgrid.core.sources import SOURCES_KEY
 from refgrid.core.util import gc_paused
 from refgrid.grid.rectilinear import GridForm
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.model.zarr_json import documents
+from refgrid.model.zarr_json import consolidated, documents
 from refgrid.writers.kerchunk_v2 import v2_documents
 
 
 def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[str, Any]:
-    """The kerchunk v1 reference dict of ``group`` (metadata documents included)."""
-    documents_json = {k: dumps(d) for k, d in documents(group, grid_form).items()}
-    return _references(group, documents_json, chunk_key)
+    """The kerchunk v1 reference dict of ``group`` (metadata documents included; the root's
+    carries every node's as consolidated metadata, so stock zarr and xarray open it in one
+    read, without falling back)."""
+    docs = documents(group, grid_form)
+    nodes = {key[:-len(METADATA)].rstrip("/"): doc for key, doc in docs.items()}
+    docs[METADATA] = consolidated(nodes[""], nodes)  # type: ignore[assignment]
+    return _references(group, {k: dumps(d) for k, d in docs.items()}, chunk_key)
 
 
 def to_kerchunk_v2(group: VirtualGroup) -> dict[str, Any]:

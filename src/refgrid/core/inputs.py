@@ -34,16 +34,28 @@ def expand(sources: Iterable[str], storage_options: Mapping[str, Any] | None = N
     the file, through :attr:`refgrid.scan.source.Source.identity`). ``@FILE`` names a text
     file of sources, one per line (blank lines and lines starting with ``#`` are skipped).
     Local paths become absolute."""
+    return expand_counting(sources, storage_options)[0]
+
+
+def expand_counting(sources: Iterable[str], storage_options: Mapping[str, Any] | None = None
+                    ) -> tuple[dict[str, SourceIdentity | None], dict[str, int]]:
+    """:func:`expand`, and the files named more than once with how many times (a user who
+    gives the same file twice is told it was used once)."""
     options = dict(storage_options or {})
     found: dict[str, SourceIdentity | None] = {}
+    times: dict[str, int] = {}
     for source in _with_lists(sources):
         if is_pattern(source):
-            found.update(_glob(source, options))
+            named: dict[str, SourceIdentity | None] = dict(_glob(source, options))
         elif is_local(source):
-            found.setdefault(os.path.abspath(source.removeprefix("file://")), None)
+            named = {os.path.abspath(source.removeprefix("file://")): None}
         else:
-            found.setdefault(source, None)
-    return found
+            named = {source: None}
+        for url, identity in named.items():
+            times[url] = times.get(url, 0) + 1
+            if url not in found or found[url] is None:
+                found[url] = identity
+    return found, {url: n for url, n in times.items() if n > 1}
 
 
 def _with_lists(sources: Iterable[str]) -> Iterable[str]:
