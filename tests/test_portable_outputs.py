@@ -311,6 +311,8 @@ def test_icechunk_1_refuses_rectilinear_arrays(tmp_path):
 def test_batch_appends_to_an_icechunk_repository(classic_copy, tmp_path):
     import icechunk
 
+    from refgrid.writers.icechunk import local_access
+
     out = tmp_path / "tas.icechunk"
     cli = [sys.executable, "-m", "refgrid.cli", "batch", "-q", "--workers", "1", "--icechunk",
            "-o", str(out)]
@@ -321,9 +323,9 @@ def test_batch_appends_to_an_icechunk_repository(classic_copy, tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "committed snapshot" in done.stdout
-    top = f"file:///{classic_copy[0].resolve().parts[1]}/"  # the CLI's container
+    shared = f"file://{classic_copy[0].parent.resolve()}/"  # the CLI's container
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(out)),
-                                    authorize_virtual_chunk_access={top: None})
+                                    authorize_virtual_chunk_access={shared: local_access(icechunk)})
     snapshots = [c.id for c in repo.ancestry(branch="main")]
     _check_icechunk(repo, [snapshots[1], snapshots[0]], classic_copy)
 

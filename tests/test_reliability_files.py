@@ -122,9 +122,9 @@ def test_a_source_rewritten_after_scanning_is_a_read_error(tmp_path, form):
     assert stored["refgrid"]["sources"][str(path)]["size"] == path.stat().st_size
     time.sleep(0.01)
     path.write_bytes(path.read_bytes())  # the same bytes, written again: a new mtime
-    with pytest.raises(refgrid.ReadError, match=r"tas\.nc: the source changed.*mtime"):
+    with pytest.raises(refgrid.ReadError, match=r"tas\.nc: the source changed.*modified 20\d\d-"):
         xr.open_dataset(refs, engine="refgrid")["tas"].values  # noqa: B018
-    with pytest.raises(refgrid.ReadError, match="mtime"):
+    with pytest.raises(refgrid.ReadError, match="modified 20"):
         mapped = xr.open_dataset(refgrid.get_mapper(refs), engine="zarr", consolidated=True)
         mapped["tas"].values  # noqa: B018
     shutil.copy(SOURCE / "tas_200102.nc", path)  # another file under the same name

@@ -84,10 +84,12 @@ def test_inspect_prints_the_summary_and_json(tmp_path):
     runner = CliRunner()
     text = runner.invoke(main, ["inspect", str(refs)])
     assert text.exit_code == 0, text.output
-    assert text.output.strip() == repr(refgrid.scan(refs))
-    as_json = runner.invoke(main, ["inspect", str(refs), "--json"])
-    assert json.loads(as_json.output) == json.loads(json.dumps(group_summary(
-        refgrid.scan(refs))))
+    shown = text.output.strip().splitlines()
+    assert "\n".join(shown[:-1]) == repr(refgrid.scan(refs))
+    assert shown[-1].startswith("  time: ") and "steps)" in shown[-1]  # the time range
+    as_json = json.loads(runner.invoke(main, ["inspect", str(refs), "--json"]).output)
+    assert as_json.pop("time_ranges").keys() == {"time"}
+    assert as_json == json.loads(json.dumps(group_summary(refgrid.scan(refs))))
     missing = runner.invoke(main, ["inspect", str(tmp_path / "none.json")])
     assert missing.exit_code == 1 and "none.json" in missing.output
     assert "Traceback" not in missing.output

@@ -244,20 +244,23 @@ def _scan_here(source: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
               help="Re-encode (and inline) the chunks of files whose codecs differ from the "
                    "first file's, instead of failing. Copies their data.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--file-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS", help="Stop a file's scan after this long (a stalled server, "
+                                      "a hung library) and record it as failed "
+                                      "(default: 600, or REFGRID_SCAN_TIMEOUT).")
 @format_option
 @padded_option
 @click.option("--icechunk", "to_icechunk", is_flag=True,
               help="OUTPUT is a local Icechunk repository (created when absent): commit the "
-                   "archive to its main branch; rerun to append new files as a new commit. "
-                   "Regular grids only.")
+                   "archive to its main branch; rerun to append new files as a new commit.")
 @click.option("-m", "--message", default=None, help="The Icechunk commit message.")
 @allow_source
 @storage_option
 def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: str | None,
           workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
-          allow_overlap: bool, recode: bool, quiet: bool, format_: Any, padded: Any,
-          to_icechunk: bool, message: str | None, allowed: tuple[str, ...],
-          storage: tuple[str, ...]) -> None:
+          allow_overlap: bool, recode: bool, quiet: bool, file_timeout: float | None,
+          format_: Any, padded: Any, to_icechunk: bool, message: str | None,
+          allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
     """Convert a whole archive: scan every file on dask, combine, write references.
 
     SOURCES are paths, URLs, glob patterns (quoted: expanded by refgrid, remote ones too)
@@ -292,7 +295,7 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
                        overlap="allow" if allow_overlap else "error",
                        codecs="recode" if recode else "error",
                        allowed_sources=list(allowed) or None,
-                       storage_options=_storage_options(storage))
+                       storage_options=_storage_options(storage), file_timeout=file_timeout)
     click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused "
                f"(records in {result.work_dir})")
     for change in result.changed:
@@ -525,7 +528,7 @@ year to {year}. Open them with xarray:
     # the year's rectilinear grid: zarr >= 3.2 (Python >= 3.12) with its flag on
     zarr.config.set({{"array.rectilinear_chunks": True}})
     fs = fsspec.filesystem("reference", fo="{year}", asynchronous=True)
-    ds = xr.open_zarr(zarr.storage.FsspecStore(fs, read_only=True))
+    ds = xr.open_zarr(zarr.storage.FsspecStore(fs, read_only=True), consolidated=False)
 """)
 
 

@@ -21,6 +21,7 @@ from refgrid.archive.assemble import combine_records
 from refgrid.archive.journal import Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
+from refgrid.core.bounds import current
 from refgrid.core.inputs import expand
 from refgrid.core.sources import SourceIdentity, identity_difference
 from refgrid.core.util import import_extra
@@ -36,6 +37,9 @@ from refgrid.writers import (
 )
 from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for
 from refgrid.writers.references import FORMATS, Format
+
+TIMED_OUT = "timed-out"
+"""The work directory's folder where workers note the files whose scans timed out."""
 
 
 @dataclass(frozen=True)
@@ -94,9 +98,15 @@ def batch(
     message: str | None = None,
     allowed_sources: list[str] | None = None,
     storage_options: dict[str, Any] | None = None,
+    file_timeout: float | None = None,
 ) -> BatchResult:
     """Convert an archive: scan every file ``sources`` name, combine along ``concat_dim``,
     write references at ``output``.
+
+    ``file_timeout``: seconds one file's scan may take (default: the ``scan_timeout`` limit,
+    10 minutes); a scan that passes it — a stalled server, libhdf5 hung on a damaged file — is
+    stopped with its worker process, recorded as failed, and the batch goes on (not with
+    ``scheduler="synchronous"``, which runs in this process).
 
     ``sources``: paths, URLs, glob patterns (local or remote, e.g. ``s3://b/era5/*.nc``) and
     ``@FILE`` lists (one source per line). ``output``: parquet references, or JSON when the
@@ -145,7 +155,11 @@ def batch(
     work = Path(work_dir) if work_dir is not None else target.with_name(target.name + ".parts")
     with Journal(work) as journal:
         todo, reused, changed, failed = _plan(listed, journal, options)
-        job = ScanJob(concat_dim, options, allowed_sources)
+        if file_timeout is not None and not file_timeout > 0:
+            raise ArgumentError(f"file_timeout must be a positive number of seconds, not "
+                                f"{file_timeout!r}")
+        job = ScanJob(concat_dim, options, allowed_sources,
+                      file_timeout or current().scan_timeout, str(work / TIMED_OUT))
         failed += _scan(todo, job, journal, scheduler, workers, on_error, show)
         bad = {f.url for f in failed}
         good = [url for url in listed if url in journal.entries and url not in bad]

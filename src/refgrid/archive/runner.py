@@ -4,6 +4,11 @@ Results come back one task at a time and are handed to the caller as they arrive
 what makes a batch resumable (each is recorded at once) and what the progress bar follows.
 Locally the scans run in dask's process scheduler (processes, so h5py's global lock does not
 serialise them), in waves that bound what dask holds; on a cluster, as futures complete.
+
+A scan that passes its deadline ends its worker process (:mod:`refgrid.archive.deadline`):
+locally the pool is replaced, the file recorded as timed out and the other unfinished tasks
+run again; on a cluster the worker is restarted by its nanny, and a task whose worker died
+is run again one file at a time, so only the file that hangs is given up.
 """
 
 from __future__ import annotations
@@ -14,12 +19,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from refgrid.archive.deadline import read_notes
 from refgrid.archive.task import Failed, ScanJob, Scanned, scan_files
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.util import import_extra
-from refgrid.errors import ArgumentError
+from refgrid.errors import ArgumentError, BatchError
 
 Files = list[tuple[str, SourceIdentity | None]]
 OnResult = Callable[[list[Scanned | Failed]], None]
@@ -49,9 +57,9 @@ def run(files: Files, job: ScanJob, on_result: OnResult, *, scheduler: Any = Non
         return
     if scheduler is None or scheduler == "processes":
         _run_local(files, job, on_result, workers or os.cpu_count() or 1)
-    elif scheduler == "synchronous":
+    elif scheduler == "synchronous":  # in this process: no deadline, it would end the batch
         for task in tasks_of(files, 1):
-            on_result(scan_files(task, job))
+            on_result(scan_files(task, replace(job, file_timeout=None)))
     elif isinstance(scheduler, str):
         distributed = import_extra("distributed", "batch", "batch conversion on a dask cluster")
         try:
@@ -70,24 +78,45 @@ def run(files: Files, job: ScanJob, on_result: OnResult, *, scheduler: Any = Non
 
 def _run_local(files: Files, job: ScanJob, on_result: OnResult, workers: int) -> None:
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     dask = import_extra("dask", "batch", "batch conversion")
     from dask.callbacks import Callback
 
+    done: set[int] = set()
+
     def posttask(key: Any, result: Any, *_: Any) -> None:
         if isinstance(key, str) and key.startswith("refgrid-scan-"):
+            done.add(int(key.rsplit("-", 1)[1]))
             on_result(result)
 
-    tasks = tasks_of(files, workers)
+    pending = list(enumerate(tasks_of(files, workers)))
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads
-    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context,
-                             initializer=follow_parent, initargs=(os.getpid(),)) as pool, \
-            Callback(posttask=posttask):
-        for wave in _waves(tasks):
-            jobs = [dask.delayed(scan_files, pure=False)(task, job,
-                                                         dask_key_name=f"refgrid-scan-{k}")
-                    for k, task in wave]
-            dask.compute(*jobs, scheduler="processes", pool=pool)
+    while pending:
+        with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context,
+                                 initializer=follow_parent, initargs=(os.getpid(),)) as pool, \
+                Callback(posttask=posttask):
+            try:
+                for wave in _waves(pending):
+                    jobs = [dask.delayed(scan_files, pure=False)(
+                        task, job, dask_key_name=f"refgrid-scan-{k}") for k, task in wave]
+                    dask.compute(*jobs, scheduler="processes", pool=pool)
+                return
+            except BrokenProcessPool:
+                late = read_notes(Path(job.notes)) if job.notes else {}
+                if not late:
+                    raise BatchError("a batch worker process died while scanning (killed, "
+                                     "or crashed inside a library)") from None
+        on_result([timed_out(url, seconds) for url, seconds in late.items()])
+        pending = [(k, [f for f in task if f[0] not in late]) for k, task in pending
+                   if k not in done]
+        pending = [(k, task) for k, task in pending if task]
+
+
+def timed_out(url: str, seconds: float) -> Failed:
+    return Failed(url, "TimeoutError", f"{url}: the scan timed out after {seconds:g} s and "
+                  "was stopped (its worker process was replaced); --file-timeout raises the "
+                  "limit")
 
 
 def follow_parent(parent: int) -> None:
@@ -102,8 +131,7 @@ def follow_parent(parent: int) -> None:
     threading.Thread(target=watch, name="refgrid-follow-parent", daemon=True).start()
 
 
-def _waves(tasks: list[Files]) -> Iterator[list[tuple[int, Files]]]:
-    numbered = list(enumerate(tasks))
+def _waves(numbered: list[tuple[int, Files]]) -> Iterator[list[tuple[int, Files]]]:
     for k in range(0, len(numbered), WAVE_TASKS):
         yield numbered[k:k + WAVE_TASKS]
 
@@ -112,11 +140,28 @@ def _run_distributed(client: Any, files: Files, job: ScanJob, on_result: OnResul
     distributed = import_extra("distributed", "batch", "batch conversion on a dask cluster")
     workers = max(1, len(client.scheduler_info().get("workers", {})))
     tasks = tasks_of(files, workers)
+    job = replace(job, notes=None)  # a worker's disk is not the client's
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
     futures = client.map(scan_files, tasks, job=job, pure=False,
-                         key=[f"refgrid-scan-{k}-{os.getpid()}" for k in range(len(tasks))])
+                         key=[f"refgrid-scan-{k}-{token}" for k in range(len(tasks))])
+    task_of = {f.key: task for f, task in zip(futures, tasks, strict=True)}
     try:
-        for future in distributed.as_completed(futures):
-            on_result(future.result())
+        queue = distributed.as_completed(futures)
+        for future in queue:
+            try:
+                outcomes = future.result()
+            except distributed.KilledWorker:  # its worker died: a deadline, or a crash
+                task = task_of[future.key]
+                if len(task) == 1:
+                    outcomes = [timed_out(task[0][0], job.file_timeout or 0.0)]
+                else:  # again one file at a time: only the one that hangs is given up
+                    again = client.map(scan_files, [[f] for f in task], job=job, pure=False,
+                                       key=[f"{future.key}-{i}" for i in range(len(task))])
+                    task_of.update({f.key: [t] for f, t in zip(again, task, strict=True)})
+                    futures += again
+                    queue.update(again)
+                    continue
+            on_result(outcomes)
             future.release()
     finally:
         client.cancel([f for f in futures if not f.done()])

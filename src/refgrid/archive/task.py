@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from refgrid.archive.deadline import deadline
 from refgrid.archive.journal import Header
 from refgrid.archive.record import dumps
 from refgrid.combine import with_inline_coordinates
@@ -31,6 +32,10 @@ class ScanJob:
     concat_dim: str
     storage_options: dict[str, Any]
     allowed_sources: list[str] | None = None
+    file_timeout: float | None = None
+    """Seconds one file's scan may take in a worker process (None: no deadline)."""
+    notes: str | None = None
+    """Where a worker notes the file whose scan passed the deadline (the work directory)."""
 
 
 @dataclass(frozen=True)
@@ -55,20 +60,25 @@ def scan_files(files: Sequence[tuple[str, SourceIdentity | None]], job: ScanJob
 
 
 def _scan_one(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned | Failed:
-    from refgrid.scan import scan
-    from refgrid.scan.source import Source
-
     try:
-        recorded = known if known is not None else Source.of(url, job.storage_options).identity
-        with _fetched_whole(url, recorded, job):
-            group = scan(url, allowed_sources=job.allowed_sources, **job.storage_options)
-            group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
-            record = dumps(group, _digests(group, job))
-            first = _first(group, job.concat_dim)
+        with deadline(url, job.file_timeout, job.notes):
+            return _scanned(url, known, job)
     except RefgridError as e:
         return Failed(url, type(e).__name__, str(e))
     except Exception as e:
         return Failed(url, type(e).__name__, f"{url}: {e}")
+
+
+def _scanned(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned:
+    from refgrid.scan import scan
+    from refgrid.scan.source import Source
+
+    recorded = known if known is not None else Source.of(url, job.storage_options).identity
+    with _fetched_whole(url, recorded, job):
+        group = scan(url, allowed_sources=job.allowed_sources, **job.storage_options)
+        group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
+        record = dumps(group, _digests(group, job))
+        first = _first(group, job.concat_dim)
     header: Header = {"url": url, "identity": recorded}
     if first is not None:
         header["first"] = first

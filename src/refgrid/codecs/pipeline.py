@@ -22,6 +22,7 @@ import numcodecs
 import numcodecs.abc
 import numpy as np
 
+from refgrid.codecs.bounded import bounded_numcodec, header_size, limit_for
 from refgrid.codecs.filters import NATIVE_HEADS, CodecJSON, Pipeline, stored_dtype
 
 # -- byte-level codecs for the filters zarr lacks --------------------------------------------
@@ -47,6 +48,7 @@ def szip_encode(data: bytes, config: Mapping[str, int]) -> bytes:
 
 
 def lz4h5_decode(data: bytes, nbytes: int) -> bytes:
+    header_size(data, nbytes, 0, ">Q")  # HDF5's lz4 framing: the total decoded size first
     return bytes(imagecodecs.lz4h5_decode(data, out=nbytes))
 
 
@@ -77,6 +79,7 @@ def bitshuffle_decode(data: bytes, config: Mapping[str, Any], nbytes: int) -> by
     if compression is None:
         block = _bitshuffle_block_elems(itemsize, int(config["blocksize"]))
         return bytes(imagecodecs.bitshuffle_decode(data, itemsize=itemsize, blocksize=block))
+    header_size(data, nbytes, 0, ">Q")
     total, block_bytes = struct.unpack(">QI", data[:12])
     sizes, tail = _bitshuffle_blocks(total // itemsize, block_bytes // itemsize)
     decompress = imagecodecs.lz4_decode if compression == "lz4" else imagecodecs.zstd_decode
@@ -135,7 +138,7 @@ class ByteCodec:
     """A bytes→bytes codec usable without zarr (refgrid's reader and scan-time re-encoding)."""
 
     decode: Callable[[bytes, int], bytes]
-    """``decode(data, decoded_nbytes)``."""
+    """``decode(data, limit)``: never more than ``limit`` bytes (:mod:`.bounded`)."""
     encode: Callable[[bytes], bytes]
 
 
@@ -178,7 +181,7 @@ def _byte_codec(codec_json: str) -> ByteCodec:
         codec_obj = numcodecs.get_codec({"id": name.removeprefix("numcodecs."), **config})
     else:
         raise KeyError(f"no byte-level codec for {name!r}")
-    return ByteCodec(lambda d, n: bytes(codec_obj.decode(d)), lambda d: bytes(codec_obj.encode(d)))
+    return ByteCodec(bounded_numcodec(name, codec_obj), lambda d: bytes(codec_obj.encode(d)))
 
 
 def numcodec(codec: CodecJSON) -> numcodecs.abc.Codec:
@@ -230,11 +233,17 @@ class ChunkCodec:
                              f"{count * self.stored.itemsize} for shape {tuple(shape)}")
         return np.frombuffer(data, dtype=self.stored, count=count).reshape(shape)
 
+    @property
+    def exact(self) -> bool:
+        """Whether a chunk's decompressed size is its shape times the item size."""
+        return not self._numcodecs and self.head_name not in ("vlen-utf8", "vlen-bytes")
+
     def decode(self, data: Any, shape: Sequence[int]) -> np.ndarray:
-        """Decode one stored chunk (fletcher32 checksums are verified by its decoder)."""
-        nbytes = math.prod(shape) * self.dtype.itemsize
+        """Decode one stored chunk (fletcher32 checksums are verified by its decoder); no
+        stage produces more than the chunk can hold."""
+        limit = limit_for(math.prod(shape) * self.dtype.itemsize, self.exact)
         for codec in reversed(self.compressors):
-            data = codec.decode(data, nbytes)
+            data = codec.decode(data, limit)
         return self.to_array(data, shape)
 
     def encode(self, array: np.ndarray) -> bytes:

@@ -9,7 +9,9 @@ of a few hundred MiB); raise them for larger ones:
     with refgrid.limits(max_chunk_bytes=2**34): ...  # for a block
 
 or with the environment variables ``REFGRID_MAX_CHUNKS``, ``REFGRID_MAX_CHUNK_BYTES``,
-``REFGRID_MAX_REFERENCES``, ``REFGRID_MAX_URL_LENGTH`` and ``REFGRID_SCAN_TIMEOUT``.
+``REFGRID_MAX_REFERENCES``, ``REFGRID_MAX_URL_LENGTH`` and ``REFGRID_SCAN_TIMEOUT``, and
+remote reads' ``REFGRID_CONNECT_TIMEOUT``, ``REFGRID_READ_TIMEOUT``, ``REFGRID_ATTEMPTS`` and
+``REFGRID_RETRY_SECONDS`` (:mod:`refgrid.core.network`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,16 @@ class Limits:
     max_url_length: int = 8192
     """Characters of one reference URL after templates are applied."""
     scan_timeout: float = 600.0
-    """Seconds an HDF5 scan may take in the CLI (run in a child process there)."""
+    """Seconds one file's scan may take in the CLI and in ``refgrid batch`` (run in a child
+    process there, which is stopped when it passes: a stalled server, a hung libhdf5)."""
+    connect_timeout: float = 10.0
+    """Seconds to wait for a connection to a remote source (HTTP, S3)."""
+    read_timeout: float = 30.0
+    """Seconds a remote source may send nothing before the request is given up."""
+    attempts: int = 4
+    """Attempts of a request that fails transiently (HTTP 429/5xx, reset, timeout)."""
+    retry_seconds: float = 60.0
+    """No retry starts this long after a request's first attempt."""
 
 
 def _from_environment() -> Limits:
@@ -43,7 +54,7 @@ def _from_environment() -> Limits:
         value = os.environ.get(f"REFGRID_{f.name.upper()}")
         if value:
             try:
-                changes[f.name] = float(value) if f.name == "scan_timeout" else int(value)
+                changes[f.name] = float(value) if f.type in ("float", float) else int(value)
             except ValueError:
                 raise ArgumentError(f"REFGRID_{f.name.upper()}={value!r} is not a number") \
                     from None

@@ -61,15 +61,30 @@ class SourceIdentity(TypedDict):
 
 def filesystem(url: str, storage_options: Mapping[str, Any] | None = None
                ) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem serving ``url`` and the path within it. Local files need nothing beyond
-    fsspec; ``s3://`` needs s3fs and ``http(s)://`` aiohttp (the ``remote`` extra), which
-    fsspec's own message for a missing protocol package does not name."""
+    """The filesystem serving ``url`` and the path within it, with refgrid's timeouts and
+    retries for remote protocols (:mod:`refgrid.core.network`). Local files need nothing
+    beyond fsspec; ``s3://`` needs s3fs and ``http(s)://`` aiohttp (the ``remote`` extra),
+    which fsspec's own message for a missing protocol package does not name."""
+    options = dict(storage_options or {})
     try:
-        return url_to_fs(url, **(storage_options or {}))
+        if not is_local(url):
+            from refgrid.core.network import with_defaults
+
+            options = with_defaults(url, options)
+        return url_to_fs(url, **options)
     except ImportError as e:
         protocol = url.split("://", 1)[0] if "://" in url else "file"
         raise MissingExtraError("remote", f"reading {protocol}:// URLs ({url})",
                                 e.name or str(e)) from None
+
+
+def not_found(error: FileNotFoundError) -> str:
+    """``"file not found"``, or what really failed: fsspec reports any failure of an HTTP
+    ``info`` (a 503 after every retry, a timeout) as a missing file, the cause chained."""
+    cause = error.__cause__
+    if cause is not None and not isinstance(cause, FileNotFoundError):
+        return f"cannot read: {cause}"
+    return "file not found"
 
 
 def is_local(url: str) -> bool:
@@ -194,8 +209,11 @@ class SourceCheck:
         expected = self.recorded[url]
         try:
             now = identity_of(url, self.storage_options)
-        except FileNotFoundError:
-            return  # the read that follows names the missing file and the chunk
+        except FileNotFoundError as e:
+            reason = not_found(e)
+            if reason == "file not found":
+                return  # the read that follows names the missing file and the chunk
+            raise ReadError(f"{url}: cannot check the source: {reason}") from None
         except OSError as e:
             raise ReadError(f"{url}: cannot check the source: {e}") from None
         changed = identity_difference(expected, now)

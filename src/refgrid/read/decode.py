@@ -13,13 +13,13 @@ import functools
 import itertools
 import json
 import math
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import imagecodecs
 import numpy as np
 
+from refgrid.codecs.bounded import inflate, limit_for
 from refgrid.codecs.filters import CodecJSON, Pipeline
 from refgrid.codecs.pipeline import ChunkCodec, byte_codec, hdf5_shuffle_decode, unshuffle
 
@@ -62,9 +62,10 @@ class ChunkDecoder:
             self.shuffle = int(compressors.pop(0).get("configuration", {})["elementsize"])
         # libdeflate needs the exact decoded size: known for a plain pipeline when only byte
         # shuffles (which keep the size) are decoded after it
+        exact = self.codec.exact
         self.stages: list[Stage] = [_zlib_decoder(self.plain and all(
-            later["name"] in SIZE_KEEPING for later in compressors[:k]), chunk_nbytes)
-            if c["name"] == "numcodecs.zlib" else byte_codec(c).decode
+            later["name"] in SIZE_KEEPING for later in compressors[:k]), chunk_nbytes, exact)
+            if c["name"] == "numcodecs.zlib" else _limited(byte_codec(c).decode, exact)
             for k, c in reversed(list(enumerate(compressors)))]
 
     def decompress_many(self, chunks: Sequence[Any], nbytes: int) -> np.ndarray:
@@ -99,28 +100,19 @@ class ChunkDecoder:
         return self.codec.to_array(data, shape)
 
 
-def _zlib_decoder(exact: bool, nbytes: int) -> Stage:
-    """zlib (HDF5's deflate): libdeflate for chunks that are not tiny when the decoded size is
-    exact, else the standard library (which grows its buffer as needed)."""
-    if exact and nbytes >= LIBDEFLATE_FROM:
+def _zlib_decoder(exact_stage: bool, nbytes: int, exact: bool) -> Stage:
+    """zlib (HDF5's deflate): libdeflate, into a buffer of exactly the decoded size (which
+    also bounds it), for chunks that are not tiny when this stage's output size is exact;
+    else the standard library, stopping at the chunk's limit (a zlib bomb is refused, not
+    inflated)."""
+    if exact_stage and nbytes >= LIBDEFLATE_FROM:
         return lambda data, size: imagecodecs.deflate_decode(data, out=size)
-    return _bounded_inflate
+    return _limited(inflate, exact)
 
 
-INFLATE_SLACK = 4096
-"""Bytes a zlib stream may inflate to beyond the chunk's size (checksums that later stages
-strip); a stream inflating further is refused, not inflated (a zlib bomb)."""
-
-
-def _bounded_inflate(data: Any, size: int) -> bytes:
-    inflater = zlib.decompressobj(zlib.MAX_WBITS)
-    out = inflater.decompress(data, size + INFLATE_SLACK)
-    if inflater.unconsumed_tail:
-        raise ValueError(f"inflates to more than {size + INFLATE_SLACK} bytes for a chunk of "
-                         f"{size} bytes")
-    if not inflater.eof:
-        raise ValueError("truncated zlib stream")
-    return out
+def _limited(decode: Callable[[Any, int], bytes], exact: bool) -> Stage:
+    """A stage that produces at most what a chunk of ``size`` decoded bytes may hold."""
+    return lambda data, size: decode(data, limit_for(size, exact))
 
 
 @functools.lru_cache(maxsize=256)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from refgrid.core.sources import filesystem, held, is_local
+from refgrid.core.sources import filesystem, held, is_local, not_found
 
 LOCAL_GAP = 16 * 2**10
 REMOTE_GAP = 256 * 2**10
@@ -140,8 +140,9 @@ def _read_remote(files: list[tuple[str, np.ndarray]], offset: np.ndarray, length
     blocks = fs.cat_ranges(paths, starts, ends, on_error="return")
     for block, (url, requests, r) in zip(blocks, served, strict=True):
         if isinstance(block, BaseException):
-            missing = isinstance(block, FileNotFoundError)
-            reason = "source file not found" if missing else f"request failed: {block}"
+            missing = isinstance(block, FileNotFoundError) and not_found(block).startswith("file")
+            reason = "source file not found" if missing else f"request failed: {block}" \
+                if not isinstance(block, FileNotFoundError) else not_found(block)
             raise FetchError(requests.first_member(r), url, reason, missing)
         requests.serve(r, _the_range(block, requests.starts[r], requests.ends[r], url,
                                      requests.first_member(r)), out)

@@ -144,8 +144,8 @@ def detect_format(source: Source) -> Format:
         return _directory_format(source) or _not_an_input_directory(source)
     try:
         head = source.head(4096)
-    except ScanError:
-        if source.is_local:
+    except ScanError as e:
+        if source.is_local or e.reason != "file not found":  # a failure, not an absence
             raise
         # a remote "directory" is a prefix: look inside
         return _directory_format(source) or _not_an_input_directory(source)

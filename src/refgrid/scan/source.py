@@ -18,7 +18,14 @@ from typing import IO, Any
 
 import fsspec
 
-from refgrid.core.sources import SourceIdentity, filesystem, held, identity_from_info, identity_of
+from refgrid.core.sources import (
+    SourceIdentity,
+    filesystem,
+    held,
+    identity_from_info,
+    identity_of,
+    not_found,
+)
 from refgrid.errors import ScanError
 
 WHOLE_FILE_LIMIT = 32 * 2**20
@@ -59,8 +66,8 @@ class Source:
             if not self.is_local:
                 return identity_from_info(self.remote_info)
             return identity_of(self.url, self.storage_options)
-        except FileNotFoundError:
-            raise ScanError(self.url, None, "file not found") from None
+        except FileNotFoundError as e:
+            raise ScanError(self.url, None, not_found(e)) from None
         except OSError as e:
             raise ScanError(self.url, None, f"cannot read: {e}") from None
 
@@ -106,8 +113,8 @@ class Source:
                     return f.read(nbytes)
             fs, path = self.filesystem()
             return fs.cat_file(path, start=offset, end=offset + nbytes)
-        except FileNotFoundError:
-            raise ScanError(self.url, None, "file not found") from None
+        except FileNotFoundError as e:
+            raise ScanError(self.url, None, not_found(e)) from None
         except OSError as e:
             raise ScanError(self.url, None, f"cannot read: {e}") from None
 
@@ -132,8 +139,8 @@ class Source:
                 if isinstance(getattr(type(f), "details", None), property):
                     f.details = self.remote_info  # s3fs asks again at the first read otherwise
                 yield f
-        except FileNotFoundError:
-            raise ScanError(self.url, None, "file not found") from None
+        except FileNotFoundError as e:
+            raise ScanError(self.url, None, not_found(e)) from None
 
 
 def file_sizes(urls: Sequence[str], storage_options: Mapping[str, Any],

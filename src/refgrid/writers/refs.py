@@ -27,12 +27,16 @@ from refgrid.writers.kerchunk_v2 import v2_documents
 
 
 def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[str, Any]:
-    """The kerchunk v1 reference dict of ``group`` (metadata documents included; the root's
-    carries every node's as consolidated metadata, so stock zarr and xarray open it in one
-    read, without falling back)."""
+    """The kerchunk v1 reference dict of ``group`` (metadata documents included). Where
+    every array's grid is regular, the root's document carries every node's as consolidated
+    metadata, so stock zarr and xarray open it in one read, without a warning; a rectilinear
+    grid there would make zarr 3.1 (or zarr >= 3.2 without its flag) refuse the whole group
+    rather than that one array, so such references are opened with ``consolidated=False``."""
     docs = documents(group, grid_form)
-    nodes = {key[:-len(METADATA)].rstrip("/"): doc for key, doc in docs.items()}
-    docs[METADATA] = consolidated(nodes[""], nodes)  # type: ignore[assignment]
+    if all(array.grid.is_regular for _, array in group.walk()
+           if isinstance(array, VirtualArray)) and grid_form == "auto":
+        nodes = {key[:-len(METADATA)].rstrip("/"): doc for key, doc in docs.items()}
+        docs[METADATA] = consolidated(nodes[""], nodes)  # type: ignore[assignment]
     return _references(group, {k: dumps(d) for k, d in docs.items()}, chunk_key)
 
 

@@ -1,0 +1,110 @@
+"""Decompression that never produces more than a chunk can hold.
+
+A reference set is untrusted input: a 1 MB stream may inflate to gigabytes (a bomb) in an
+array whose chunks hold 40 bytes. Every decoder here is given the most bytes the chunk may
+decode to and refuses past it — streaming decompressors (zlib, gzip, bz2, lzma) stop at
+the limit, fixed-buffer ones (zstd) decode into a buffer of that size, and formats whose
+header states the decoded size (blosc, numcodecs' lz4, HDF5's lz4 and bitshuffle framing)
+are refused from the header before anything is allocated. Peak memory is then bounded by
+the chunk's size, not by what the stream claims.
+"""
+
+from __future__ import annotations
+
+import bz2
+import lzma
+import struct
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import imagecodecs
+
+from refgrid.core.bounds import current
+
+SLACK = 4096
+"""Bytes a stage may produce beyond the chunk's decoded size (checksums that later stages
+strip)."""
+
+
+class TooLarge(ValueError):
+    """A stream decodes to more than its chunk can hold."""
+
+
+def limit_for(nbytes: int, exact: bool) -> int:
+    """The most bytes a decoding stage may produce for a chunk of ``nbytes`` decoded bytes:
+    that plus :data:`SLACK` when the size is exact (fixed-size values), else the largest
+    chunk allowed (variable-length strings, filters that change the size)."""
+    return nbytes + SLACK if exact else max(nbytes + SLACK, current().max_chunk_bytes)
+
+
+def _refuse(limit: int) -> TooLarge:
+    return TooLarge(f"decodes to more than {limit:,} bytes, more than the chunk holds "
+                    "(refused before decompressing further)")
+
+
+def inflate(data: Any, limit: int, wbits: int = zlib.MAX_WBITS) -> bytes:
+    """zlib (or, with ``wbits=16 + MAX_WBITS``, gzip), stopping at ``limit`` bytes."""
+    inflater = zlib.decompressobj(wbits)
+    out = inflater.decompress(data, limit)
+    if inflater.unconsumed_tail or (not inflater.eof and inflater.decompress(b"", 1)):
+        raise _refuse(limit)
+    if not inflater.eof:
+        raise ValueError("truncated stream")
+    return out
+
+
+def _streaming(make: Callable[[], Any]) -> Callable[[Any, int], bytes]:
+    def decode(data: Any, limit: int) -> bytes:
+        decompressor = make()
+        out = decompressor.decompress(bytes(data), max_length=limit + 1)
+        if len(out) > limit:
+            raise _refuse(limit)
+        if not decompressor.eof:
+            raise ValueError("truncated stream")
+        return bytes(out)
+    return decode
+
+
+def _zstd(data: Any, limit: int) -> bytes:
+    try:
+        return bytes(imagecodecs.zstd_decode(data, out=limit))
+    except imagecodecs.ZstdError as e:
+        if "too small" in str(e):
+            raise _refuse(limit) from None
+        raise
+
+
+def header_size(data: Any, limit: int, offset: int, fmt: str) -> None:
+    """Refuse a stream whose header (``fmt`` at ``offset``) states more than ``limit``."""
+    if len(data) < offset + struct.calcsize(fmt):
+        raise ValueError("too short for its header")
+    (stated,) = struct.unpack_from(fmt, data, offset)
+    if stated > limit:
+        raise TooLarge(f"its header states {stated:,} decoded bytes, more than the "
+                       f"{limit:,} the chunk holds")
+
+
+def bounded_numcodec(name: str, codec: Any) -> Callable[[Any, int], bytes]:
+    """``decode(data, limit)`` for a numcodecs (or Zarr v3 core) bytes→bytes codec."""
+    short = name.removeprefix("numcodecs.")
+    if short == "zlib":
+        return inflate
+    if short == "gzip":
+        return lambda data, limit: inflate(data, limit, 16 + zlib.MAX_WBITS)
+    if short == "zstd":
+        return _zstd
+    if short == "bz2":
+        return _streaming(bz2.BZ2Decompressor)
+    if short == "lzma":
+        return _streaming(lzma.LZMADecompressor)
+    checks: dict[str, tuple[int, str]] = {"blosc": (4, "<I"), "lz4": (0, "<I")}
+    if short in checks:
+        offset, fmt = checks[short]
+
+        def checked(data: Any, limit: int) -> bytes:
+            header_size(memoryview(data).cast("B"), limit, offset, fmt)
+            return bytes(codec.decode(data))
+        return checked
+    # the rest keep the size or shrink it (shuffles, checksums): no bomb to fear
+    return lambda data, limit: bytes(codec.decode(data))

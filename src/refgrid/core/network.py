@@ -1,0 +1,106 @@
+"""Timeouts and retries for remote sources, so that nothing waits forever and transient
+failures do not fail a scan or a read.
+
+:func:`with_defaults` adds refgrid's defaults (:mod:`refgrid.core.bounds`:
+``connect_timeout``, ``read_timeout``, ``attempts``, ``retry_seconds``) to the storage options
+of an ``http(s)://`` or ``s3://`` URL, where the caller has not set them:
+
+* HTTP: aiohttp's connect and socket-read timeouts, and :func:`retrying`, an aiohttp client
+  middleware that retries a GET or HEAD on 429/500/502/503/504, a reset connection, a body cut
+  short or a timeout, with exponential backoff, within ``retry_seconds``; the body is read
+  inside the middleware, so a connection reset mid-body is retried too. When the attempts are
+  spent, :class:`RequestFailed` says how many were made over how long.
+* S3: botocore's connect and read timeouts and its standard retry mode with ``attempts``.
+
+A retry asks for the same bytes of the same URL; the source identity check (size, mtime or
+ETag, :mod:`refgrid.core.sources`) still decides whether they are the bytes scanned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from refgrid.core.bounds import current
+
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+IDEMPOTENT = frozenset({"GET", "HEAD"})
+FIRST_DELAY = 0.1
+"""Seconds before the first retry; doubled for each further one."""
+
+
+class RequestFailed(aiohttp.ClientOSError):
+    """A request still failing after every attempt (an ``OSError``, as a failed read is)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _what(error: BaseException, timeouts: tuple[float, float]) -> str:
+    if isinstance(error, aiohttp.ConnectionTimeoutError):
+        return f"no connection within {timeouts[0]:g} s (connect timeout)"
+    if isinstance(error, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        return f"no bytes for {timeouts[1]:g} s (read timeout)"
+    if isinstance(error, aiohttp.ClientPayloadError):
+        return f"the body was cut short ({error})"
+    return f"{type(error).__name__}: {error}"
+
+
+async def retrying(request: aiohttp.ClientRequest,
+                   handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+    """aiohttp client middleware: a GET or HEAD retried on transient failures."""
+    if request.method not in IDEMPOTENT:
+        return await handler(request)
+    limits = current()
+    timeouts = (limits.connect_timeout, limits.read_timeout)
+    started, delay, attempt = time.monotonic(), FIRST_DELAY, 0
+    while True:
+        attempt += 1
+        try:
+            response = await handler(request)
+            if response.status not in TRANSIENT_STATUS:
+                if response.status < 300:
+                    await response.read()  # a reset mid-body is retried here
+                return response
+            problem, status = f"HTTP {response.status} {response.reason}", response.status
+            response.release()
+        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+            problem, status = _what(e, timeouts), None
+        elapsed = time.monotonic() - started
+        if attempt >= limits.attempts or elapsed + delay > limits.retry_seconds:
+            raise RequestFailed(f"{request.method} {request.url}: {problem} ({attempt} "
+                                f"attempt{'s' if attempt > 1 else ''} over {elapsed:.1f} s)",
+                                status)
+        await asyncio.sleep(delay)
+        delay *= 2
+
+
+def with_defaults(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """``storage_options`` with refgrid's timeouts and retries for ``url``'s protocol added
+    where the caller set none."""
+    options = dict(storage_options)
+    protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
+    limits = current()
+    if protocol in ("http", "https"):
+        client = dict(options.get("client_kwargs") or {})
+        client.setdefault("timeout", aiohttp.ClientTimeout(
+            total=None, connect=limits.connect_timeout, sock_connect=limits.connect_timeout,
+            sock_read=limits.read_timeout))
+        client.setdefault("middlewares", (retrying,))
+        options["client_kwargs"] = client
+    elif protocol in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", limits.connect_timeout)
+        config.setdefault("read_timeout", limits.read_timeout)
+        config.setdefault("retries", {"max_attempts": limits.attempts, "mode": "standard"})
+        options["config_kwargs"] = config
+    return options
