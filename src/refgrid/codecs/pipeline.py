@@ -35,7 +35,11 @@ def lzf_encode(data: bytes) -> bytes:
     return bytes(imagecodecs.lzf_encode(data))
 
 
-def szip_decode(data: bytes, config: Mapping[str, int], nbytes: int) -> bytes:
+def szip_decode(data: bytes, config: Mapping[str, int], limit: int) -> bytes:
+    """HDF5's szip: the decoded size, stated in its 4-byte header, checked against
+    ``limit`` and decoded into exactly that (a larger buffer is returned whole)."""
+    header_size(data, limit, 0, "<I")
+    (nbytes,) = struct.unpack_from("<I", data, 0)
     return bytes(imagecodecs.szip_decode(
         data, config["options_mask"], config["pixels_per_block"], config["bits_per_pixel"],
         config["pixels_per_scanline"], header=True, out=nbytes))
@@ -47,8 +51,11 @@ def szip_encode(data: bytes, config: Mapping[str, int]) -> bytes:
         config["pixels_per_scanline"], header=True))
 
 
-def lz4h5_decode(data: bytes, nbytes: int) -> bytes:
-    header_size(data, nbytes, 0, ">Q")  # HDF5's lz4 framing: the total decoded size first
+def lz4h5_decode(data: bytes, limit: int) -> bytes:
+    """HDF5's lz4 framing: the total decoded size first (8 bytes), checked against ``limit``
+    and decoded into exactly that (its block loop needs the exact size)."""
+    header_size(data, limit, 0, ">Q")
+    (nbytes,) = struct.unpack_from(">Q", data, 0)
     return bytes(imagecodecs.lz4h5_decode(data, out=nbytes))
 
 
