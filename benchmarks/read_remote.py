@@ -126,6 +126,25 @@ def latency_proxy(upstream: str, delay: float) -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
 
 
+@contextmanager
+def slow_bucket(paths: list[Path], counter: Counter) -> Iterator[dict[str, Any]]:
+    """moto's S3 behind the latency proxy, holding ``paths``; yields the storage options
+    that reach it through the proxy (requests counted at the server)."""
+    import boto3
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with s3_server(counter) as endpoint, latency_proxy(endpoint, LATENCY) as proxy:
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        for path in paths:
+            client.upload_file(str(path), BUCKET, path.name)
+        yield {"endpoint_url": proxy, "key": "testing", "secret": "testing",
+               "client_kwargs": {"region_name": "us-east-1"}}
+
+
 def source_file() -> Path:
     """The read benchmark's file: float32 ``v`` of ``SHAPE`` in zlib ``CHUNKS``."""
     import netCDF4
@@ -193,7 +212,6 @@ def measure(counter: Counter, fn: Callable[[], np.ndarray]) -> tuple[float, int,
 
 
 def main() -> None:
-    import boto3
     import fsspec
     import h5py
     import s3fs
@@ -202,19 +220,9 @@ def main() -> None:
     from kerchunk.hdf import SingleHdf5ToZarr
 
     warnings.simplefilter("ignore")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
     local, appended = source_file(), appended_file()
     counter = Counter()
-    with s3_server(counter) as endpoint, latency_proxy(endpoint, LATENCY) as proxy:
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        for path in (local, appended):
-            client.upload_file(str(path), BUCKET, path.name)
-        options = {"endpoint_url": proxy, "key": "testing", "secret": "testing",
-                   "client_kwargs": {"region_name": "us-east-1"}}
+    with slow_bucket([local, appended], counter) as options:
         url = f"s3://{BUCKET}/{local.name}"
         group = refgrid.scan(url, **options)
         refs = refgrid.write(group, Path(tempfile.mkdtemp()) / "refs.json")

@@ -193,7 +193,7 @@ def test_icechunk_stores_only_the_padded_chunks(tmp_path):
     repo = _repository(tmp_path / "repo", FIXTURES / "monthly" / "chunk10")
     refgrid.write(group, repo)
     session = repo.readonly_session("main")
-    from refgrid.writers.padded import padded_mask
+    from refgrid.read.cropped import padded_mask
 
     mask = padded_mask(group["tas"].grid)
     kinds = {coords: str(session.chunk_type("/tas", list(coords))).lower()

@@ -459,7 +459,7 @@ def test_classic_kerchunk_from_the_command_line_and_batch(tmp_path):
 KILLED_REWRITE = """
 import sys, time
 import refgrid
-import refgrid.writers.padded as padded
+import refgrid.read.cropped as padded
 from refgrid.combine import combine
 from refgrid.writers import save
 

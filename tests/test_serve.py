@@ -301,14 +301,14 @@ def test_concurrent_neighbouring_chunk_requests_share_batched_fetches(server):
     from refgrid.serve.app import STATE
 
     calls: list[int] = []
-    fetch = refgrid.serve.views.NativeView.fetch
+    fetch = refgrid.read.views.NativeView.fetch
 
     def counting(self, path, flats):
         calls.append(len(flats))
         return fetch(self, path, flats)
 
     url = f"{server.url}/archives/yearly_chunk73/native/tas/c/{{}}/0/0"
-    refgrid.serve.views.NativeView.fetch = counting
+    refgrid.read.views.NativeView.fetch = counting
     try:
         server.app[STATE].batchers.clear()
 
@@ -322,7 +322,7 @@ def test_concurrent_neighbouring_chunk_requests_share_batched_fetches(server):
 
         bodies = asyncio.run(all_at_once())
     finally:
-        refgrid.serve.views.NativeView.fetch = fetch
+        refgrid.read.views.NativeView.fetch = fetch
     assert sum(calls) < 60 and len(calls) < 60
     for i, body in enumerate(bodies):
         assert body == _get(url.format(i % 3))[2]

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from refgrid.model.manifest import ChunkManifest
     from refgrid.model.virtual import VirtualArray, VirtualGroup
     from refgrid.read.mapper import get_mapper
+    from refgrid.read.store import open_store, zarr_config
     from refgrid.scan import scan
     from refgrid.writers import to_kerchunk, write
 
@@ -59,6 +60,7 @@ _LAZY = {"advise_chunks": "refgrid.explore.advise", "ChunkAdvice": "refgrid.expl
          "RectilinearGrid": "refgrid.grid.rectilinear", "ChunkManifest": "refgrid.model.manifest",
          "VirtualArray": "refgrid.model.virtual", "VirtualGroup": "refgrid.model.virtual",
          "get_mapper": "refgrid.read.mapper", "scan": "refgrid.scan",
+         "open_store": "refgrid.read.store", "zarr_config": "refgrid.read.store",
          "to_kerchunk": "refgrid.writers", "write": "refgrid.writers"}
 """Public name → the module defining it."""
 
@@ -122,8 +124,10 @@ __all__ = [
     "get_mapper",
     "limits",
     "materialize",
+    "open_store",
     "scan",
     "set_limits",
     "to_kerchunk",
     "write",
+    "zarr_config",
 ]

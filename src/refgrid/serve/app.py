@@ -12,7 +12,7 @@ URL layout::
 
 The event loop only routes and answers: opening a dataset, fetching and assembling chunks run
 on a bounded thread pool, native chunk reads of concurrent requests gathered into batched
-fetches (:mod:`refgrid.serve.batching`). Absent chunks are 404, which Zarr reads as the fill
+fetches (:mod:`refgrid.read.batching`). Absent chunks are 404, which Zarr reads as the fill
 value, exactly as from a store on disk.
 """
 
@@ -33,10 +33,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from refgrid.errors import AccessError, ArgumentError, ReadError, RefgridError
-from refgrid.serve.batching import ChunkBatcher
-from refgrid.serve.catalog import Catalog, Dataset, Entry, ViewLimits
-from refgrid.serve.pages import dataset_page, index_page, listing_page
-from refgrid.serve.views import (
+from refgrid.read.batching import ChunkBatcher
+from refgrid.read.views import (
     Assembled,
     Bytes,
     Cropped,
@@ -47,6 +45,8 @@ from refgrid.serve.views import (
     StoredChunk,
     ViewSpec,
 )
+from refgrid.serve.catalog import Catalog, Dataset, Entry, ViewLimits
+from refgrid.serve.pages import dataset_page, index_page, listing_page
 
 log = logging.getLogger("refgrid.serve")
 CATALOG: web.AppKey[Catalog] = web.AppKey("catalog", Catalog)

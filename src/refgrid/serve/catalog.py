@@ -26,9 +26,9 @@ from typing import Any, Literal
 from refgrid.core.keys import METADATA, ZMETADATA
 from refgrid.errors import AccessError, ArgumentError, RefgridError
 from refgrid.model.virtual import VirtualGroup
+from refgrid.read.views import NativeView, RegularView, ViewSpec
 from refgrid.scan import scan
 from refgrid.scan.allowed import check_sources, normalized
-from refgrid.serve.views import NativeView, RegularView, ViewSpec
 
 Kind = Literal["json", "parquet", "zarr"]
 SUFFIXES = (".json", ".parquet", ".parq", ".zarr")

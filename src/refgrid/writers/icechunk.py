@@ -8,7 +8,7 @@ read a source changed since it was scanned; inline chunks are written as Icechun
 chunks. Icechunk 2 stores rectilinear grids (``chunk_shapes`` as runs, the form it parses);
 it decodes every chunk to its declared shape, so a chunk padded inside an irregular archive
 cannot stay virtual: each is read once, cropped, re-encoded and stored as Icechunk's own
-chunk (:func:`refgrid.writers.padded.cropped_chunks`) — only those are copied. Icechunk 1.x
+chunk (:func:`refgrid.read.cropped.cropped_chunks`) — only those are copied. Icechunk 1.x
 (Python 3.11) knows only regular grids, so there a rectilinear array is refused, naming it.
 Each write is one commit: writing a grown archive again commits its new extent,
 and the earlier snapshot still reads the old one. Sources must lie under one of the
@@ -34,8 +34,8 @@ from refgrid.errors import WriteError
 from refgrid.model.manifest import MISSING, ChunkManifest, chunk_coords
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import documents
+from refgrid.read.cropped import cropped_chunks, padded_arrays, padded_mask, portable_grid
 from refgrid.writers.kerchunk_v2 import require_regular
-from refgrid.writers.padded import cropped_chunks, padded_arrays, padded_mask, portable_grid
 from refgrid.writers.refs import dumps
 
 

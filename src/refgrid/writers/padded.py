@@ -21,21 +21,18 @@ import contextlib
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
-from refgrid.codecs.pipeline import ChunkCodec
 from refgrid.core.keys import chunk_key
 from refgrid.core.sources import SourceCheck, SourceIdentity
-from refgrid.errors import RefgridError, WriteError
-from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
-from refgrid.model.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
+from refgrid.errors import WriteError
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import INLINE, ChunkManifest
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.read.array import fetch_chunks
+from refgrid.read.cropped import cropped_chunks, padded_arrays, portable_grid
 from refgrid.writers.atomic import TEMPORARY, clean_leftovers, temporary_for
 
 Padded = Literal["encoded", "rewrite"]
@@ -45,8 +42,6 @@ DEFAULT_PADDED: Padded = "rewrite"
 interior chunks are copied, and an archive without any copies nothing."""
 INLINE_LIMIT = 4096
 """Rewritten chunks that encode to at most this many bytes are kept inline."""
-BATCH = 64
-"""Chunks fetched per request round."""
 STAGING = "staging"
 """Chunk files are written under ``OUT.chunks/.staging.tmp-<pid>-<token>`` first."""
 
@@ -82,24 +77,6 @@ def sidecar_for(target: Path) -> Path:
 
 def needs_rewrite(group: VirtualGroup) -> bool:
     return bool(padded_arrays(group))
-
-
-def portable_documents_group(group: VirtualGroup) -> VirtualGroup:
-    """``group`` with its arrays on their portable grids, for their ``zarr.json`` documents
-    only: the manifests still name the padded chunks' stored bytes, which a reader must
-    crop (:func:`cropped_chunks`) before handing them out."""
-    return group.with_arrays({path: replace(array, grid=portable_grid(array.grid))
-                              for path, array in padded_arrays(group).items()})
-
-
-def padded_arrays(group: VirtualGroup) -> dict[str, VirtualArray]:
-    """The arrays of ``group`` (by path) with a chunk padded inside them."""
-    return {path: node for path, node in group.walk()
-            if isinstance(node, VirtualArray) and padded_inside(node.grid)}
-
-
-def padded_inside(grid: RectilinearGrid) -> bool:
-    return any(a.padded_inside for a in grid.axes)
 
 
 def rewrite_padded(group: VirtualGroup, sidecar: Path, *,
@@ -161,30 +138,6 @@ def prune_sidecar(sidecar: Path, keep: Path | None) -> None:
             sidecar.rmdir()
 
 
-def padded_mask(grid: RectilinearGrid) -> np.ndarray:
-    """Boolean grid of the chunks padded somewhere other than the array's end."""
-    mask = np.zeros(grid.chunk_counts, dtype=bool)
-    for dim, axis in enumerate(grid.axes):
-        inside = (axis.encoded != axis.logical)
-        inside[-1:] = False
-        shape = [1] * grid.ndim
-        shape[dim] = axis.nchunks
-        mask |= inside.reshape(shape)
-    return mask
-
-
-def portable_grid(grid: RectilinearGrid) -> RectilinearGrid:
-    """Encoded lengths equal to logical ones, but the last chunk's: the array's final chunk
-    may still overflow the shape (the spec's trailing edge does exactly that)."""
-    axes = []
-    for axis in grid.axes:
-        encoded = axis.logical.copy()
-        if axis.nchunks:
-            encoded[-1] = axis.encoded[-1]
-        axes.append(AxisChunks(axis.logical, encoded, axis.empty_chunk))
-    return RectilinearGrid(tuple(axes))
-
-
 @dataclass
 class _Rewritten:
     count: int
@@ -193,37 +146,6 @@ class _Rewritten:
     """Chunk coordinates → (path relative to the sidecar subdirectory, byte count)."""
     inline: dict[tuple[int, ...], bytes]
     grid: RectilinearGrid
-
-
-def cropped_chunks(path: str, array: VirtualArray, storage_options: Mapping[str, Any],
-                   check: SourceCheck | None, flats: np.ndarray | None = None
-                   ) -> Iterator[tuple[tuple[int, ...], bytes]]:
-    """Each padded interior chunk of ``array`` (not missing; of those, the C-order indexes
-    ``flats`` when given), decoded, cropped to its extent on :func:`portable_grid` and
-    re-encoded with the array's codecs, fetched a batch at a time (sources checked) so
-    memory holds one batch."""
-    mask = padded_mask(array.grid).reshape(-1)
-    manifest = array.manifest
-    if flats is not None:
-        mask = mask & np.isin(np.arange(mask.size), flats)
-    flat_all = np.flatnonzero(mask & (manifest.path_id.reshape(-1) != MISSING))
-    new_grid = portable_grid(array.grid)
-    try:
-        codec = ChunkCodec(array.codecs, array.dtype)
-    except Exception as e:  # a codec's own configuration checks raise anything
-        raise WriteError(f"array {path!r}: cannot re-encode its padded chunks: "
-                         f"{type(e).__name__}: {e}") from None
-    path_id = manifest.path_id.reshape(-1)
-    for start in range(0, len(flat_all), BATCH):
-        flat = flat_all[start:start + BATCH]
-        stored = flat[path_id[flat] >= 0]
-        blobs = dict(zip(stored.tolist(), fetch_chunks(array, path, stored,
-                                                       dict(storage_options), check),
-                         strict=True))
-        for f in flat.tolist():
-            coords = chunk_coords(f, manifest.shape)
-            data = blobs[f] if f in blobs else manifest.inline[coords]
-            yield coords, _cropped(path, array, codec, coords, data, new_grid)
 
 
 def _rewrite_array(path: str, array: VirtualArray, staging: Path, inline_limit: int,
@@ -243,20 +165,6 @@ def _rewrite_array(path: str, array: VirtualArray, staging: Path, inline_limit: 
         digest.update(relative.encode() + b"\0" + hashlib.sha256(encoded).digest())
         out.files[coords] = (relative, len(encoded))
     return out
-
-
-def _cropped(path: str, array: VirtualArray, codec: ChunkCodec, coords: tuple[int, ...],
-             data: Any, new_grid: RectilinearGrid) -> bytes:
-    encoded_shape = array.grid.encoded_chunk_shape(coords)
-    keep = tuple(slice(0, n) for n in new_grid.encoded_chunk_shape(coords))
-    try:
-        values = codec.decode(data, encoded_shape)
-        return codec.encode(np.ascontiguousarray(values[keep]))
-    except RefgridError:
-        raise
-    except Exception as e:  # codecs raise anything on bytes they cannot take
-        raise WriteError(f"array {path!r}, chunk {chunk_key(path, coords)}: cannot rewrite "
-                         f"the padded chunk: {type(e).__name__}: {e}") from None
 
 
 def _with_chunks(array: VirtualArray, done: _Rewritten, final: Path | None,

@@ -23,20 +23,20 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refgrid.core.keys import chunk_of_key, document_node
-from refgrid.core.sources import SourceCheck
+from refgrid.core.sources import SourceCheck, is_local
 from refgrid.errors import ArgumentError, FormatError, RefgridError
 from refgrid.model.manifest import INLINE, MISSING, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import consolidated, documents
 from refgrid.read.array import fetch_chunks
-from refgrid.read.mapper import RegularViewFileSystem
-from refgrid.read.view_chunks import ViewChunks
-from refgrid.writers.padded import (
+from refgrid.read.cropped import (
     cropped_chunks,
     padded_arrays,
     padded_mask,
     portable_documents_group,
 )
+from refgrid.read.mapper import RegularViewFileSystem
+from refgrid.read.view_chunks import ViewChunks
 
 
 @dataclass(frozen=True)
@@ -171,6 +171,7 @@ class NativeView(_View):
         self.documents = {node: json.dumps(doc).encode() for node, doc in docs.items()}
         self.storage_options = storage_options
         self.check = SourceCheck(group.sources, storage_options) if group.sources else None
+        self._local: dict[str, bool] = {}
 
     def lookup(self, key: str) -> Found:
         answered, found = self._node(key)
@@ -210,6 +211,15 @@ class NativeView(_View):
         flat = np.array([flat_index(coords, array.manifest.shape)])
         return next(data for _, data in cropped_chunks(path, array, self.storage_options,
                                                        self.check, flat))
+
+    def local(self, path: str) -> bool:
+        """Whether every source of array ``path`` is a local file (read in microseconds:
+        cheaper to read at once than to hand to a thread)."""
+        local = self._local.get(path)
+        if local is None:
+            local = self._local[path] = all(is_local(u) for u in
+                                            self.arrays[path].manifest.paths)
+        return local
 
     def fetch(self, path: str, flats: list[int]) -> list[bytes]:
         """The stored bytes of chunks ``flats`` of array ``path`` (blocking; checks the

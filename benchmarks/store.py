@@ -1,0 +1,179 @@
+"""refgrid's zarr store read by stock zarr (>= 3.4), against the peers a zarr user has.
+
+A NetCDF4 file of tas(7300, 40, 40) in 23,360 zlib chunks of (5, 10, 10). Locally, for the
+full array, a time series at one point and one map, each as a ratio to h5py in the same run:
+zarr on a plain local Zarr store of the same data (zarr's default codecs), fsspec's
+``reference://`` filesystem on refgrid's references wrapped in ``FsspecStore`` (the usual way),
+``refgrid.open_store`` with zarr's default configuration, and with ``refgrid.zarr_config()``.
+Over S3 (moto) behind a proxy holding each request 20 ms: a time series and a map through
+fsspec's reference filesystem and through the store, with the requests counted.
+
+Targets: the store with zarr's defaults <= 1.2x the plain local Zarr store; with
+``refgrid.zarr_config()``, full read and time series <= 3x h5py; over 20 ms per request,
+>= 5x faster than fsspec + zarr for the time series and the map, with requests <= 2 per run
+of neighbouring chunks + 1 per file.
+
+    python benchmarks/store.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import zarr
+
+import refgrid
+from _common import DATA, netcdf4_file
+from read_remote import BUCKET, LATENCY, Counter, slow_bucket
+
+SHAPE, CHUNKS = (7300, 40, 40), (5, 10, 10)
+SELECTIONS = {"full": (slice(None),) * 3, "series": (slice(None), 17, 23),
+              "map": (100, slice(None), slice(None))}
+REPEAT = 3
+
+
+def best(fn: Callable[[], Any], repeat: int = REPEAT) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), result
+
+
+def h5py_read(path: Path, selection: tuple[Any, ...]) -> tuple[float, np.ndarray]:
+    def read() -> np.ndarray:
+        with h5py.File(path) as f:
+            return f["v"][selection]
+    return best(read)
+
+
+def plain_copy(path: Path) -> Path:
+    """The same data in a plain local Zarr v3 store, same chunks, zarr's default codecs."""
+    copy = DATA / "store_plain.zarr"
+    if not copy.exists():
+        with h5py.File(path) as f:
+            values = f["v"][...]
+        partial = DATA / "store_plain.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        zarr.create_array(str(partial), shape=values.shape, chunks=CHUNKS,
+                          dtype=values.dtype)[...] = values
+        partial.rename(copy)
+    return copy
+
+
+def reference_store(refs: Path, **options: Any) -> Any:
+    """fsspec's reference filesystem on refgrid's references, wrapped in FsspecStore."""
+    from zarr.storage import FsspecStore
+
+    storage = {"fo": str(refs), **({"remote_protocol": "s3", "remote_options": options}
+                                   if options else {})}
+    return FsspecStore.from_url("reference://", storage_options=storage, read_only=True)
+
+
+def local(path: Path, refs: Path, verdicts: list[bool]) -> None:
+    plain = zarr.open_array(str(plain_copy(path)), mode="r")
+    referenced = zarr.open_group(reference_store(refs), mode="r")["v"]
+    store = refgrid.open_store(refs)  # each opened once: reads are timed
+    stored = zarr.open_group(store, mode="r")["v"]
+    with zarr.config.set(refgrid.zarr_config()):
+        configured = zarr.open_group(store, mode="r")["v"]  # the pipeline is the array's
+    readers: dict[str, Callable[[tuple[Any, ...]], np.ndarray]] = {
+        "plain zarr": lambda s: plain[s], "fsspec refs": lambda s: referenced[s],
+        "store": lambda s: stored[s]}
+    print(f"local: {SHAPE} float32 in {CHUNKS} zlib chunks ({np.prod(SHAPE) // np.prod(CHUNKS):,}"
+          " chunks); time / h5py time, best of 3")
+    print(f"{'selection':9s} {'h5py':>8s} " + " ".join(f"{n:>12s}" for n in readers)
+          + f" {'store+config':>13s}  targets")
+    for label, sel in SELECTIONS.items():
+        t_h5, expected = h5py_read(path, sel)
+        ratios = {}
+        for name, reader in readers.items():
+            t, got = best(lambda r=reader, s=sel: r(s))
+            assert np.array_equal(got, expected), (label, name)
+            ratios[name] = t / t_h5
+        with zarr.config.set(refgrid.zarr_config()):
+            t, got = best(lambda s=sel: configured[s])
+        assert np.array_equal(got, expected), (label, "store+config")
+        ratios["store+config"] = t / t_h5
+        met = [ratios["store"] <= 1.2 * ratios["plain zarr"]]
+        notes = [f"store/plain {ratios['store'] / ratios['plain zarr']:.2f} (<= 1.2: "
+                 f"{'met' if met[0] else 'MISSED'})"]
+        if label in ("full", "series"):
+            met.append(ratios["store+config"] <= 3)
+            notes.append(f"config {ratios['store+config']:.1f}x (<= 3x: "
+                         f"{'met' if met[1] else 'MISSED'})")
+        verdicts += met
+        print(f"{label:9s} {t_h5:7.3f}s " + " ".join(f"{ratios[n]:11.1f}x" for n in readers)
+              + f" {ratios['store+config']:12.1f}x  " + "; ".join(notes))
+
+
+def remote(path: Path, verdicts: list[bool]) -> None:
+    counter = Counter()
+    with slow_bucket([path], counter) as options:
+        url = f"s3://{BUCKET}/{path.name}"
+        group = refgrid.scan(url, **options)
+        refs = refgrid.write(group, Path(tempfile.mkdtemp()) / "refs.json")
+        with h5py.File(path) as f:
+            truth = f["v"][...]
+
+        def measure(fn: Callable[[], np.ndarray]) -> tuple[float, int, np.ndarray]:
+            before, t0 = counter.n, time.perf_counter()
+            values = fn()
+            return time.perf_counter() - t0, counter.n - before, values
+
+        print(f"S3 (moto) behind a {LATENCY * 1000:.0f} ms proxy, one fresh open per read")
+        for label in ("series", "map"):
+            sel = SELECTIONS[label]
+            t_ref, n_ref, got = measure(lambda s=sel: zarr.open_group(
+                reference_store(refs, **{**options, "asynchronous": True}), mode="r")["v"][s])
+            assert np.array_equal(got, truth[sel])
+            with zarr.config.set(refgrid.zarr_config()):
+                t_st, n_st, got = measure(lambda s=sel: zarr.open_group(
+                    refgrid.open_store(refs, **options), mode="r")["v"][s])
+            assert np.array_equal(got, truth[sel])
+            runs = _runs(group, sel)
+            met = [t_ref / t_st >= 5, n_st <= 2 * runs + 1]
+            verdicts += met
+            print(f"{label:9s} fsspec refs + zarr {t_ref:6.2f}s {n_ref:5d} requests; store "
+                  f"{t_st:6.2f}s {n_st:4d} requests: {t_ref / t_st:.1f}x faster (>= 5x: "
+                  f"{'met' if met[0] else 'MISSED'}), runs of neighbouring chunks {runs} "
+                  f"(requests <= {2 * runs + 1}: {'met' if met[1] else 'MISSED'})")
+
+
+def _runs(group: refgrid.VirtualGroup, selection: tuple[Any, ...]) -> int:
+    """Runs of chunks a selection touches that lie next to each other in the file."""
+    array = group["v"]
+    assert isinstance(array, refgrid.VirtualArray)
+    grid, manifest = array.grid, array.manifest
+    touched = np.zeros(grid.chunk_counts, dtype=bool)
+    index = tuple(slice(None) if isinstance(s, slice) else
+                  int(np.searchsorted(grid.axes[d].bounds, s, side="right")) - 1
+                  for d, s in enumerate(selection))
+    touched[index] = True
+    offsets = np.sort(manifest.offset[touched])
+    lengths = manifest.length[touched][np.argsort(manifest.offset[touched])]
+    gaps = offsets[1:] - (offsets[:-1] + lengths[:-1])
+    return int(1 + np.count_nonzero(gaps > 256 * 2**10)) if len(offsets) else 0
+
+
+def main() -> None:
+    warnings.simplefilter("ignore")
+    path = netcdf4_file("store_chunks23k.nc", SHAPE, CHUNKS)
+    refs = refgrid.write(refgrid.scan(path), Path(tempfile.mkdtemp()) / "refs.json")
+    verdicts: list[bool] = []
+    local(path, refs, verdicts)
+    remote(path, verdicts)
+    print(f"targets met: {sum(verdicts)} of {len(verdicts)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""A read-only ``zarr.abc.store.Store`` over any refgrid input: ``xr.open_zarr(store)`` and
+``zarr.open_group(store)`` read refgrid's references the way zarr >= 3.2 users read any Zarr
+data.
+
+    store = refgrid.open_store("tas.json")                  # native grids (zarr >= 3.2)
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        ds = xr.open_zarr(store, chunks={})                 # dask chunks: 31, 28, 31, ...
+    ds = xr.open_zarr(refgrid.open_store("tas.json", chunks="auto"))  # regular, zarr 3.1
+
+The store answers keys through the same views the HTTP service serves
+(:mod:`refgrid.read.views`): ``chunks="native"`` is the dataset on its own grids (rectilinear
+where irregular), each chunk's stored bytes passed through and chunks padded inside the array
+served cropped and re-encoded (no ``encoded_chunk_shapes`` for a reader to understand);
+``"auto"``, ``{dim: length}`` or ``unpack=True`` are the regular view of
+:func:`refgrid.get_mapper`, for zarr 3.1 and readers without rectilinear grids. The root
+document carries consolidated metadata.
+
+The chunks zarr asks for concurrently — every chunk of a selection — are gathered into one
+fetch per array (:mod:`refgrid.read.batching`), whose byte ranges are coalesced per source
+file and read concurrently for remote files, each source's identity checked at its first
+read. A chunk that cannot be read (a source changed since the scan, missing, short, or
+undecodable) raises the :class:`~refgrid.errors.ReadError` naming array, chunk and URL; only
+chunks that really are missing read as the fill value. The store pickles (its input, not its
+state), so dask ships it to workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+
+from refgrid.core.bounds import current
+from refgrid.core.keys import chunk_key
+from refgrid.core.util import thread_pool
+from refgrid.errors import ArgumentError, ReadError
+from refgrid.model.manifest import MISSING, chunk_coords
+from refgrid.model.virtual import VirtualArray
+from refgrid.read import views
+from refgrid.read.batching import ChunkBatcher
+from refgrid.read.views import NativeView, RegularView
+
+Fetched = views.StoredChunk | views.Assembled | views.Cropped
+"""Keys whose content is read: stored chunks, and chunks assembled or cropped by refgrid."""
+WORKERS = 8
+"""Threads fetching and decoding for the stores of this process."""
+
+
+class RefgridStore(Store):
+    """A read-only Zarr v3 store over one refgrid dataset (see the module docstring)."""
+
+    def __init__(self, source: Any, chunks: Any = "native", unpack: bool = False,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(read_only=True)
+        self.source = source
+        self.chunks = chunks
+        self.unpack = unpack
+        self.storage_options = dict(storage_options or {})
+        self._view: NativeView | RegularView | None = None
+        self._batcher: ChunkBatcher | None = None
+
+    # -- what zarr asks -------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RefgridStore) and (
+            self.source, self.chunks, self.unpack, self.storage_options) == (
+            other.source, other.chunks, other.unpack, other.storage_options)
+
+    def __repr__(self) -> str:
+        where = self.source if isinstance(self.source, str) else type(self.source).__name__
+        return f"RefgridStore({where!r}, chunks={self.chunks!r})"
+
+    async def get(self, key: str, prototype: BufferPrototype,
+                  byte_range: ByteRequest | None = None) -> Buffer | None:
+        data = await self._content(key)
+        if data is None:
+            return None
+        return prototype.buffer.from_bytes(_ranged(data, byte_range))
+
+    async def get_partial_values(self, prototype: BufferPrototype,
+                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]
+                                 ) -> list[Buffer | None]:
+        return list(await asyncio.gather(*(self.get(key, prototype, byte_range)
+                                           for key, byte_range in key_ranges)))
+
+    async def exists(self, key: str) -> bool:
+        found = self.view.lookup(key)
+        return found is not None and not isinstance(found, views.Listing)
+
+    @property
+    def supports_writes(self) -> bool:
+        return False
+
+    @property
+    def supports_deletes(self) -> bool:
+        return False
+
+    @property
+    def supports_listing(self) -> bool:
+        return True
+
+    async def set(self, key: str, value: Buffer) -> None:
+        raise ArgumentError(f"{self!r} is read-only: it cannot store {key!r}")
+
+    async def delete(self, key: str) -> None:
+        raise ArgumentError(f"{self!r} is read-only: it cannot delete {key!r}")
+
+    async def list(self) -> AsyncIterator[str]:
+        for key in self._keys():
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for key in self._keys():
+            if key.startswith(prefix):
+                yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        found = self.view.lookup(prefix.rstrip("/"))
+        if isinstance(found, views.Listing):
+            for name in found.names:
+                yield name.rstrip("/")
+
+    # -- how ------------------------------------------------------------------------------
+
+    @property
+    def view(self) -> NativeView | RegularView:
+        """The view answering keys, made at the first question (so a pickled store opens its
+        input where it is unpickled)."""
+        if self._view is None:
+            self._view = open_view(self.source, self.chunks, self.unpack, self.storage_options)
+        return self._view
+
+    async def _content(self, key: str) -> bytes | None:
+        found = self.view.lookup(key)
+        try:
+            if not isinstance(found, Fetched):
+                return _at_hand(found)
+            view = self.view
+            if isinstance(found, views.StoredChunk) and isinstance(view, NativeView):
+                if view.local(found.array):  # a pread: cheaper here than through a thread
+                    return view.fetch(found.array, [found.flat])[0]
+                if self._batcher is None:
+                    self._batcher = ChunkBatcher(view.fetch, thread_pool("refgrid-store",
+                                                                         WORKERS))
+                return await self._batcher.get(found.array, found.flat)
+            return await asyncio.get_running_loop().run_in_executor(
+                thread_pool("refgrid-store", WORKERS), self._fetched, key, found)
+        except ReadError as e:
+            named = _named(key, e)
+            if named is e:
+                raise
+            raise named from e
+
+    def _fetched(self, key: str, found: Fetched) -> bytes | None:
+        """A chunk's bytes read here (blocking): stored, assembled or cropped."""
+        view = self.view
+        if isinstance(found, views.StoredChunk) and isinstance(view, NativeView):
+            return view.fetch(found.array, [found.flat])[0]
+        return view.content(key)
+
+    # -- the synchronous surface: zarr's fused codec pipeline reads through it --------------
+
+    @property
+    def _supports_sync_io(self) -> bool:
+        """Synchronous reads where they cost no round trip: every source a local file (zarr
+        asks before taking its synchronous path; remote chunks go through the batcher)."""
+        view = self.view
+        return isinstance(view, NativeView) and all(view.local(p) for p in view.arrays)
+
+    def get_sync(self, key: str, *, prototype: BufferPrototype | None = None,
+                 byte_range: ByteRequest | None = None) -> Buffer | None:
+        data = self._content_sync(key)
+        if data is None:
+            return None
+        buffer = (prototype or default_buffer_prototype()).buffer
+        return buffer.from_bytes(_ranged(data, byte_range))
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        raise ArgumentError(f"{self!r} is read-only: it cannot store {key!r}")
+
+    def delete_sync(self, key: str) -> None:
+        raise ArgumentError(f"{self!r} is read-only: it cannot delete {key!r}")
+
+    def _content_sync(self, key: str) -> bytes | None:
+        found = self.view.lookup(key)
+        try:
+            if not isinstance(found, Fetched):
+                return _at_hand(found)
+            return self._fetched(key, found)
+        except ReadError as e:
+            named = _named(key, e)
+            if named is e:
+                raise
+            raise named from e
+
+    def _keys(self) -> Iterable[str]:
+        """Every key: the documents, and each array's chunk keys that hold data."""
+        view = self.view
+        for node in view.groups:
+            yield f"{node}/zarr.json" if node else "zarr.json"
+        for path, array in view.arrays.items():
+            yield f"{path}/zarr.json"
+            if isinstance(array, VirtualArray):
+                manifest = array.manifest
+                present = (manifest.path_id.reshape(-1) != MISSING).nonzero()[0]
+                for flat in present.tolist():
+                    yield chunk_key(path, chunk_coords(flat, manifest.shape))
+            else:  # an array of the regular view: every chunk of its grid
+                counts = [-(-n // c) for n, c in zip(array.array.shape, array.chunk_shape,
+                                                     strict=True)]
+                for coords in itertools.product(*map(range, counts)):
+                    yield chunk_key(path, coords)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"source": self.source, "chunks": self.chunks, "unpack": self.unpack,
+                "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+
+def _at_hand(found: views.Metadata | views.Listing | views.Bytes | None) -> bytes | None:
+    """What a key holds without a read: a document, inline bytes, or nothing."""
+    if isinstance(found, views.Metadata):
+        return found.text
+    return found.data if isinstance(found, views.Bytes) else None
+
+
+def _named(key: str, error: ReadError) -> ReadError:
+    """``error``, naming the array and the chunk key where it does not yet."""
+    if f"chunk {key}" in str(error):
+        return error
+    return ReadError(f"array {key.rsplit('/c', 1)[0]!r}, chunk {key}: {error}")
+
+
+def open_view(source: Any, chunks: Any, unpack: bool, storage_options: Mapping[str, Any]
+              ) -> NativeView | RegularView:
+    """The view of ``source`` a store answers with."""
+    from refgrid.scan import scan
+
+    options = dict(storage_options)
+    group = source if type(source).__name__ == "VirtualGroup" else scan(source, **options)
+    if chunks == "native" and not unpack:
+        return NativeView(group, options)
+    spec = views.ViewSpec.parse(_chunks_text(chunks), "true" if unpack else "false")
+    return RegularView.make(group, spec, options, current().max_chunk_bytes, 2**31)
+
+
+def _chunks_text(chunks: Any) -> str:
+    if isinstance(chunks, str):
+        return chunks
+    if isinstance(chunks, Mapping):
+        return ",".join(f"{d}:{n}" for d, n in chunks.items())
+    raise ArgumentError(f"chunks must be 'native', 'auto' or {{dim: length}}, not {chunks!r}")
+
+
+def _ranged(data: bytes, byte_range: ByteRequest | None) -> bytes:
+    if byte_range is None:
+        return data
+    if isinstance(byte_range, RangeByteRequest):
+        return data[byte_range.start:byte_range.end]
+    if isinstance(byte_range, OffsetByteRequest):
+        return data[byte_range.offset:]
+    if isinstance(byte_range, SuffixByteRequest):
+        return data[-byte_range.suffix:] if byte_range.suffix else b""
+    raise ArgumentError(f"unknown byte range {byte_range!r}")
+
+
+def open_store(source: Any, *, chunks: Any = "native", unpack: bool = False,
+               **storage_options: Any) -> RefgridStore:
+    """A read-only ``zarr.abc.store.Store`` over anything :func:`refgrid.scan` accepts (JSON or
+    parquet references, a Zarr v3 store, one HDF5/NetCDF file scanned on the fly, a loaded
+    dict), for ``xr.open_zarr(store)`` and ``zarr.open_group(store)``.
+
+    ``chunks="native"``: the arrays on their own grids (rectilinear where irregular: zarr
+    >= 3.2 with ``zarr.config.set({"array.rectilinear_chunks": True})``, see
+    :func:`refgrid.zarr_config`); ``"auto"``, ``{dim: length}`` or ``unpack=True``: the
+    regular view :func:`refgrid.get_mapper` gives, which any zarr reads. ``storage_options``
+    reach the input and its source files.
+    """
+    store = RefgridStore(source, chunks, unpack, storage_options)
+    _ = store.view  # open now: a bad input is an error here, not at zarr's first read
+    return store
+
+
+def zarr_config() -> dict[str, Any]:
+    """The zarr configuration refgrid recommends, for ``zarr.config.set(...)``:
+
+    * ``array.rectilinear_chunks``: rectilinear chunk grids on (zarr >= 3.2), what refgrid's
+      archives of irregular files need;
+    * ``codec_pipeline.path``: on zarr >= 3.4, refgrid's codec pipeline
+      (:mod:`refgrid.read.pipeline`), which reads the chunks of a refgrid store with
+      refgrid's reader — fetched together, decoded on threads — and hands every other read
+      and write to zarr's own pipeline.
+    """
+    import zarr
+    from packaging.version import Version
+
+    config: dict[str, Any] = {"array.rectilinear_chunks": True}
+    if Version(zarr.__version__) >= Version("3.4"):
+        from refgrid.read.pipeline import PATH
+
+        config["codec_pipeline.path"] = PATH
+    return config
