@@ -241,3 +241,29 @@ def test_a_hung_scan_on_a_cluster_gives_up_only_that_file(tmp_path):
     assert [f.url for f in result.failed] == [files[1]]
     assert "timed out after 2 s" in result.failed[0].message
     assert xr.open_dataset(result.output, engine="refgrid").sizes["time"] == 92
+
+
+def test_the_zarr_store_reads_exactly_through_bursts(proxy, tmp_path):
+    """refgrid.open_store over HTTP sources behind the proxy (503 to every other request):
+    stock zarr reads the values netCDF4 reads."""
+    import zarr
+
+    urls = [f"{proxy.url}/fixtures/{r}" for r in MONTHS]
+    refs = refgrid.write(refgrid.combine(urls, "time"), tmp_path / "refs.json")
+    proxy.reset(every_other("503"))
+    with zarr.config.set(refgrid.zarr_config()):  # zarr 3.1 reads the regular view
+        store = refgrid.open_store(refs, chunks="native" if _zarr_reads_rectilinear()
+                                   else "auto")
+        tas = zarr.open_group(store, mode="r")["tas"][...]
+    expected = xr.open_mfdataset([FIXTURES / r for r in MONTHS], combine="nested",
+                                 concat_dim="time", data_vars="minimal", compat="equals",
+                                 mask_and_scale=False)
+    np.testing.assert_array_equal(tas, expected["tas"].values)
+    assert sum(f == "503" for _, _, f in proxy.log) >= 1
+
+
+def _zarr_reads_rectilinear() -> bool:
+    import zarr
+    from packaging.version import Version
+
+    return Version(zarr.__version__) >= Version("3.2")

@@ -139,10 +139,11 @@ def test_inputs_of_every_kind(tmp_path):
 
 # -- coalesced, named, pickled ------------------------------------------------------------
 
-def test_remote_chunks_of_a_selection_are_fetched_together(http_server, tmp_path):
-    """zarr asks for every chunk of a selection at once: over HTTP the store gathers them into
-    one fetch, whose ranges refgrid coalesces per file — at most 2 requests per run of
-    neighbouring chunks and 1 per file (its identity), not one per chunk."""
+def test_remote_chunks_of_a_selection_are_fetched_together(config, http_server, tmp_path):
+    """Over HTTP the chunks of a selection are fetched together, their ranges coalesced per
+    file: with refgrid's pipeline in one round — at most 2 requests per run of neighbouring
+    chunks and 1 per file (its identity); with zarr's, as its concurrent gets arrive (zarr
+    holds ten at a time), far fewer requests than chunks all the same."""
     if not RECTILINEAR:
         pytest.skip("the native view of an irregular archive needs zarr >= 3.2; the regular "
                     "view assembles chunks in refgrid (tests/test_mapper.py)")
@@ -155,7 +156,8 @@ def test_remote_chunks_of_a_selection_are_fetched_together(http_server, tmp_path
     series = tas[:, 1, 2]
     chunks = refgrid.scan(refs)["tas"].grid.chunk_counts[0]
     requests = len(http_server.counter)
-    assert requests <= 2 * len(urls) + len(urls) < chunks, (requests, chunks)
+    bound = 2 * len(urls) + len(urls) if config == "refgrid's pipeline" else chunks // 2
+    assert requests <= bound < chunks, (requests, chunks)
     np.testing.assert_array_equal(series, _expected("yearly/chunk73", **RAW)["tas"]
                                   .values[:, 1, 2])
 

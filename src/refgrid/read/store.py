@@ -308,7 +308,10 @@ def zarr_config() -> dict[str, Any]:
 
     config: dict[str, Any] = {"array.rectilinear_chunks": True}
     if Version(zarr.__version__) >= Version("3.4"):
-        from refgrid.read.pipeline import PATH
+        from zarr.registry import register_pipeline
 
+        from refgrid.read.pipeline import PATH, RefgridCodecPipeline
+
+        register_pipeline(RefgridCodecPipeline)  # also where no entry point is installed
         config["codec_pipeline.path"] = PATH
     return config
