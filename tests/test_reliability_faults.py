@@ -102,7 +102,7 @@ def test_a_stalled_source_is_a_named_error_within_the_timeout(proxy):
     with pytest.raises(refgrid.ReadError, match=r"tas_200102\.nc.*no bytes for 1 s \(read "
                                                 r"timeout\)"):
         _tas(refs)
-    assert time.monotonic() - started < 20  # two errors, each of 3 attempts of 1 s
+    assert time.monotonic() - started < 60  # two errors of a few 1 s attempts each: no hang
 
 
 def test_a_reset_on_every_request_is_a_named_error(proxy):

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from refgrid.model.manifest import ChunkManifest
     from refgrid.model.virtual import VirtualArray, VirtualGroup
     from refgrid.read.mapper import get_mapper
-    from refgrid.read.store import open_store, zarr_config
+    from refgrid.read.pipeline import zarr_config
+    from refgrid.read.store import open_store
     from refgrid.scan import scan
     from refgrid.writers import to_kerchunk, write
 
@@ -60,7 +61,7 @@ _LAZY = {"advise_chunks": "refgrid.explore.advise", "ChunkAdvice": "refgrid.expl
          "RectilinearGrid": "refgrid.grid.rectilinear", "ChunkManifest": "refgrid.model.manifest",
          "VirtualArray": "refgrid.model.virtual", "VirtualGroup": "refgrid.model.virtual",
          "get_mapper": "refgrid.read.mapper", "scan": "refgrid.scan",
-         "open_store": "refgrid.read.store", "zarr_config": "refgrid.read.store",
+         "open_store": "refgrid.read.store", "zarr_config": "refgrid.read.pipeline",
          "to_kerchunk": "refgrid.writers", "write": "refgrid.writers"}
 """Public name → the module defining it."""
 

@@ -209,6 +209,28 @@ def _decode_part(path: str, array: VirtualArray, chunks: list[_Chunk], blobs: di
 
 
 def _fill(spec: Any) -> Any:
-    from zarr.core.chunk_utils import fill_value_or_default
+    """A missing chunk's value: the array's fill value, else its data type's default (as
+    zarr's own pipeline fills)."""
+    if spec.fill_value is not None:
+        return spec.fill_value
+    return spec.dtype.default_scalar()
 
-    return fill_value_or_default(spec)
+
+def zarr_config() -> dict[str, Any]:
+    """The zarr configuration refgrid recommends, for ``zarr.config.set(...)``:
+
+    * ``array.rectilinear_chunks``: rectilinear chunk grids on (zarr >= 3.2), what refgrid's
+      archives of irregular files need;
+    * ``codec_pipeline.path``: on zarr >= 3.4, this pipeline, which reads the chunks of a
+      refgrid store with refgrid's reader — fetched together, decoded on threads — and hands
+      every other read and write to zarr's own pipeline.
+    """
+    import zarr
+    from packaging.version import Version
+    from zarr.registry import register_pipeline
+
+    config: dict[str, Any] = {"array.rectilinear_chunks": True}
+    if Version(zarr.__version__) >= Version("3.4"):
+        register_pipeline(RefgridCodecPipeline)  # also where no entry point is installed
+        config["codec_pipeline.path"] = PATH
+    return config

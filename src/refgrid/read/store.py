@@ -291,27 +291,3 @@ def open_store(source: Any, *, chunks: Any = "native", unpack: bool = False,
     store = RefgridStore(source, chunks, unpack, storage_options)
     _ = store.view  # open now: a bad input is an error here, not at zarr's first read
     return store
-
-
-def zarr_config() -> dict[str, Any]:
-    """The zarr configuration refgrid recommends, for ``zarr.config.set(...)``:
-
-    * ``array.rectilinear_chunks``: rectilinear chunk grids on (zarr >= 3.2), what refgrid's
-      archives of irregular files need;
-    * ``codec_pipeline.path``: on zarr >= 3.4, refgrid's codec pipeline
-      (:mod:`refgrid.read.pipeline`), which reads the chunks of a refgrid store with
-      refgrid's reader — fetched together, decoded on threads — and hands every other read
-      and write to zarr's own pipeline.
-    """
-    import zarr
-    from packaging.version import Version
-
-    config: dict[str, Any] = {"array.rectilinear_chunks": True}
-    if Version(zarr.__version__) >= Version("3.4"):
-        from zarr.registry import register_pipeline
-
-        from refgrid.read.pipeline import PATH, RefgridCodecPipeline
-
-        register_pipeline(RefgridCodecPipeline)  # also where no entry point is installed
-        config["codec_pipeline.path"] = PATH
-    return config
