@@ -26,8 +26,10 @@ class ChunkBatcher:
     """Gathers chunk requests of one dataset view into batched fetches on ``pool``."""
 
     def __init__(self, fetch: Fetch, pool: Executor, max_batch: int = 512,
-                 max_running: int = 4) -> None:
+                 max_running: int = 4, gather: float = 0.0) -> None:
         self.fetch = fetch
+        self.gather = gather
+        """Seconds a first request waits for others (0: the same turn of the loop only)."""
         self.pool = pool
         self.max_batch = max_batch
         self.max_running = max_running
@@ -45,7 +47,7 @@ class ChunkBatcher:
             self.queued[path].append(flat)
             if not self.scheduled:
                 self.scheduled = True
-                loop.call_soon(self._flush)
+                loop.call_later(self.gather, self._flush)
         return await asyncio.shield(future)  # a client that leaves does not cancel others
 
     def _flush(self) -> None:

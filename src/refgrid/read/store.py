@@ -52,6 +52,10 @@ from refgrid.read.views import NativeView, RegularView
 
 Fetched = views.StoredChunk | views.Assembled | views.Cropped
 """Keys whose content is read: stored chunks, and chunks assembled or cropped by refgrid."""
+GATHER = 0.002
+"""Seconds a remote chunk request waits for the others of its selection: zarr holds only a
+few gets at a time, which arrive a turn or two of the loop apart; a request costs a round
+trip (milliseconds to tens), so gathering them into one coalesced fetch pays."""
 WORKERS = 8
 """Threads fetching and decoding for the stores of this process."""
 
@@ -151,7 +155,7 @@ class RefgridStore(Store):
                     return view.fetch(found.array, [found.flat])[0]
                 if self._batcher is None:
                     self._batcher = ChunkBatcher(view.fetch, thread_pool("refgrid-store",
-                                                                         WORKERS))
+                                                                         WORKERS), gather=GATHER)
                 return await self._batcher.get(found.array, found.flat)
             return await asyncio.get_running_loop().run_in_executor(
                 thread_pool("refgrid-store", WORKERS), self._fetched, key, found)
