@@ -2,9 +2,11 @@
 
 For three selections — the full variable, a time series at one point, one spatial slice —
 prints the read time through refgrid's xarray engine, through its mapper (stock zarr; the
-default assembled view, and the native-chunk view for the small selections), through kerchunk's
-own references (fsspec ``reference://`` + stock zarr) and VirtualiZarr where installed, each as
-a ratio to h5py reading the same selection in the same run; plus the time to open the
+default assembled view, and the native-chunk view for the small selections), through its zarr
+store (``xr.open_dataset(refgrid.open_store(refs), engine="zarr")`` with
+``refgrid.zarr_config()``; its own targets are in ``store.py``), through kerchunk's own
+references (fsspec ``reference://`` + stock zarr) and VirtualiZarr where installed, each as a
+ratio to h5py reading the same selection in the same run; plus the time to open the
 references (JSON and parquet). Every reader starts cold for each timed read: h5py from a freshly
 opened file (its chunk cache would otherwise serve repeats from memory), the engine with
 xarray's cache off. Targets on 2 cores, for the engine: full read
@@ -100,10 +102,15 @@ def peers(path: Path) -> dict[str, Callable[[Any], np.ndarray] | str]:
     return out
 
 
+def _configured(read: Callable[[], np.ndarray]) -> np.ndarray:
+    with zarr.config.set(refgrid.zarr_config()):
+        return read()
+
+
 def main() -> None:
     warnings.simplefilter("ignore")
     out = Path(tempfile.mkdtemp())
-    names = ["engine", "mapper", "mapper native", "kerchunk", "virtualizarr"]
+    names = ["engine", "mapper", "mapper native", "store", "kerchunk", "virtualizarr"]
     print(f"{'file':14s} {'selection':9s} {'h5py':>8s} " + " ".join(f"{n:>16s}" for n in names)
           + "  targets: engine, mapper")
     verdicts = []
@@ -117,10 +124,13 @@ def main() -> None:
                                                                 cache=False))
         views = {kind: zarr.open_group(refgrid.get_mapper(refs, chunks=kind), mode="r",
                                        zarr_format=3)["v"] for kind in ("auto", "native")}
+        with zarr.config.set(refgrid.zarr_config()):  # the pipeline is the array's
+            stored = xr.open_dataset(refgrid.open_store(refs), engine="zarr", cache=False)
         readers: dict[str, Callable[[Any], np.ndarray] | str] = {
             "engine": lambda s, v=ds["v"].variable: v[s].values,
             "mapper": lambda s, a=views["auto"]: a[s],
             "mapper native": lambda s, a=views["native"]: a[s],
+            "store": lambda s, v=stored["v"].variable: _configured(lambda: v[s].values),
             **peers(path)}
         print(f"{name:14s} mapper view chunks {views['auto'].chunks} "
               f"(native {views['native'].chunks})")

@@ -3,9 +3,11 @@
 Everything runs on 127.0.0.1: moto's S3 server, and a TCP proxy in front of it that holds
 each request 20 ms before passing it on (a round trip to a nearby region); requests are
 counted at the server. For a NetCDF4 file of 400 zlib chunks of 100 KB, each selection — the
-full variable, a time series at one point, one map — is read three ways, each from a fresh
-open: refgrid's engine on refgrid references (sources on S3); kerchunk's references through
-fsspec's reference filesystem, stock zarr and s3fs; h5py on an s3fs file object. Printed: the
+full variable, a time series at one point, one map — is read four ways, each from a fresh
+open: refgrid's engine on refgrid references (sources on S3); refgrid's zarr store on them,
+read by stock zarr through xarray with ``refgrid.zarr_config()`` (its own targets are in
+``store.py``); kerchunk's references through fsspec's reference filesystem, stock zarr and
+s3fs; h5py on an s3fs file object. Printed: the
 time, the requests, and the fewest requests the selection needs (one per run of chunks
 adjacent in the file). Then the requests of a remote scan of a NetCDF4 file written record by
 record, as netCDF-C appends records, so its chunk index is spread through the file.
@@ -234,6 +236,12 @@ def main() -> None:
             ds = xr.open_dataset(refs, engine="refgrid", storage_options=options, cache=False)
             return np.asarray(ds["v"][sel].values)
 
+        def store(sel: tuple[Any, ...]) -> np.ndarray:
+            with zarr.config.set(refgrid.zarr_config()):
+                ds = xr.open_dataset(refgrid.open_store(refs, **options), engine="zarr",
+                                     cache=False)
+                return np.asarray(ds["v"][sel].values)
+
         def kerchunk(sel: tuple[Any, ...]) -> np.ndarray:
             fs = fsspec.filesystem("reference", fo=kerchunk_refs, remote_protocol="s3",
                                    remote_options={**options, "asynchronous": True},
@@ -246,7 +254,8 @@ def main() -> None:
             with fs.open(url, "rb") as f, h5py.File(f, "r") as h5:
                 return np.asarray(h5["v"][sel])
 
-        readers = {"engine": engine, "kerchunk+zarr": kerchunk, "h5py+s3fs": h5py_s3fs}
+        readers = {"engine": engine, "store": store, "kerchunk+zarr": kerchunk,
+                   "h5py+s3fs": h5py_s3fs}
         print(f"S3 (moto) behind a {LATENCY * 1000:.0f} ms proxy; {local.name}: {SHAPE} float32 "
               f"in {CHUNKS} zlib chunks; best of {REPEAT}, each from a fresh open")
         print(f"{'selection':9s} {'fewest':>6s} " + " ".join(f"{n:>22s}" for n in readers)

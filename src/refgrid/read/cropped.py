@@ -75,34 +75,43 @@ def portable_grid(grid: RectilinearGrid) -> RectilinearGrid:
 
 
 def cropped_chunks(path: str, array: VirtualArray, storage_options: Mapping[str, Any],
-                   check: SourceCheck | None, flats: np.ndarray | None = None
-                   ) -> Iterator[tuple[tuple[int, ...], bytes]]:
-    """Each padded interior chunk of ``array`` (not missing; of those, the C-order indexes
-    ``flats`` when given), decoded, cropped to its extent on :func:`portable_grid` and
-    re-encoded with the array's codecs, fetched a batch at a time (sources checked) so
-    memory holds one batch."""
-    mask = padded_mask(array.grid).reshape(-1)
-    manifest = array.manifest
-    if flats is not None:
-        mask = mask & np.isin(np.arange(mask.size), flats)
-    flat_all = np.flatnonzero(mask & (manifest.path_id.reshape(-1) != MISSING))
-    new_grid = portable_grid(array.grid)
-    try:
-        codec = ChunkCodec(array.codecs, array.dtype)
-    except Exception as e:  # a codec's own configuration checks raise anything
-        raise WriteError(f"array {path!r}: cannot re-encode its padded chunks: "
-                         f"{type(e).__name__}: {e}") from None
-    path_id = manifest.path_id.reshape(-1)
-    for start in range(0, len(flat_all), BATCH):
-        flat = flat_all[start:start + BATCH]
-        stored = flat[path_id[flat] >= 0]
-        blobs = dict(zip(stored.tolist(), fetch_chunks(array, path, stored,
-                                                       dict(storage_options), check),
-                         strict=True))
-        for f in flat.tolist():
-            coords = chunk_coords(f, manifest.shape)
-            data = blobs[f] if f in blobs else manifest.inline[coords]
-            yield coords, _cropped(path, array, codec, coords, data, new_grid)
+                   check: SourceCheck | None) -> Iterator[tuple[tuple[int, ...], bytes]]:
+    """Each padded interior chunk of ``array`` (not missing), decoded, cropped to its extent
+    on :func:`portable_grid` and re-encoded with the array's codecs."""
+    mask = padded_mask(array.grid).reshape(-1) & (array.manifest.path_id.reshape(-1) != MISSING)
+    return Cropper(path, array).chunks(np.flatnonzero(mask), storage_options, check)
+
+
+class Cropper:
+    """What cropping one array's padded chunks needs — its portable grid and codec — made
+    once, for a reader asked for such chunks one at a time (the served view, the store)."""
+
+    def __init__(self, path: str, array: VirtualArray) -> None:
+        self.path = path
+        self.array = array
+        self.grid = portable_grid(array.grid)
+        try:
+            self.codec = ChunkCodec(array.codecs, array.dtype)
+        except Exception as e:  # a codec's own configuration checks raise anything
+            raise WriteError(f"array {path!r}: cannot re-encode its padded chunks: "
+                             f"{type(e).__name__}: {e}") from None
+
+    def chunks(self, flats: np.ndarray, storage_options: Mapping[str, Any],
+               check: SourceCheck | None) -> Iterator[tuple[tuple[int, ...], bytes]]:
+        """Padded chunks ``flats`` (C-order indexes of chunks that are not missing),
+        cropped, fetched a batch at a time (sources checked) so memory holds one batch."""
+        array, manifest = self.array, self.array.manifest
+        path_id = manifest.path_id.reshape(-1)
+        for start in range(0, len(flats), BATCH):
+            flat = flats[start:start + BATCH]
+            stored = flat[path_id[flat] >= 0]
+            blobs = dict(zip(stored.tolist(), fetch_chunks(array, self.path, stored,
+                                                           dict(storage_options), check),
+                             strict=True))
+            for f in flat.tolist():
+                coords = chunk_coords(f, manifest.shape)
+                data = blobs[f] if f in blobs else manifest.inline[coords]
+                yield coords, _cropped(self.path, array, self.codec, coords, data, self.grid)
 
 
 def _cropped(path: str, array: VirtualArray, codec: ChunkCodec, coords: tuple[int, ...],

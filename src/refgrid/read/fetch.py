@@ -11,7 +11,9 @@ memoryviews into the fetched blocks, in the order asked.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -163,6 +165,52 @@ def _the_range(block: Any, start: int, end: int, url: str, member: int) -> Any:
         return memoryview(block)[start:end]
     raise FetchError(member, url, f"asked for bytes {start}-{end}, the server answered "
                      f"{len(block)} bytes", False)
+
+
+class OpenFiles:
+    """Local files kept open for reads of one chunk at a time (a store answering zarr's gets,
+    where an ``open`` costs more than the ``pread``): the first ``keep`` files read stay open
+    until :meth:`close`, others are opened per read. None is closed while the set is in use,
+    so no read meets a descriptor closed or reused under it."""
+
+    def __init__(self, keep: int = 64) -> None:
+        self.keep = keep
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_all, self._fds)
+
+    def pread(self, url: str, offset: int, length: int) -> bytes | None:
+        """``length`` bytes of local ``url`` from ``offset`` (short past its end), or None if
+        the file cannot be opened or read (the caller's general path names why)."""
+        fd = self._fds.get(url)
+        try:
+            if fd is not None:
+                return os.pread(fd, length, offset)
+            fd = os.open(url.removeprefix("file://"), os.O_RDONLY)
+        except (OSError, ValueError):  # ValueError: a NUL inside the path
+            return None
+        with self._lock:
+            kept = url not in self._fds and len(self._fds) < self.keep
+            if kept:
+                self._fds[url] = fd
+        try:
+            return os.pread(fd, length, offset)
+        except OSError:
+            return None
+        finally:
+            if not kept:
+                os.close(fd)
+
+    def close(self) -> None:
+        """Close the files kept open; later reads open and close their file each time."""
+        self.keep = 0
+        self._finalizer()
+
+
+def _close_all(fds: dict[str, int]) -> None:
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
 
 
 class RangeIgnoredWarning(UserWarning):

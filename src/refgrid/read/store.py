@@ -64,11 +64,13 @@ class RefgridStore(Store):
     """A read-only Zarr v3 store over one refgrid dataset (see the module docstring)."""
 
     def __init__(self, source: Any, chunks: Any = "native", unpack: bool = False,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None,
+                 verify_sources: bool = True) -> None:
         super().__init__(read_only=True)
         self.source = source
         self.chunks = chunks
         self.unpack = unpack
+        self.verify_sources = verify_sources
         self.storage_options = dict(storage_options or {})
         self._view: NativeView | RegularView | None = None
         self._batcher: ChunkBatcher | None = None
@@ -76,9 +78,7 @@ class RefgridStore(Store):
     # -- what zarr asks -------------------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RefgridStore) and (
-            self.source, self.chunks, self.unpack, self.storage_options) == (
-            other.source, other.chunks, other.unpack, other.storage_options)
+        return isinstance(other, RefgridStore) and self.__getstate__() == other.__getstate__()
 
     def __repr__(self) -> str:
         where = self.source if isinstance(self.source, str) else type(self.source).__name__
@@ -113,6 +113,12 @@ class RefgridStore(Store):
     def supports_listing(self) -> bool:
         return True
 
+    def close(self) -> None:
+        """Close the source files kept open for reading (a later read opens them again)."""
+        if isinstance(self._view, NativeView):
+            self._view.files.close()
+        super().close()
+
     async def set(self, key: str, value: Buffer) -> None:
         raise ArgumentError(f"{self!r} is read-only: it cannot store {key!r}")
 
@@ -141,7 +147,8 @@ class RefgridStore(Store):
         """The view answering keys, made at the first question (so a pickled store opens its
         input where it is unpickled)."""
         if self._view is None:
-            self._view = open_view(self.source, self.chunks, self.unpack, self.storage_options)
+            self._view = open_view(self.source, self.chunks, self.unpack, self.storage_options,
+                                   self.verify_sources)
         return self._view
 
     async def _content(self, key: str) -> bytes | None:
@@ -152,7 +159,7 @@ class RefgridStore(Store):
             view = self.view
             if isinstance(found, views.StoredChunk) and isinstance(view, NativeView):
                 if view.local(found.array):  # a pread: cheaper here than through a thread
-                    return view.fetch(found.array, [found.flat])[0]
+                    return view.stored(found.array, found.flat)
                 if self._batcher is None:
                     self._batcher = ChunkBatcher(view.fetch, thread_pool("refgrid-store",
                                                                          WORKERS), gather=GATHER)
@@ -169,7 +176,7 @@ class RefgridStore(Store):
         """A chunk's bytes read here (blocking): stored, assembled or cropped."""
         view = self.view
         if isinstance(found, views.StoredChunk) and isinstance(view, NativeView):
-            return view.fetch(found.array, [found.flat])[0]
+            return view.stored(found.array, found.flat)
         return view.content(key)
 
     # -- the synchronous surface: zarr's fused codec pipeline reads through it --------------
@@ -227,7 +234,7 @@ class RefgridStore(Store):
 
     def __getstate__(self) -> dict[str, Any]:
         return {"source": self.source, "chunks": self.chunks, "unpack": self.unpack,
-                "storage_options": self.storage_options}
+                "storage_options": self.storage_options, "verify_sources": self.verify_sources}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]
@@ -247,17 +254,18 @@ def _named(key: str, error: ReadError) -> ReadError:
     return ReadError(f"array {key.rsplit('/c', 1)[0]!r}, chunk {key}: {error}")
 
 
-def open_view(source: Any, chunks: Any, unpack: bool, storage_options: Mapping[str, Any]
-              ) -> NativeView | RegularView:
+def open_view(source: Any, chunks: Any, unpack: bool, storage_options: Mapping[str, Any],
+              verify_sources: bool = True) -> NativeView | RegularView:
     """The view of ``source`` a store answers with."""
     from refgrid.scan import scan
 
     options = dict(storage_options)
     group = source if type(source).__name__ == "VirtualGroup" else scan(source, **options)
     if chunks == "native" and not unpack:
-        return NativeView(group, options)
+        return NativeView(group, options, verify_sources)
     spec = views.ViewSpec.parse(_chunks_text(chunks), "true" if unpack else "false")
-    return RegularView.make(group, spec, options, current().max_chunk_bytes, 2**31)
+    return RegularView.make(group, spec, options, current().max_chunk_bytes, 2**31,
+                            verify_sources)
 
 
 def _chunks_text(chunks: Any) -> str:
@@ -281,7 +289,7 @@ def _ranged(data: bytes, byte_range: ByteRequest | None) -> bytes:
 
 
 def open_store(source: Any, *, chunks: Any = "native", unpack: bool = False,
-               **storage_options: Any) -> RefgridStore:
+               verify_sources: bool = True, **storage_options: Any) -> RefgridStore:
     """A read-only ``zarr.abc.store.Store`` over anything :func:`refgrid.scan` accepts (JSON or
     parquet references, a Zarr v3 store, one HDF5/NetCDF file scanned on the fly, a loaded
     dict), for ``xr.open_zarr(store)`` and ``zarr.open_group(store)``.
@@ -289,9 +297,11 @@ def open_store(source: Any, *, chunks: Any = "native", unpack: bool = False,
     ``chunks="native"``: the arrays on their own grids (rectilinear where irregular: zarr
     >= 3.2 with ``zarr.config.set({"array.rectilinear_chunks": True})``, see
     :func:`refgrid.zarr_config`); ``"auto"``, ``{dim: length}`` or ``unpack=True``: the
-    regular view :func:`refgrid.get_mapper` gives, which any zarr reads. ``storage_options``
-    reach the input and its source files.
+    regular view :func:`refgrid.get_mapper` gives, which any zarr reads. ``verify_sources``:
+    check each source's recorded identity before its first read (a source changed since the
+    scan is an error, not other data). ``storage_options`` reach the input and its source
+    files.
     """
-    store = RefgridStore(source, chunks, unpack, storage_options)
+    store = RefgridStore(source, chunks, unpack, storage_options, verify_sources)
     _ = store.view  # open now: a bad input is an error here, not at zarr's first read
     return store

@@ -23,18 +23,19 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refgrid.core.keys import chunk_of_key, document_node
-from refgrid.core.sources import SourceCheck, is_local
+from refgrid.core.sources import SourceCheck, held, is_local
 from refgrid.errors import ArgumentError, FormatError, RefgridError
 from refgrid.model.manifest import INLINE, MISSING, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import consolidated, documents
 from refgrid.read.array import fetch_chunks
 from refgrid.read.cropped import (
-    cropped_chunks,
+    Cropper,
     padded_arrays,
     padded_mask,
     portable_documents_group,
 )
+from refgrid.read.fetch import OpenFiles
 from refgrid.read.mapper import RegularViewFileSystem
 from refgrid.read.view_chunks import ViewChunks
 
@@ -161,7 +162,8 @@ class _View:
 class NativeView(_View):
     """The dataset's own Zarr v3 store: its documents, and its chunks byte for byte."""
 
-    def __init__(self, group: VirtualGroup, storage_options: dict[str, Any]) -> None:
+    def __init__(self, group: VirtualGroup, storage_options: dict[str, Any],
+                 verify_sources: bool = True) -> None:
         self.groups, self.arrays = _tree(group)
         self.padded = {path: padded_mask(array.grid).reshape(-1)
                        for path, array in padded_arrays(group).items()}
@@ -170,8 +172,11 @@ class NativeView(_View):
         docs[""] = consolidated(docs[""], docs)
         self.documents = {node: json.dumps(doc).encode() for node, doc in docs.items()}
         self.storage_options = storage_options
-        self.check = SourceCheck(group.sources, storage_options) if group.sources else None
+        self.check = SourceCheck(group.sources, storage_options) \
+            if verify_sources and group.sources else None
         self._local: dict[str, bool] = {}
+        self.files = OpenFiles()
+        self._croppers: dict[str, Cropper] = {}
 
     def lookup(self, key: str) -> Found:
         answered, found = self._node(key)
@@ -208,9 +213,11 @@ class NativeView(_View):
         array = self.arrays[path]
         coords = _coords(tail, array.manifest.shape)
         assert coords is not None
+        cropper = self._croppers.get(path)
+        if cropper is None:
+            cropper = self._croppers[path] = Cropper(path, array)
         flat = np.array([flat_index(coords, array.manifest.shape)])
-        return next(data for _, data in cropped_chunks(path, array, self.storage_options,
-                                                       self.check, flat))
+        return next(data for _, data in cropper.chunks(flat, self.storage_options, self.check))
 
     def local(self, path: str) -> bool:
         """Whether every source of array ``path`` is a local file (read in microseconds:
@@ -220,6 +227,22 @@ class NativeView(_View):
             local = self._local[path] = all(is_local(u) for u in
                                             self.arrays[path].manifest.paths)
         return local
+
+    def stored(self, path: str, flat: int) -> bytes:
+        """The stored bytes of one chunk (blocking): of a local file, one ``pread`` on the
+        file kept open (a store answers zarr's gets one chunk at a time, where the general
+        :meth:`fetch` would cost ten times the read); anything else, and any read that
+        fails or comes back short, goes through :meth:`fetch`, which names the reason."""
+        manifest = self.arrays[path].manifest
+        url = manifest.paths[int(manifest.path_id.reshape(-1)[flat])]
+        if is_local(url) and held(url) is None:
+            if self.check is not None and url not in self.check.checked:
+                self.check.start((url,))()
+            length = int(manifest.length.reshape(-1)[flat])
+            data = self.files.pread(url, int(manifest.offset.reshape(-1)[flat]), length)
+            if data is not None and len(data) == length:
+                return data
+        return self.fetch(path, [flat])[0]
 
     def fetch(self, path: str, flats: list[int]) -> list[bytes]:
         """The stored bytes of chunks ``flats`` of array ``path`` (blocking; checks the
@@ -268,7 +291,8 @@ class RegularView(_View):
 
     @classmethod
     def make(cls, group: VirtualGroup, spec: ViewSpec, storage_options: dict[str, Any],
-             max_chunk_bytes: int, max_native_chunks: int) -> RegularView:
+             max_chunk_bytes: int, max_native_chunks: int, verify_sources: bool = True
+             ) -> RegularView:
         """The view; an :class:`ArgumentError` when its chunks are more than one request may
         assemble."""
         if isinstance(spec.chunks, tuple):
@@ -279,7 +303,8 @@ class RegularView(_View):
                 raise ArgumentError(f"{spec}: no dimension {', '.join(map(repr, unknown))} "
                                     f"(the dimensions are {', '.join(sorted(dims))})")
         try:
-            fs = RegularViewFileSystem(group, spec.view_chunks, storage_options, spec.unpack)
+            fs = RegularViewFileSystem(group, spec.view_chunks, storage_options, spec.unpack,
+                                       verify_sources)
         except RefgridError:
             raise
         except Exception as e:  # metadata no Zarr document can hold

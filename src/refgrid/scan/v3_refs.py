@@ -13,7 +13,7 @@ import json
 import math
 import operator
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -74,7 +74,7 @@ def chunk_manifest(grid: RectilinearGrid, chunks: ChunkRefs, templates: Mapping[
     urls: dict[str, int] = {}
     flat = _flat_indices([tail for tail, _ in chunks], counts)
     values = [value for _, value in chunks]
-    ranged = np.fromiter((type(v) is list for v in values), bool, len(values))
+    ranged = np.array([type(v) is list for v in values], bool)
     keep = flat >= 0  # a key outside the grid holds no data of this array
     refs = np.flatnonzero(ranged & keep)
     if len(refs):
@@ -83,18 +83,25 @@ def chunk_manifest(grid: RectilinearGrid, chunks: ChunkRefs, templates: Mapping[
             bad = next(k for k in refs.tolist() if len(values[k]) != 3)
             raise FormatError(where, chunks[bad][0], "whole-file references are not supported "
                               "for chunks") from None
-        names: dict[Any, int] = {}
-        codes = np.fromiter((names.setdefault(r[0], len(names)) for r in rows), np.int32,
-                            len(rows))
+        targets, offsets, lengths = zip(*rows, strict=True)
+        try:
+            names = dict.fromkeys(targets)
+        except TypeError:  # an unhashable target (a list, an object) is no URL
+            names = {None: None}
         if not all(isinstance(n, str) for n in names):
             bad = next(k for k in refs.tolist() if not isinstance(values[k][0], str))
             raise FormatError(where, chunks[bad][0], f"reference {values[bad]!r:.80} names "
                               "no URL")
         remap = np.array([urls.setdefault(_render(n, templates), len(urls)) for n in names],
                          np.int32)
-        path_id[flat[refs]] = remap[codes]
-        offset[flat[refs]] = _byte_counts([r[1] for r in rows], "offset", chunks, refs, where)
-        length[flat[refs]] = _byte_counts([r[2] for r in rows], "length", chunks, refs, where)
+        if len(names) == 1:
+            path_id[flat[refs]] = remap[0]
+        else:
+            code = {n: k for k, n in enumerate(names)}
+            path_id[flat[refs]] = remap[np.fromiter(map(code.__getitem__, targets), np.int32,
+                                                    len(targets))]
+        offset[flat[refs]] = _byte_counts(offsets, "offset", chunks, refs, where)
+        length[flat[refs]] = _byte_counts(lengths, "length", chunks, refs, where)
     for k in np.flatnonzero(~ranged & keep).tolist():
         value = values[k]
         try:
@@ -113,7 +120,7 @@ MAX_BYTES = 2**62
 """The largest offset or length accepted (sums of them stay within int64)."""
 
 
-def _byte_counts(column: list[Any], what: str, chunks: ChunkRefs, rows: np.ndarray,
+def _byte_counts(column: Sequence[Any], what: str, chunks: ChunkRefs, rows: np.ndarray,
                  where: str) -> np.ndarray:
     """An offset or length column as uint64, every entry an integer in [0, 2**62]."""
     if set(map(type, column)) <= {int}:  # the JSON case: checked in bulk
