@@ -124,8 +124,20 @@ def latency_proxy(upstream: str, delay: float) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port_used}"
     finally:
-        loop.call_soon_threadsafe(holder["server"].close)
+        asyncio.run_coroutine_threadsafe(_shut(holder["server"]), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+async def _shut(server: asyncio.Server) -> None:
+    """Close the proxy and end its connections while its loop still runs (a connection
+    left to the garbage collector after the loop is closed prints a traceback)."""
+    server.close()
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @contextmanager

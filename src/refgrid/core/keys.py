@@ -7,8 +7,10 @@ One module names them for every reader and writer (as zarr-python's
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Container, Iterable, Mapping
-from typing import Any, Literal, TypedDict
+from collections.abc import Container, Iterable, Mapping
+from typing import Any, Literal, TypedDict, TypeVar
+
+V = TypeVar("V")
 
 METADATA = "zarr.json"
 ZMETADATA = ".zmetadata"
@@ -67,33 +69,40 @@ def chunk_of_key(key: str, arrays: Container[str]) -> tuple[str, str] | None:
     return None
 
 
-ChunkFinder = Callable[[str], tuple[str, str] | None]
 DIGITS = re.compile(r"\d+(/\d+)*")
 
 
-def chunk_finder(documents: Mapping[str, Mapping[str, Any]]) -> ChunkFinder:
-    """A function mapping a store key to ``(array path, "0/3/1")`` for a chunk of one of the
-    arrays among ``documents`` (node path → parsed ``zarr.json``), each under its own
-    ``chunk_key_encoding`` (``default`` or ``v2``, ``/`` or ``.``), or to None."""
+def chunk_entries(entries: Iterable[tuple[str, V]], documents: Mapping[str, Mapping[str, Any]]
+                  ) -> dict[str, list[tuple[str, V]]]:
+    """Each array's chunks among store ``entries`` (key, value): array path → ``[(coordinates
+    "0/3/1", value), ...]``, each array under its own ``chunk_key_encoding`` (``default`` or
+    ``v2``, ``/`` or ``.``). One pass over 10^5 keys: the common encoding (``default``, ``/``,
+    no array at the root) is parsed inline, without a call per key."""
     arrays = {path: _key_encoding(doc) for path, doc in documents.items()
               if doc.get("node_type") == "array"}
+    found: dict[str, list[tuple[str, V]]] = {path: [] for path in arrays}
     if "" not in arrays and all(e == ("default", "/") for e in arrays.values()):
-        return lambda key: chunk_of_key(key, arrays)  # the common case: one lookup a key
+        for key, value in entries:
+            head, sep, tail = key.rpartition("/c/")
+            if sep and head in found:
+                found[head].append((tail, value))
+            elif key.endswith("/c") and key[:-2] in found:
+                found[key[:-2]].append(("", value))
+        return found
     ndims = {path: len(documents[path].get("shape") or ()) for path in arrays}
-
-    def find(key: str) -> tuple[str, str] | None:
+    for key, value in entries:
         head = key
         while True:
             head = head.rpartition("/")[0]
-            if head in arrays:
+            if head in arrays or not head:
                 break
-            if not head:
-                return None
+        if head not in arrays:
+            continue
         tail = key[len(head) + 1:] if head else key
         coords = _coords(tail, *arrays[head], ndims[head])
-        return None if coords is None else (head, coords)
-
-    return find
+        if coords is not None:
+            found[head].append((coords, value))
+    return found
 
 
 def _key_encoding(doc: Mapping[str, Any]) -> tuple[str, str]:

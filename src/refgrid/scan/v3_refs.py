@@ -12,13 +12,12 @@ import binascii
 import json
 import math
 import operator
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from refgrid.core.keys import chunk_finder, document_keys
+from refgrid.core.keys import chunk_entries, document_keys
 from refgrid.core.util import gc_paused
 from refgrid.errors import FormatError
 from refgrid.grid.rectilinear import RectilinearGrid
@@ -37,13 +36,8 @@ def references_to_group(refs: Mapping[str, Any], source: str = "<references>") -
     templates = refs.get("templates", {})
     documents = {node: document(entries[k], source, k)
                  for node, k in document_keys(entries).items()}
-    chunks: dict[str, ChunkRefs] = defaultdict(list)
-    find = chunk_finder(documents)
     with gc_paused():
-        for key, value in entries.items():
-            found = find(key)
-            if found is not None:
-                chunks[found[0]].append((found[1], value))
+        chunks = chunk_entries(entries.items(), documents)
         return group_from_documents(documents, lambda path, grid: chunk_manifest(
             grid, chunks.get(path, []), templates, f"{source}:{path}"), source)
 

@@ -5,10 +5,9 @@ listing of the tree, one request for all documents, one batch for all shard inde
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from refgrid.core.keys import chunk_finder, document_keys
+from refgrid.core.keys import chunk_entries, document_keys
 from refgrid.core.util import gc_paused
 from refgrid.model.virtual import VirtualGroup
 from refgrid.model.zarr_json import group_from_documents
@@ -27,17 +26,16 @@ def scan_zarr_store(source: Source, options: ScanOptions) -> VirtualGroup:
     names = document_keys(files)
     texts = fs.cat([f"{root}/{k}" for k in names.values()])
     documents = {node: document(texts[f"{root}/{k}"], source.url, k) for node, k in names.items()}
-    find = chunk_finder(documents)
-    chunks: dict[str, ChunkRefs] = defaultdict(list)
+    chunks: dict[str, ChunkRefs] = {}
     paths: dict[str, str] = {}
     with gc_paused():
-        for key, info in files.items():
-            found = find(key)
-            if found is not None:
-                array, tail = found
+        keyed = ((key, (key, info)) for key, info in files.items())
+        for array, found in chunk_entries(keyed, documents).items():
+            refs = chunks[array] = []
+            for tail, (key, info) in found:
                 url = f"{root}/{key}" if source.is_local else fs.unstrip_protocol(f"{root}/{key}")
                 paths[url] = f"{root}/{key}"
-                chunks[array].append((tail, [url, 0, int(info["size"])]))
+                refs.append((tail, [url, 0, int(info["size"])]))
     for path, doc in list(documents.items()):
         if doc.get("node_type") == "array" and is_sharded(doc):
             documents[path], chunks[path] = unshard(doc, chunks.get(path, []), fs, paths,
