@@ -302,6 +302,31 @@ def test_more_sources_than_are_kept_open_read_the_same(tmp_path):
     assert len(store.view.files._fds) <= 2
 
 
+def test_the_files_kept_open_are_bounded_in_the_process(config, tmp_path, monkeypatch):
+    """However many stores are open, the process keeps at most KEEP_OPEN files open; a
+    store closed (or collected) gives its share back. (refgrid's pipeline reads a selection
+    in one fetch, which keeps no file open.)"""
+    import gc
+
+    from refgrid.read import fetch
+
+    monkeypatch.setattr(fetch, "KEEP_OPEN", fetch._Kept.count + 2)
+    sources = sorted((FIXTURES / "monthly" / "chunk10").glob("*.nc"))[:4]
+    stores = [refgrid.open_store(path) for path in sources]
+    for store, path in zip(stores, sources, strict=True):
+        with xr.open_dataset(path, **RAW) as truth:
+            np.testing.assert_array_equal(
+                zarr.open_group(store, mode="r")["tas"][...], truth["tas"].values)
+    kept = int(config == "zarr's pipeline")
+    assert [len(s.view.files._fds) for s in stores] == [kept, kept, 0, 0]
+    stores[0].close()
+    del stores[1]
+    gc.collect()
+    zarr.open_group(stores[-1], mode="r")["tas"][...]
+    zarr.open_group(stores[-2], mode="r")["tas"][...]
+    assert [len(s.view.files._fds) for s in stores] == [0, kept, kept]
+
+
 def test_a_short_read_of_a_kept_file_is_a_named_error(tmp_path):
     """A source cut short after the scan, its identity unchecked: the read that comes back
     short is an error naming array, chunk, file and bytes, never a fill value or a chunk

@@ -167,16 +167,28 @@ def _the_range(block: Any, start: int, end: int, url: str, member: int) -> Any:
                      f"{len(block)} bytes", False)
 
 
+KEEP_OPEN = 128
+"""Local files kept open at once by all the stores of a process: far below the usual limit
+of 1,024 descriptors, however many stores a notebook holds."""
+
+
+class _Kept:
+    """How many files every :class:`OpenFiles` of the process keeps open."""
+
+    lock = threading.Lock()
+    count = 0
+
+
 class OpenFiles:
     """Local files kept open for reads of one chunk at a time (a store answering zarr's gets,
-    where an ``open`` costs more than the ``pread``): the first ``keep`` files read stay open
-    until :meth:`close`, others are opened per read. None is closed while the set is in use,
-    so no read meets a descriptor closed or reused under it."""
+    where an ``open`` costs more than the ``pread``): the first files read stay open until
+    :meth:`close` — at most ``keep`` here, :data:`KEEP_OPEN` in the process — and others are
+    opened per read. None is closed while the set is in use, so no read meets a descriptor
+    closed or reused under it."""
 
     def __init__(self, keep: int = 64) -> None:
         self.keep = keep
         self._fds: dict[str, int] = {}
-        self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _close_all, self._fds)
 
     def pread(self, url: str, offset: int, length: int) -> bytes | None:
@@ -189,10 +201,12 @@ class OpenFiles:
             fd = os.open(url.removeprefix("file://"), os.O_RDONLY)
         except (OSError, ValueError):  # ValueError: a NUL inside the path
             return None
-        with self._lock:
-            kept = url not in self._fds and len(self._fds) < self.keep
+        with _Kept.lock:
+            kept = url not in self._fds and len(self._fds) < self.keep \
+                and _Kept.count < KEEP_OPEN
             if kept:
                 self._fds[url] = fd
+                _Kept.count += 1
         try:
             return os.pread(fd, length, offset)
         except OSError:
@@ -208,9 +222,11 @@ class OpenFiles:
 
 
 def _close_all(fds: dict[str, int]) -> None:
-    for fd in fds.values():
-        os.close(fd)
-    fds.clear()
+    with _Kept.lock:
+        for fd in fds.values():
+            os.close(fd)
+        _Kept.count -= len(fds)
+        fds.clear()
 
 
 class RangeIgnoredWarning(UserWarning):
