@@ -200,23 +200,27 @@ def appended_file() -> Path:
     return path
 
 
-def fewest_requests(group: refgrid.VirtualGroup, selection: tuple[Any, ...]) -> int:
-    """Runs of chunks adjacent in the file among those ``selection`` touches."""
+def fewest_requests(group: refgrid.VirtualGroup, selection: tuple[Any, ...],
+                    gap: int = 0) -> int:
+    """Runs of the chunks ``selection`` touches, each run's chunks at most ``gap`` bytes
+    apart in the file (0: adjacent)."""
     array = group["v"]
     assert isinstance(array, refgrid.VirtualArray)
-    index = tuple(np.arange(n)[s] for n, s in zip(array.shape, selection, strict=True))
-    chunks = np.ix_(*(np.unique(np.atleast_1d(i) // c) for i, c in zip(index, CHUNKS,
-                                                                       strict=True)))
-    offset = np.sort(array.manifest.offset[chunks].reshape(-1).astype(np.int64))
-    length = array.manifest.length[chunks].reshape(-1)[np.argsort(
-        array.manifest.offset[chunks].reshape(-1))].astype(np.int64)
-    return 1 + int(np.count_nonzero(offset[1:] != offset[:-1] + length[:-1]))
+    index = tuple(np.atleast_1d(np.arange(n)[s]) for n, s in zip(array.shape, selection,
+                                                                    strict=True))
+    chunks = np.ix_(*(np.unique(np.searchsorted(axis.bounds, i, side="right") - 1)
+                      for i, axis in zip(index, array.grid.axes, strict=True)))
+    order = np.argsort(array.manifest.offset[chunks].reshape(-1))
+    offset = array.manifest.offset[chunks].reshape(-1)[order].astype(np.int64)
+    length = array.manifest.length[chunks].reshape(-1)[order].astype(np.int64)
+    return 1 + int(np.count_nonzero(offset[1:] - (offset[:-1] + length[:-1]) > gap))
 
 
-def measure(counter: Counter, fn: Callable[[], np.ndarray]) -> tuple[float, int, np.ndarray]:
-    """Best time of ``REPEAT`` runs, the requests of the last one, its values."""
+def measure(counter: Counter, fn: Callable[[], np.ndarray],
+            repeat: int = REPEAT) -> tuple[float, int, np.ndarray]:
+    """Best time of ``repeat`` runs, the requests of the last one, its values."""
     best, values, requests = float("inf"), np.zeros(0), 0
-    for _ in range(REPEAT):
+    for _ in range(repeat):
         before = counter.n
         t0 = time.perf_counter()
         values = fn()

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -38,8 +37,9 @@ import xarray as xr
 import zarr
 
 import refgrid
-from _common import DATA, netcdf4_file
-from read_remote import BUCKET, LATENCY, Counter, slow_bucket
+from _common import DATA, best_of, netcdf4_file
+from read_remote import BUCKET, LATENCY, Counter, fewest_requests, measure, slow_bucket
+from refgrid.read.fetch import REMOTE_GAP
 
 SHAPE, CHUNKS = (7300, 40, 40), (5, 10, 10)
 SELECTIONS = {"full": (slice(None),) * 3, "series": (slice(None), 17, 23),
@@ -47,20 +47,11 @@ SELECTIONS = {"full": (slice(None),) * 3, "series": (slice(None), 17, 23),
 REPEAT = 3
 
 
-def best(fn: Callable[[], Any], repeat: int = REPEAT) -> tuple[float, Any]:
-    times, result = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), result
-
-
 def h5py_read(path: Path, selection: tuple[Any, ...]) -> tuple[float, np.ndarray]:
     def read() -> np.ndarray:
         with h5py.File(path) as f:
             return f["v"][selection]
-    return best(read)
+    return best_of(read)
 
 
 def plain_copy(path: Path) -> Path:
@@ -108,11 +99,11 @@ def local(path: Path, refs: Path, verdicts: list[bool]) -> None:
         t_h5, expected = h5py_read(path, sel)
         ratios = {}
         for name, reader in readers.items():
-            t, got = best(lambda r=reader, s=sel: r(s))
+            t, got = best_of(lambda r=reader, s=sel: r(s))
             assert np.array_equal(got, expected), (label, name)
             ratios[name] = t / t_h5
         with zarr.config.set(refgrid.zarr_config()):
-            t, got = best(lambda s=sel: configured[s].values)
+            t, got = best_of(lambda s=sel: configured[s].values)
         assert np.array_equal(got, expected), (label, "store+config")
         ratios["store+config"] = t / t_h5
         met = [ratios["store"] <= 1.2 * ratios["plain zarr"]]
@@ -136,27 +127,18 @@ def remote(path: Path, verdicts: list[bool]) -> None:
         with h5py.File(path) as f:
             truth = f["v"][...]
 
-        def measure(fn: Callable[[], np.ndarray], repeat: int) -> tuple[float, int, np.ndarray]:
-            """Best time of ``repeat`` runs, the requests of the last, its values."""
-            times = []
-            for _ in range(repeat):
-                before, t0 = counter.n, time.perf_counter()
-                values = fn()
-                times.append(time.perf_counter() - t0)
-            return min(times), counter.n - before, values
-
         print(f"S3 (moto) behind a {LATENCY * 1000:.0f} ms proxy, one fresh open per read "
               f"(best of {REPEAT} for the map)")
         for label in ("series", "map"):
             sel, repeat = SELECTIONS[label], REPEAT if label == "map" else 1
-            t_ref, n_ref, got = measure(lambda s=sel: opened(
+            t_ref, n_ref, got = measure(counter, lambda s=sel: opened(
                 reference_store(refs, **{**options, "asynchronous": True}))[s].values, repeat)
             assert np.array_equal(got, truth[sel])
             with zarr.config.set(refgrid.zarr_config()):
-                t_st, n_st, got = measure(lambda s=sel: opened(
+                t_st, n_st, got = measure(counter, lambda s=sel: opened(
                     refgrid.open_store(refs, **options))[s].values, repeat)
             assert np.array_equal(got, truth[sel])
-            runs = _runs(group, sel)
+            runs = fewest_requests(group, sel, REMOTE_GAP)
             met = [t_ref / t_st >= 5, n_st <= 2 * runs + 1]
             verdicts += met
             print(f"{label:9s} fsspec refs + zarr {t_ref:6.2f}s {n_ref:5d} requests; store "
@@ -178,23 +160,7 @@ def _bare_get(group: refgrid.VirtualGroup, options: dict[str, Any]) -> float:
     end = int((array.manifest.offset[index] + array.manifest.length[index]).max())
     fs = s3fs.S3FileSystem(**options)
     url = array.manifest.paths[0]
-    return best(lambda: fs.cat_file(url, start=start, end=end))[0]
-
-
-def _runs(group: refgrid.VirtualGroup, selection: tuple[Any, ...]) -> int:
-    """Runs of chunks a selection touches that lie next to each other in the file."""
-    array = group["v"]
-    assert isinstance(array, refgrid.VirtualArray)
-    grid, manifest = array.grid, array.manifest
-    touched = np.zeros(grid.chunk_counts, dtype=bool)
-    index = tuple(slice(None) if isinstance(s, slice) else
-                  int(np.searchsorted(grid.axes[d].bounds, s, side="right")) - 1
-                  for d, s in enumerate(selection))
-    touched[index] = True
-    offsets = np.sort(manifest.offset[touched])
-    lengths = manifest.length[touched][np.argsort(manifest.offset[touched])]
-    gaps = offsets[1:] - (offsets[:-1] + lengths[:-1])
-    return int(1 + np.count_nonzero(gaps > 256 * 2**10)) if len(offsets) else 0
+    return best_of(lambda: fs.cat_file(url, start=start, end=end))[0]
 
 
 def main() -> None:

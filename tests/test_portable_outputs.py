@@ -464,7 +464,7 @@ from refgrid.combine import combine
 from refgrid.writers import save
 
 calls = []
-crop = padded._cropped
+crop = padded.Cropper._cropped
 
 def slow(*args, **kwargs):
     calls.append(1)
@@ -473,7 +473,7 @@ def slow(*args, **kwargs):
         time.sleep(60)
     return crop(*args, **kwargs)
 
-padded._cropped = slow
+padded.Cropper._cropped = slow
 group = combine([refgrid.scan(f) for f in sys.argv[2:]], "time")
 save(group, sys.argv[1], padded="rewrite", inline_limit=0)
 """

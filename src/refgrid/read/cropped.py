@@ -111,18 +111,18 @@ class Cropper:
             for f in flat.tolist():
                 coords = chunk_coords(f, manifest.shape)
                 data = blobs[f] if f in blobs else manifest.inline[coords]
-                yield coords, _cropped(self.path, array, self.codec, coords, data, self.grid)
+                yield coords, self._cropped(coords, data)
 
-
-def _cropped(path: str, array: VirtualArray, codec: ChunkCodec, coords: tuple[int, ...],
-             data: Any, new_grid: RectilinearGrid) -> bytes:
-    encoded_shape = array.grid.encoded_chunk_shape(coords)
-    keep = tuple(slice(0, n) for n in new_grid.encoded_chunk_shape(coords))
-    try:
-        values = codec.decode(data, encoded_shape)
-        return codec.encode(np.ascontiguousarray(values[keep]))
-    except RefgridError:
-        raise
-    except Exception as e:  # codecs raise anything on bytes they cannot take
-        raise WriteError(f"array {path!r}, chunk {chunk_key(path, coords)}: cannot rewrite "
-                         f"the padded chunk: {type(e).__name__}: {e}") from None
+    def _cropped(self, coords: tuple[int, ...], data: Any) -> bytes:
+        """One chunk's stored bytes decoded, cropped to its portable extent, re-encoded."""
+        encoded_shape = self.array.grid.encoded_chunk_shape(coords)
+        keep = tuple(slice(0, n) for n in self.grid.encoded_chunk_shape(coords))
+        try:
+            values = self.codec.decode(data, encoded_shape)
+            return self.codec.encode(np.ascontiguousarray(values[keep]))
+        except RefgridError:
+            raise
+        except Exception as e:  # codecs raise anything on bytes they cannot take
+            raise WriteError(f"array {self.path!r}, chunk {chunk_key(self.path, coords)}: "
+                             f"cannot rewrite the padded chunk: {type(e).__name__}: "
+                             f"{e}") from None

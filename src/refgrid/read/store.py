@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from zarr.abc.store import (
@@ -153,9 +154,9 @@ class RefgridStore(Store):
 
     async def _content(self, key: str) -> bytes | None:
         found = self.view.lookup(key)
-        try:
-            if not isinstance(found, Fetched):
-                return _at_hand(found)
+        if not isinstance(found, Fetched):
+            return _at_hand(found)
+        with _naming(key):
             view = self.view
             if isinstance(found, views.StoredChunk) and isinstance(view, NativeView):
                 if view.local(found.array):  # a pread: cheaper here than through a thread
@@ -166,11 +167,6 @@ class RefgridStore(Store):
                 return await self._batcher.get(found.array, found.flat)
             return await asyncio.get_running_loop().run_in_executor(
                 thread_pool("refgrid-store", WORKERS), self._fetched, key, found)
-        except ReadError as e:
-            named = _named(key, e)
-            if named is e:
-                raise
-            raise named from e
 
     def _fetched(self, key: str, found: Fetched) -> bytes | None:
         """A chunk's bytes read here (blocking): stored, assembled or cropped."""
@@ -204,15 +200,10 @@ class RefgridStore(Store):
 
     def _content_sync(self, key: str) -> bytes | None:
         found = self.view.lookup(key)
-        try:
-            if not isinstance(found, Fetched):
-                return _at_hand(found)
+        if not isinstance(found, Fetched):
+            return _at_hand(found)
+        with _naming(key):
             return self._fetched(key, found)
-        except ReadError as e:
-            named = _named(key, e)
-            if named is e:
-                raise
-            raise named from e
 
     def _keys(self) -> Iterable[str]:
         """Every key: the documents, and each array's chunk keys that hold data."""
@@ -247,11 +238,16 @@ def _at_hand(found: views.Metadata | views.Listing | views.Bytes | None) -> byte
     return found.data if isinstance(found, views.Bytes) else None
 
 
-def _named(key: str, error: ReadError) -> ReadError:
-    """``error``, naming the array and the chunk key where it does not yet."""
-    if f"chunk {key}" in str(error):
-        return error
-    return ReadError(f"array {key.rsplit('/c', 1)[0]!r}, chunk {key}: {error}")
+@contextmanager
+def _naming(key: str) -> Iterator[None]:
+    """A read error raised within names the array and the chunk ``key`` where it does not
+    yet."""
+    try:
+        yield
+    except ReadError as e:
+        if f"chunk {key}" in str(e):
+            raise
+        raise ReadError(f"array {key.rsplit('/c', 1)[0]!r}, chunk {key}: {e}") from e
 
 
 def open_view(source: Any, chunks: Any, unpack: bool, storage_options: Mapping[str, Any],
