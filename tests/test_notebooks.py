@@ -72,6 +72,9 @@ def test_the_notebooks_run_on_the_documented_install_alone(tmp_path, monkeypatch
     subprocess.run([env / "bin" / "python", "-m", "pip", "install", "--quiet",
                     "--disable-pip-version-check", f"{ROOT}[notebooks]"], check=True,
                    env=environ, timeout=1200)
+    for tool in (["nbconvert", "--version"], ["lab", "--version"]):  # the ways users run them
+        subprocess.run([env / "bin" / "jupyter", *tool], check=True, env=environ,
+                       capture_output=True, timeout=120)
     spec = tmp_path / "jupyter" / "kernels" / "notebooks-install"
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({

@@ -135,19 +135,31 @@ def _encode(name: str, data: bytes, codec: dict[str, Any]) -> bytes:
 
 PEAK = """
 import json, resource, sys
-import xarray as xr
+import xarray as xr, zarr
 import refgrid
 refs = json.load(open(sys.argv[1]))
-ds = xr.open_dataset(refs, engine="refgrid")
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
-    ds["a"].values
+    exec(sys.argv[2])
     print("read")
 except refgrid.ReadError as e:
     print("refused:", e)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print("grew", (after - before) * 1024)
 """
+ENGINE = "xr.open_dataset(refs, engine='refgrid')['a'].values"
+
+
+def _peak(refs: dict[str, Any], tmp_path: Path, read: str = ENGINE) -> tuple[str, int]:
+    """Read ``refs`` with ``read`` in a fresh process: what it printed first (``refused:
+    ...``), and by how much its peak memory grew."""
+    path = tmp_path / "refs.json"
+    path.write_text(json.dumps(refs))
+    done = subprocess.run([sys.executable, "-c", PEAK, str(path), read], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    return lines[0], int(lines[-1].split()[-1])
 
 
 @pytest.mark.parametrize("name", ["gzip", "zstd", "blosc"])
@@ -155,13 +167,53 @@ def test_a_half_gigabyte_bomb_peaks_far_below_its_size(name, tmp_path: Path):
     """The acceptance figure: a 512 MiB gzip/zstd/blosc stream for a 40-byte chunk, read in
     a fresh process, raises its peak memory by less than 200 MB."""
     codecs, make = BOMBS[name]
-    path = tmp_path / "refs.json"
-    path.write_text(json.dumps(_refs(codecs, make(512 * MIB))))
-    done = subprocess.run([sys.executable, "-c", PEAK, str(path)], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0].startswith("refused: ") and "a/c/0" in lines[0], lines
-    grew = int(lines[-1].split()[-1])
+    first, grew = _peak(_refs(codecs, make(512 * MIB)), tmp_path)
+    assert first.startswith("refused: ") and "a/c/0" in first, first
     print(f"{name}: 512 MiB stream, peak grew {grew / MIB:.1f} MB")
     assert grew < 200 * MIB, f"{name}: peak grew {grew / MIB:.0f} MB"
+
+
+def _vlen_refs(chunk: bytes, shape: int = 10) -> dict[str, Any]:
+    """One array of ``shape`` strings in one chunk, behind Zarr v3's core ``gzip``."""
+    array = json.dumps({
+        "zarr_format": 3, "node_type": "array", "shape": [shape], "data_type": "string",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [shape]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": "", "codecs": [{"name": "vlen-utf8"},
+                                     {"name": "gzip", "configuration": {"level": 1}}],
+        "attributes": {}, "dimension_names": ["x"]})
+    return {"version": 1, "refs": {"zarr.json": GROUP, "a/zarr.json": array,
+                                   "a/c/0": "base64:" + base64.b64encode(chunk).decode()}}
+
+
+READERS = {
+    "engine": ENGINE,
+    "mapper": "xr.open_dataset(refgrid.get_mapper(refs), engine='zarr')['a'].values",
+    "store": "zarr.open_group(refgrid.open_store(refs), mode='r')['a'][...]",
+    "store+zarr_config": "zarr.config.set(refgrid.zarr_config()); "
+                         "zarr.open_group(refgrid.open_store(refs), mode='r')['a'][...]",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reader", READERS)
+def test_a_gigabyte_gzip_bomb_of_a_text_chunk_stays_within_a_few_mb(reader, tmp_path: Path):
+    """The bomb users met: 1 GiB of zeros behind Zarr v3's core ``gzip`` in a chunk of ten
+    strings, whose decoded size no header states — refused at the variable-length limit
+    (8 MiB) by every refgrid reader, the store included whichever pipeline zarr uses."""
+    first, grew = _peak(_vlen_refs(_gzip(2**30)), tmp_path, READERS[reader])
+    assert first.startswith("refused: ") and "a/c/0" in first, first
+    print(f"{reader}: 1 GiB gzip stream in a text chunk, peak grew {grew / MIB:.1f} MB")
+    assert grew < 40 * MIB, f"{reader}: peak grew {grew / MIB:.0f} MB"
+
+
+def test_a_text_chunk_longer_than_the_limit_reads_once_the_limit_is_raised():
+    """The variable-length limit refuses only what passes it: raised, the chunk reads."""
+    text = ["x" * 2**20] * 10  # 10 MiB of text in one chunk
+    chunk = _gzip_of(bytes(numcodecs.VLenUTF8().encode(__import__("numpy").array(
+        text, dtype=object))))
+    refs = _vlen_refs(chunk)
+    with pytest.raises(refgrid.ReadError, match=r"a/c/0.*8,388,608"):
+        xr.open_dataset(refs, engine="refgrid")["a"].values  # noqa: B018
+    with refgrid.limits(max_variable_chunk_bytes=2**25):
+        assert list(xr.open_dataset(refs, engine="refgrid")["a"].values) == text

@@ -206,7 +206,7 @@ def test_a_hung_scan_is_stopped_and_its_worker_replaced(tmp_path):
     assert "its worker process was replaced" in result.failed[0].message
     workers = [c for c in psutil.Process().children(recursive=True)
                if "spawn_main" in " ".join(c.cmdline())]  # not multiprocessing's tracker
-    assert result.scanned == 4 and not workers, workers
+    assert result.scanned == 3 and not workers, workers
     ds = xr.open_dataset(result.output, engine="refgrid")
     assert ds.sizes["time"] == 31 + 31 + 30
     again = refgrid.batch(files, tmp_path / "out.json", workers=2, file_timeout=3,
@@ -267,3 +267,31 @@ def _zarr_reads_rectilinear() -> bool:
     from packaging.version import Version
 
     return Version(zarr.__version__) >= Version("3.2")
+
+
+def test_a_stall_is_retried_once_where_a_503_is_retried_every_attempt(proxy):
+    """A stalled request costs a whole timeout per attempt: two attempts, not ``attempts``."""
+    url = f"{proxy.url}/fixtures/{MONTHS[1]}"
+    proxy.reset(lambda n, method, path: "stall")
+    with pytest.raises(refgrid.ScanError, match=r"read timeout\) \(2 attempts"):
+        refgrid.scan(url)
+    proxy.reset(lambda n, method, path: "503")
+    with pytest.raises(refgrid.ScanError, match=r"503.*\(3 attempts"):
+        refgrid.scan(url)
+
+
+def test_a_synchronous_batch_keeps_the_per_file_deadline(proxy, tmp_path):
+    """In this process too: a stalled file (here 2 attempts of 5 s each) is given up at a
+    two-second deadline and the batch goes on; the next file waits for the thread left
+    behind (which may hold libhdf5's lock) rather than fail with it."""
+    urls = [f"{proxy.url}/fixtures/monthly/chunk10/tas_2001{m:02d}.nc" for m in (1, 2, 3)]
+    proxy.reset(lambda n, method, path: "stall" if "200102" in path else None)
+    started = time.monotonic()
+    with refgrid.limits(read_timeout=5.0, attempts=4, retry_seconds=60.0):
+        result = refgrid.batch(urls, tmp_path / "out.json", scheduler="synchronous",
+                               progress=False, file_timeout=2)
+    assert time.monotonic() - started < 40
+    assert [(f.url, f.error) for f in result.failed] == [(urls[1], "TimeoutError")]
+    assert "timed out after 2 s" in result.failed[0].message
+    with xr.open_dataset(result.output, engine="refgrid") as ds:
+        assert ds.sizes["time"] == 31 + 31

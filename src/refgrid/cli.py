@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from refgrid.errors import RefgridError
+from refgrid.errors import DirectoryError, RefgridError, ScanError
 
 if TYPE_CHECKING:
     from refgrid.scan import OnError
@@ -43,6 +44,25 @@ storage_option = click.option(
          "are JSON), e.g. -s anon=true -s endpoint_url=http://127.0.0.1:9000")
 
 
+CLI_WORDS = (
+    (re.compile(r"pass overlap='allow'"), "pass --allow-overlap"),
+    (re.compile(r"pass others='stack'"), "pass --stack-others"),
+    (re.compile(r"pass codecs='recode'"), "pass --recode"),
+    (re.compile(r"pass allowed_sources=\[\.\.\.\], or --allow-source PREFIX on the command line"),
+     "pass --allow-source PREFIX"),
+    (re.compile(r"refgrid\.set_limits\((\w+)=\.\.\.\)"),
+     lambda m: f"REFGRID_{m.group(1).upper()}=... in the environment"),
+)
+"""What the Python API's messages say, as the command line says it (one table: each
+message is written once, for Python, and translated here)."""
+
+
+def cli_words(message: str) -> str:
+    for pattern, words in CLI_WORDS:
+        message = pattern.sub(words, message)
+    return message
+
+
 class _Commands(click.Group):
     """Every failure is one line on stderr and exit status 1 (``--debug``: the traceback)."""
 
@@ -55,9 +75,16 @@ class _Commands(click.Group):
             if ctx.params.get("debug"):
                 raise
             if isinstance(e, RefgridError):
-                raise click.ClickException(str(e)) from None
+                raise click.ClickException(cli_words(str(e))) from e
             raise click.ClickException(f"{type(e).__name__}: {e} (run with --debug for the "
-                                       "traceback)") from None
+                                       "traceback)") from e
+
+
+def _directory_hint(error: DirectoryError, command: str, output: Path) -> click.ClickException:
+    """A directory given as a source: the same command, with the pattern of its files."""
+    return click.ClickException(f"{error.directory} is a directory of {error.what}: to "
+                                f"{command} its files, name them with a pattern: refgrid "
+                                f"{command} '{error.pattern}' -o {output}")
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -166,7 +193,10 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
     from refgrid.writers import save
 
     options = _storage_options(storage)
-    found, twice = expand_counting(sources, options)
+    try:
+        found, twice = expand_counting(sources, options)
+    except DirectoryError as e:
+        raise _directory_hint(e, "combine", output) from e
     for url, times in twice.items():
         click.echo(f"note: {url} is named {times} times: combined once")
     groups = _scan(list(found), timeout, allowed_sources=list(allowed) or None, **options)
@@ -193,6 +223,7 @@ def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]
 
     limit = current().scan_timeout if timeout is None else timeout
     workers = max(1, min(len(sources), os.cpu_count() or 1, 8))
+    failures: list[RefgridError] = []
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         pending = [(s, pool.apply_async(_scan_here, (s, kwargs))) for s in sources]
         groups = []
@@ -200,12 +231,19 @@ def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]
             try:
                 outcome, value = result.get(limit)
             except multiprocessing.TimeoutError:
-                raise click.ClickException(f"{source}: the scan took longer than {limit:g} s "
-                                           "and was stopped (--timeout raises the limit)") \
-                    from None
+                outcome, value = "error", ScanError(
+                    source, None, f"the scan took longer than {limit:g} s and was stopped "
+                    "(--timeout raises the limit)")
             if outcome == "error":
-                raise value
-            groups.append(value)
+                failures.append(value)
+            else:
+                groups.append(value)
+    if len(failures) == 1 and len(sources) == 1:
+        raise failures[0]
+    if failures:  # every one, as batch lists them
+        raise click.ClickException(
+            f"{len(failures)} of {len(sources)} files cannot be scanned:\n  "
+            + "\n  ".join(cli_words(str(e)) for e in failures))
     return groups
 
 
@@ -280,24 +318,25 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
 
     import_extra("dask", "batch", "refgrid batch")  # before any repository is created
     target: Any = output
-    if to_icechunk:
-        from refgrid.core.inputs import expand
-        from refgrid.writers.icechunk import local_repository
+    try:
+        if to_icechunk:
+            from refgrid.core.inputs import expand
+            from refgrid.writers.icechunk import local_repository
 
-        target = local_repository(output, expand(list(sources), _storage_options(storage)),
-                                  echo=click.echo)
-        work_dir = work_dir or output.with_name(output.name + ".parts")
-    result = run_batch(list(sources), target, concat_dim=concat_dim, scheduler=scheduler,
-                       workers=workers, work_dir=work_dir, format=format_, padded=padded,
-                       message=message,
-                       on_error="raise" if on_error == "raise" else "report",
-                       progress=False if quiet else None,
-                       overlap="allow" if allow_overlap else "error",
-                       codecs="recode" if recode else "error",
-                       allowed_sources=list(allowed) or None,
-                       storage_options=_storage_options(storage), file_timeout=file_timeout)
-    click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused "
-               f"(records in {result.work_dir})")
+            target = local_repository(output, expand(list(sources), _storage_options(storage)),
+                                      echo=click.echo)
+            work_dir = work_dir or output.with_name(output.name + ".parts")
+        result = run_batch(
+            list(sources), target, concat_dim=concat_dim, scheduler=scheduler,
+            workers=workers, work_dir=work_dir, format=format_, padded=padded,
+            message=message, on_error="raise" if on_error == "raise" else "report",
+            progress=False if quiet else None, overlap="allow" if allow_overlap else "error",
+            codecs="recode" if recode else "error", allowed_sources=list(allowed) or None,
+            storage_options=_storage_options(storage), file_timeout=file_timeout)
+    except DirectoryError as e:
+        raise _directory_hint(e, "batch", output) from e
+    click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused, "
+               f"{len(result.failed)} failed (records in {result.work_dir})")
     for change in result.changed:
         click.echo(f"  rescanned, changed since recorded: {change}")
     if result.dropped:
@@ -481,10 +520,10 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
     from refgrid.serve import run
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    click.echo(f"refgrid serve: http://{host}:{port}/ (Ctrl-C stops)", err=True)
     run(str(root), host, port, allow_sources=allowed, workers=workers, max_age=max_age,
         request_timeout=request_timeout, storage_options=_storage_options(storage),
-        access_log=access_log)
+        access_log=access_log,
+        announce=lambda url: click.echo(f"refgrid serve: {url} (Ctrl-C stops)", err=True))
 
 
 @main.command()
@@ -511,7 +550,7 @@ def demo(fixtures: Path | None, out: Path) -> None:
         written = run(sources, out, echo=click.echo)
     except (RefgridError, FileNotFoundError, AssertionError) as e:
         raise click.ClickException(str(e)) from None
-    first, year = written[0].resolve(), written[-1].resolve()
+    year = written[-1].resolve()
     click.echo(f"""
 Wrote {len(written) - 1} per-file reference files to {out.resolve()}/monthly and the combined
 year to {year}. Open them with xarray:
@@ -520,15 +559,13 @@ year to {year}. Open them with xarray:
     ds = xr.open_dataset("{year}", engine="refgrid")  # lazy
     # with dask installed, chunks={{}} gives dask chunks equal to the native ones: 10,10,10,1,...
 
-    # a single file has a regular grid: stock zarr reads it too
-    import fsspec, zarr
-    fs = fsspec.filesystem("reference", fo="{first}", asynchronous=True)
-    ds = xr.open_dataset(zarr.storage.FsspecStore(fs, read_only=True), engine="zarr")
+    # with zarr: refgrid's store, read by refgrid's codec pipeline (the fast way)
+    import refgrid, zarr
+    zarr.config.set(refgrid.zarr_config())
+    ds = xr.open_zarr(refgrid.open_store("{year}"))  # zarr >= 3.2 (rectilinear grids)
+    ds = xr.open_zarr(refgrid.open_store("{year}", chunks="auto"))  # any zarr >= 3.1
 
-    # the year's rectilinear grid: zarr >= 3.2 (Python >= 3.12) with its flag on
-    zarr.config.set({{"array.rectilinear_chunks": True}})
-    fs = fsspec.filesystem("reference", fo="{year}", asynchronous=True)
-    ds = xr.open_zarr(zarr.storage.FsspecStore(fs, read_only=True), consolidated=False)
+    # or serve them: refgrid serve {out.resolve()} --port 8000
 """)
 
 

@@ -6,12 +6,18 @@ the result's grid along the concat dimension is every file's logical chunk lengt
 (rectilinear), with the encoded lengths kept where a file's last chunk is stored padded.
 
 Policies, all reported rather than silent:
-- the concat coordinate is read, re-encoded to the first file's units and calendar, and
-  inlined as one chunk;
+- the concat coordinate is read, re-encoded to the first file's units, and inlined as one
+  chunk; so is every other variable along the concat dimension whose values are CF times
+  (the coordinate's ``bounds`` and ``climatology``, ``forecast_reference_time``...) where
+  files encode them differently (:mod:`refgrid.core.cf`); a change of calendar, or values the
+  first file's type cannot hold exactly in its units, is refused naming the variable and files;
 - variables without the concat dimension are taken from the first file after checking they
-  are identical in every file (``others="stack"`` keeps them per file along a new leading
-  dimension ``file`` instead);
-- attributes are the first file's; differing values in other files are recorded in
+  are identical in every file — times compared as dates, not as numbers — (``others="stack"``
+  keeps them per file along a new leading dimension ``file`` instead);
+- every attribute that changes what a stored number means (packing, fill values, units,
+  calendars, valid ranges: :data:`refgrid.core.cf.MEANING_ATTRS`, values and types) must agree
+  across files, or the combine is refused: a Zarr array has one encoding;
+- other attributes are the first file's; differing values in other files are recorded in
   ``VirtualGroup.report`` (action ``attribute-conflict``);
 - files whose codecs decode differently are an error, or with ``codecs="recode"`` re-encoded
   to the first file's codecs and inlined (reported: the data is copied).
@@ -20,14 +26,16 @@ Policies, all reported rather than silent:
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from refgrid.codecs.filters import bytes_codec
+from refgrid.core import cf
 from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, reader_attrs
 from refgrid.core.inputs import expand_counting
 from refgrid.errors import ArgumentError, CombineError, RefgridError
@@ -35,8 +43,11 @@ from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
 from refgrid.model.manifest import INLINE, MISSING, ChunkManifest
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup, same_value
 
-DECODING_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
-"""Attributes that change decoded values: they must agree across files."""
+Times = list[cf.TimeEncoding | None]
+"""Each file's time encoding of one variable (None: its values are not CF times there)."""
+INLINE_TIMES_LIMIT = 2**22
+"""Bytes of one file's time variable a batch worker inlines into its record (so combining the
+records re-encodes them without opening the sources); larger ones stay references."""
 LEVEL_KEYS = frozenset({"level", "clevel", "complevel"})
 """Codec settings that change how data was compressed, not how it decodes."""
 
@@ -44,6 +55,7 @@ LEVEL_KEYS = frozenset({"level", "clevel", "complevel"})
 Sources = Sequence[VirtualGroup | str | os.PathLike[str]] | str | os.PathLike[str]
 """What :func:`combine` takes: scanned groups, or what the CLI takes — paths, URLs, glob
 patterns and ``@list`` files — scanned here."""
+
 
 
 def combine(
@@ -68,7 +80,8 @@ def combine(
     (say contiguous, uncompressed files among compressed chunked ones): their chunks are
     decoded, re-encoded with the first file's codecs and inlined — data is copied, and each
     such variable is reported. ``storage_options`` reach the source files, which are read
-    for the concat coordinate and to compare variables without the concat dimension.
+    for the concat coordinate, for times to re-encode and to compare variables without the
+    concat dimension.
     ``fingerprint`` gives a digest of an array's values where one is known without reading
     (batch workers compute them where they scan): arrays without the concat dimension whose
     digests are equal are identical and are not read.
@@ -91,21 +104,29 @@ def combine(
     root = job.group(list(groups), labels, "")
     scanned = tuple(entry for g in groups for entry in g.report)
     identities = {url: identity for g in groups for url, identity in g.sources.items()}
-    return replace(root, report=(*report, *scanned, *job.report), sources=identities)
+    return replace(root, report=_once_per_variable((*report, *scanned, *job.report)),
+                   sources=identities)
 
 
 def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
                             storage_options: dict[str, Any] | None = None) -> VirtualGroup:
     """``group`` with each ``concat_dim`` coordinate read and inlined as :func:`combine`
-    stores it: batch workers do this where they scan, so that combining their records reads
-    no coordinate from the sources."""
+    stores it, and so every other variable along ``concat_dim`` whose values are CF times
+    (up to :data:`INLINE_TIMES_LIMIT` bytes): batch workers do this where they scan, so that
+    combining their records — re-encoding times to one file's units — reads no source."""
     job = _Combine(concat_dim, "error", "identical", "error", storage_options or {}, _unknown)
     url = _label(group, 0)
 
     def inline(g: VirtualGroup, path: str) -> VirtualGroup:
-        arrays = {name: job.coordinate([a], [url], _where(path, name))
-                  if a.dims == (concat_dim,) and a.name == concat_dim else a
-                  for name, a in g.arrays.items()}
+        times = cf.time_encodings({name: a.attrs for name, a in g.arrays.items()})
+        arrays = {}
+        for name, a in g.arrays.items():
+            if a.dims == (concat_dim,) and a.name == concat_dim:
+                a = job.coordinate([a], [url], _where(path, name), [times.get(name)])
+            elif concat_dim in a.dims and name in times and \
+                    math.prod(a.shape) * a.dtype.itemsize <= INLINE_TIMES_LIMIT:
+                a = _inlined(a, job.read(a))
+            arrays[name] = a
         groups = {name: inline(child, _where(path, name)) for name, child in g.groups.items()}
         return replace(g, arrays=arrays, groups=groups)
 
@@ -114,6 +135,13 @@ def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
 
 def _unknown(array: VirtualArray) -> None:
     return None
+
+
+def _once_per_variable(entries: tuple[ReportEntry, ...]) -> tuple[ReportEntry, ...]:
+    """The report with one re-encoding entry per variable: a batch combines slices of files,
+    then the slices, and each level may re-encode (the outermost level's entry is kept)."""
+    last = {e.variable: e for e in entries if e.action == "re-encoded"}
+    return tuple(e for e in entries if e.action != "re-encoded" or last[e.variable] is e)
 
 
 class _Combine:
@@ -147,10 +175,13 @@ class _Combine:
             detail = "; ".join(f"{_where(path, n)} missing from {', '.join(f)}"
                                for n, f in sorted(missing.items()))
             raise CombineError(f"variables are not in every file: {detail}")
+        encodings = [cf.time_encodings({n: a.attrs for n, a in g.arrays.items()})
+                     for g in groups]
         arrays = {}
         for name in names:
             parts = [g.arrays[name] for g in groups]
-            arrays[name] = self.array(parts, labels, _where(path, name))
+            times = [found.get(name) for found in encodings]
+            arrays[name] = self.array(parts, labels, _where(path, name), times)
         child_names = _all_names(groups, "groups")
         absent = {n: [lab for g, lab in zip(groups, labels, strict=True) if n not in g.groups]
                   for n in child_names}
@@ -169,6 +200,8 @@ class _Combine:
         if any(self.dim not in g.arrays for g in groups):
             return list(range(len(groups)))  # no coordinate: keep the given order
         coords = [g.arrays[self.dim] for g in groups]
+        _one_calendar([cf.time_encodings({self.dim: c.attrs}).get(self.dim) for c in coords],
+                      labels, _where(path, self.dim))
         bounds = _bounds([self.read(c) for c in coords], coords)  # (first, last) instants
         empty = [k for k, b in enumerate(bounds) if b is None]
         filled = sorted((k for k, b in enumerate(bounds) if b is not None),
@@ -182,39 +215,90 @@ class _Combine:
                         "repeat values (pass overlap='allow' to keep both)")
         return filled + empty
 
-    def coordinate(self, parts: list[VirtualArray], labels: list[str],
-                   where: str) -> VirtualArray:
+    def coordinate(self, parts: list[VirtualArray], labels: list[str], where: str,
+                   times: Times) -> VirtualArray:
         """The concat coordinate, read, re-encoded to the first file's units, inlined."""
-        first = parts[0]
-        values = [self.read(p) for p in parts]
+        self.check(parts, labels, where, times, reread=True)
+        if all(t is not None for t in times):
+            return _inlined(parts[0], self.times(parts, labels, where, times))
         units = [p.attrs.get("units") for p in parts]
-        calendars = [p.attrs.get("calendar", "standard") for p in parts]
-        if any(u != units[0] or c != calendars[0] for u, c in zip(units, calendars, strict=True)):
-            if not (isinstance(units[0], str) and " since " in units[0]):
-                odd = [lab for lab, u in zip(labels, units, strict=True) if u != units[0]]
-                raise CombineError(f"{where}: units differ ({', '.join(odd)} vs {labels[0]}) "
-                                   "and are not CF time units that can be re-encoded")
-            values = _reencoded(values, parts, labels, where)
-        data = np.concatenate(values).astype(first.dtype)
-        grid = RectilinearGrid.regular([len(data)], [max(1, len(data))])
-        stored = data.astype(first.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
-        path_id = np.full(grid.chunk_counts, INLINE if len(data) else -1, np.int32)
-        inline: dict[tuple[int, ...], bytes] = {(0,): stored.tobytes()} if len(data) else {}
-        manifest = ChunkManifest((), path_id, np.zeros(grid.chunk_counts),
-                                 np.zeros(grid.chunk_counts), inline)
-        return replace(first, dtype=stored.dtype, grid=grid, manifest=manifest,
-                       codecs=(bytes_codec(stored.dtype),))
+        if any(t is not None for t in times) or any(u != units[0] for u in units):
+            odd = [lab for lab, u in zip(labels, units, strict=True) if u != units[0]]
+            raise CombineError(f"{where}: units differ ({', '.join(odd)} vs {labels[0]}) "
+                               "and are not CF time units that can be re-encoded")
+        data = np.concatenate([self.read(p) for p in parts])
+        return _inlined(parts[0], _exactly(data, parts, labels, where))
+
+    def times(self, parts: list[VirtualArray], labels: list[str], where: str,
+              times: Times) -> np.ndarray:
+        """The values of a time variable along the concat dimension, every file's in the
+        first file's units and type: one decode and encode per distinct units (10^5 files
+        in two kinds of units are two re-encodings, not 10^5)."""
+        target = times[0]
+        untimed = [lab for t, lab in zip(times, labels, strict=True) if t is None]
+        if target is None or untimed:
+            timed = [lab for t, lab in zip(times, labels, strict=True) if t is not None]
+            raise CombineError(f"{where}: holds CF times in {_some(timed)} but not in "
+                               f"{_some(untimed)}: a Zarr array has one encoding")
+        _one_calendar(times, labels, where)
+        first = parts[0]
+        kinds: dict[cf.TimeEncoding, list[int]] = {}
+        for k, t in enumerate(times):
+            kinds.setdefault(t, []).append(k)  # type: ignore[arg-type]
+        values = [self.read(p) for p in parts]
+        if len(kinds) > 1:
+            packed = [a for a in ("scale_factor", "add_offset") if a in first.attrs]
+            if packed:
+                others = [labels[m[0]] for t, m in kinds.items() if t != target]
+                raise CombineError(f"{where}: packed times ({', '.join(packed)}) in other "
+                                   f"units in {_some(others)} cannot be re-encoded exactly")
+        out = list(values)
+        moved: list[str] = []
+        for encoding, members in kinds.items():
+            if encoding == target:
+                continue
+            moved.append(labels[members[0]])
+            joined = np.concatenate([values[k].reshape(-1) for k in members])
+            try:
+                encoded = _retimed(joined, encoding, target, first)
+            except ValueError:  # name the very file whose times do not fit
+                for k in members:
+                    try:
+                        _retimed(values[k].reshape(-1), encoding, target, first)
+                    except ValueError as e:
+                        raise CombineError(f"{where}: the times of {labels[k]} "
+                                           f"({encoding[0]!r}) {e}") from e
+                raise
+            pieces = np.split(encoded, np.cumsum([values[k].size for k in members])[:-1])
+            for k, piece in zip(members, pieces, strict=True):
+                out[k] = piece.reshape(values[k].shape)
+        if moved:
+            example = next(t for t in times if t is not None and t != target)
+            self.report.append(ReportEntry(moved[0], where, "re-encoded", (
+                f"times in other units than {labels[0]}'s ({example[0]!r} in {moved[0]}"
+                f"{' and others' if len(kinds) > 2 else ''}) re-encoded to {target[0]!r} "
+                f"({target[1]}) and inlined")))
+        data = np.concatenate(out, axis=first.axis(self.dim))
+        return _exactly(data, parts, labels, where)
 
     # -- variables ------------------------------------------------------------------------
 
-    def array(self, parts: list[VirtualArray], labels: list[str], where: str) -> VirtualArray:
+    def array(self, parts: list[VirtualArray], labels: list[str], where: str,
+              times: Times) -> VirtualArray:
         first = parts[0]
-        attrs = self.attributes([p.attrs for p in parts], labels, where)
+        timed = any(t is not None for t in times)
+        attrs = self.attributes([p.attrs for p in parts], labels, where,
+                                skip=TIME_ATTRS if timed else ())
         if self.dim not in first.dims:
-            return replace(self.constant(parts, labels, where), attrs=attrs)
+            return replace(self.constant(parts, labels, where, times), attrs=attrs)
         if first.dims == (self.dim,) and first.name == self.dim:
-            return replace(self.coordinate(parts, labels, where), attrs=attrs)
-        self.check(parts, labels, where)
+            return replace(self.coordinate(parts, labels, where, times), attrs=attrs)
+        if timed and any(t != times[0] or p.dtype != first.dtype
+                         for t, p in zip(times, parts, strict=True)):
+            self.check(parts, labels, where, times, reread=True)
+            return replace(_inlined(first, self.times(parts, labels, where, times)),
+                           attrs=attrs)
+        self.check(parts, labels, where, times)
         if self.recode:
             parts = [self.recoded(p, first, lab, where) for p, lab in zip(parts, labels,
                                                                              strict=True)]
@@ -225,14 +309,18 @@ class _Combine:
             raise CombineError(f"{where}: {e}") from None
         return replace(joined, attrs=attrs)
 
-    def check(self, parts: list[VirtualArray], labels: list[str], where: str) -> None:
-        """Every disagreement that would mis-place or mis-decode data, with every file."""
-        axis = parts[0].axis(self.dim)
-        signatures = [_signature(p, axis) for p in parts]
+    def check(self, parts: list[VirtualArray], labels: list[str], where: str, times: Times,
+              *, reread: bool = False) -> None:
+        """Every disagreement that would mis-place or mis-decode data, with every file.
+        ``reread``: the values are read and written anew (in the first file's type and
+        units), so only what decides their meaning must agree, not how they are stored."""
+        timed = any(t is not None for t in times)
+        axis = parts[0].axis(self.dim) if self.dim in parts[0].dims else None
+        signatures = [_signature(p, axis, timed) for p in parts]
         reference = signatures[0]
         problems = []
         for what, expected in reference.items():
-            if what == "codecs" and self.recode:
+            if (what == "codecs" and self.recode) or (reread and what in STORAGE_KEYS):
                 continue
             exact = what in EXACT_KEYS
             odd = [k for k, sig in enumerate(signatures) if not (
@@ -242,7 +330,10 @@ class _Combine:
                 problems.append(f"{what} differs in {names} from {labels[0]} "
                                 f"({_brief(signatures[odd[0]][what])} vs {_brief(expected)})")
         if problems:
-            raise CombineError(f"{where}: " + "; ".join(problems))
+            lead = f"has no {self.dim!r} dimension and its " if axis is None else ""
+            recode = " (pass codecs='recode' to re-encode them, copying their data)" if any(
+                p.startswith("codecs ") for p in problems) else ""
+            raise CombineError(f"{where}: {lead}" + "; ".join(problems) + recode)
 
     def recoded(self, part: VirtualArray, first: VirtualArray, label: str,
                 where: str) -> VirtualArray:
@@ -272,39 +363,66 @@ class _Combine:
         return replace(part, codecs=first.codecs,
                        manifest=ChunkManifest((), path_id, zeros, zeros, inline))
 
-    def constant(self, parts: list[VirtualArray], labels: list[str], where: str) -> VirtualArray:
-        """A variable without the concat dimension: one copy when identical everywhere."""
+    def constant(self, parts: list[VirtualArray], labels: list[str], where: str,
+                 times: Times) -> VirtualArray:
+        """A variable without the concat dimension: one copy when identical everywhere —
+        times compared as the dates they are, whatever units each file wrote them in."""
         first = parts[0]
+        self.check(parts, labels, where, times, reread=True)
+        retimed = any(t != times[0] for t in times)
         if self.others == "stack":
+            if retimed:
+                odd = [lab for t, lab in zip(times, labels, strict=True) if t != times[0]]
+                raise CombineError(f"{where}: its times are in other units in {_some(odd)} "
+                                   f"than in {labels[0]}: stacked files keep one encoding")
             stacked = [_with_leading_axis(p, "file") for p in parts]
             return VirtualArray.concat([replace(s, attrs=first.attrs) for s in stacked], "file")
         reference = None
         first_digest = self.fingerprint(first)
         odd = []
-        for p, lab in zip(parts[1:], labels[1:], strict=True):
-            if first_digest is not None and self.fingerprint(p) == first_digest:
+        for p, lab, t in zip(parts[1:], labels[1:], times[1:], strict=True):
+            if t != times[0]:
+                same = self.same_dates(first, times[0], p, t)
+            elif (first_digest is not None and self.fingerprint(p) == first_digest) or (
+                    p.manifest == first.manifest and p.grid == first.grid
+                    and p.dtype == first.dtype):
                 continue
-            if p.manifest == first.manifest and p.grid == first.grid and p.dtype == first.dtype:
-                continue
-            if reference is None:
-                reference = self.read(first)
-            values = self.read(p)
-            if values.shape != reference.shape or not same_value(values, reference):
+            else:
+                if reference is None:
+                    reference = self.read(first)
+                values = self.read(p)
+                same = values.shape == reference.shape and same_value(values, reference)
+            if not same:
                 odd.append(lab)
         if odd:
             raise CombineError(f"{where}: has no {self.dim!r} dimension and differs in "
-                               f"{', '.join(odd)} from {labels[0]} (pass others='stack' to keep "
+                               f"{_some(odd)} from {labels[0]} (pass others='stack' to keep "
                                "one copy per file)")
         return first
 
-    def attributes(self, values: list[Any], labels: list[str], where: str) -> dict[str, Any]:
+    def same_dates(self, a: VirtualArray, a_time: cf.TimeEncoding | None, b: VirtualArray,
+                   b_time: cf.TimeEncoding | None) -> bool:
+        """Whether two time variables hold the same dates (and the same gaps)."""
+        if a_time is None or b_time is None:
+            return False
+        x, y = self.read(a), self.read(b)
+        if x.shape != y.shape:
+            return False
+        attrs = reader_attrs(a.attrs)
+        mx, my = cf.stored_mask(x, attrs), cf.stored_mask(y, attrs)
+        return bool(np.array_equal(mx, my) and np.array_equal(
+            cf.decode_times(x[~mx], *a_time), cf.decode_times(y[~my], *b_time)))
+
+    def attributes(self, values: list[Any], labels: list[str], where: str,
+                   skip: tuple[str, ...] = ()) -> dict[str, Any]:
         """The first file's attributes; other files' differing values are recorded (not
         refgrid's bookkeeping: each file has its own storage facts, and the combined array
-        reports the first file's, as xarray's ``open_mfdataset`` does)."""
+        reports the first file's, as xarray's ``open_mfdataset`` does; nor ``skip``: the
+        units of times re-encoded to the first file's)."""
         first = dict(values[0])
         for attrs, lab in zip(values[1:], labels[1:], strict=True):
             for name in sorted(set(first) | set(attrs)):
-                if name in (ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR):
+                if name in (ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR) or name in skip:
                     continue
                 if not same_value(first.get(name), attrs.get(name)):
                     self.report.append(ReportEntry(
@@ -318,24 +436,124 @@ class _Combine:
 
 EXACT_KEYS = frozenset({"dimensions", "dtype", "shape on other dimensions",
                         "chunking on other dimensions", "codecs"})
+STORAGE_KEYS = frozenset({"dtype", "chunking on other dimensions", "codecs", "fill value"})
+"""How values are stored, not what they mean: free to differ where values are read and
+written anew."""
+TIME_ATTRS = ("units", "calendar")
+"""The attributes of times that re-encoding makes the first file's."""
 
 
-def _signature(array: VirtualArray, axis: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Typed:
+    """An attribute's value with its numeric type: a float32 ``scale_factor`` unpacks to
+    float32, a float64 one to float64, so equal values of other types do not agree."""
+
+    value: Any
+    kind: str
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Typed) and self.kind == other.kind and same_value(
+            self.value, other.value)
+
+    def __repr__(self) -> str:
+        return f"{self.value!r} ({self.kind})" if self.kind else repr(self.value)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _typed(value: Any) -> _Typed | None:
+    if value is None:
+        return None
+    if isinstance(value, str | bytes | bool):
+        return _Typed(value, "")
+    kind = np.asarray(value).dtype
+    return _Typed(_comparable(value), kind.name if kind.kind in "iufc" else "")
+
+
+def _signature(array: VirtualArray, axis: int | None, timed: bool) -> dict[str, Any]:
     """What must agree across files for ``array``: compared key by key (NaN-aware for
-    fill values and packing attributes)."""
+    fill values and attributes; numeric attributes with their types). ``axis``: of the
+    concat dimension (None: the array has none); ``timed``: the units and calendar of its
+    times are compared as dates, not here."""
     grid = array.grid
     attrs = reader_attrs(array.attrs)
+    if "calendar" in attrs:
+        attrs["calendar"] = cf.calendar_name(attrs["calendar"])
+    others = [d for d in range(grid.ndim) if d != axis]
     return {
         "dimensions": array.dims,
         "dtype": str(array.dtype),
-        "shape on other dimensions": array.shape[:axis] + array.shape[axis + 1:],
+        "shape on other dimensions": tuple(array.shape[d] for d in others),
         "chunking on other dimensions": tuple(
             (tuple(grid.lengths(d).tolist()), tuple(grid.encoded_lengths(d).tolist()))
-            for d in range(grid.ndim) if d != axis),
+            for d in others),
         "codecs": _decoding(array.codecs),
         "fill value": _comparable(array.fill_value),
-        **{name: _comparable(attrs.get(name)) for name in DECODING_ATTRS},
+        **{("attribute dtype" if name == "dtype" else name): _typed(attrs.get(name))
+           for name in cf.MEANING_ATTRS if not (timed and name in TIME_ATTRS)},
     }
+
+
+def _retimed(values: np.ndarray, encoding: cf.TimeEncoding, target: cf.TimeEncoding,
+             first: VirtualArray) -> np.ndarray:
+    """``values`` (times in ``encoding``) in ``target``'s units as ``first``'s type; the
+    fill value and NaN stay as they are (``first``'s fill attributes hold for every file)."""
+    attrs = reader_attrs(first.attrs)
+    mask = cf.stored_mask(values, attrs)
+    dates = cf.decode_times(values[~mask], *encoding)
+    out = np.empty(values.shape, first.value_dtype)
+    out[~mask] = cf.encode_times(dates, target[0], target[1], first.value_dtype)
+    kept = values[mask]
+    out[mask] = kept
+    if not same_value(out[mask], kept):
+        raise ValueError(f"hold fill values {first.value_dtype} cannot hold")
+    return out
+
+
+def _exactly(data: np.ndarray, parts: list[VirtualArray], labels: list[str],
+             where: str) -> np.ndarray:
+    """``data`` (every file's values, joined) as the first file's type — refused where a
+    value would change (another file's fractions in the first file's integers, say)."""
+    dtype = parts[0].value_dtype
+    cast = data.astype(dtype)
+    if data.dtype != dtype and not same_value(cast.astype(data.dtype), data):
+        odd = [k for k, p in enumerate(parts) if p.value_dtype != dtype]
+        raise CombineError(f"{where}: values of {_some([labels[k] for k in odd])} "
+                           f"({parts[odd[0]].value_dtype}) cannot be held exactly by "
+                           f"{labels[0]}'s type {dtype}")
+    return cast
+
+
+def _inlined(like: VirtualArray, data: np.ndarray) -> VirtualArray:
+    """``like`` holding ``data`` as one inline chunk (uncompressed, little-endian)."""
+    grid = RectilinearGrid.regular(list(data.shape), [max(1, n) for n in data.shape])
+    stored = data.astype(like.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
+    path_id = np.full(grid.chunk_counts, INLINE if data.size else MISSING, np.int32)
+    inline: dict[tuple[int, ...], bytes] = {(0,) * data.ndim: stored.tobytes()} \
+        if data.size else {}
+    zeros = np.zeros(grid.chunk_counts)
+    return replace(like, dtype=stored.dtype, grid=grid, codecs=(bytes_codec(stored.dtype),),
+                   manifest=ChunkManifest((), path_id, zeros, zeros, inline))
+
+
+def _one_calendar(times: Times, labels: list[str], where: str) -> None:
+    """Refuse times in several calendars: a date of one may not exist in another."""
+    target = next((t for t in times if t is not None), None)
+    odd = [lab for t, lab in zip(times, labels, strict=True)
+           if t is not None and target is not None and t[1] != target[1]]
+    if odd and target is not None:
+        other = next(t for t in times if t is not None and t[1] != target[1])
+        first = labels[times.index(target)]
+        raise CombineError(
+            f"{where}: calendar {other[1]!r} in {_some(odd)} differs from {target[1]!r} in "
+            f"{first}: dates cannot be re-encoded exactly across calendars; combine the files "
+            "of each calendar separately")
+
+
+def _some(labels: Sequence[str]) -> str:
+    """Files named in a message: the first few, and how many more."""
+    shown = ", ".join(labels[:3])
+    return shown + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
 
 
 def _scanned(items: Sources, storage_options: dict[str, Any] | None
@@ -390,65 +608,11 @@ def _bounds(values: list[np.ndarray], coords: list[VirtualArray]) -> list[Any]:
             continue
         stacked = np.concatenate([ends[k] for k in members])
         units, calendar = key
-        if isinstance(units, str) and " since " in units:
-            stacked = decode_times(stacked, units, calendar)
+        if cf.is_time_units(units):
+            stacked = cf.decode_times(stacked, str(units), calendar)
         for j, k in enumerate(members):
             out[k] = (stacked[2 * j], stacked[2 * j + 1])
     return out
-
-
-def decode_times(values: np.ndarray, units: str, calendar: str) -> np.ndarray:
-    """CF times decoded as xarray decodes them, for ordering and re-encoding. Quietly:
-    xarray warns when dates beyond 2262 come back as cftime objects, which is a matter of
-    representation here, not of the values."""
-    import warnings
-
-    from xarray.coding.times import decode_cf_datetime
-    from xarray.coding.variables import SerializationWarning
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SerializationWarning)
-        return np.asarray(decode_cf_datetime(values, units, calendar))
-
-
-def _reencoded(values: list[np.ndarray], parts: list[VirtualArray], labels: list[str],
-               where: str) -> list[np.ndarray]:
-    """Each file's times in the first file's units: one decode and encode per distinct
-    units and calendar (10^5 files in two kinds of units are two re-encodings, not 10^5)."""
-    first = parts[0]
-    kinds: dict[tuple[Any, Any], list[int]] = {}
-    for k, p in enumerate(parts):
-        kinds.setdefault((p.attrs.get("units"), p.attrs.get("calendar", "standard")),
-                         []).append(k)
-    out = list(values)
-    for members in kinds.values():
-        if members[0] == 0:
-            continue  # the first file's own units
-        joined = np.concatenate([values[k] for k in members])
-        try:
-            encoded = _reencode(joined, parts[members[0]], first, labels[members[0]], where)
-        except CombineError:  # name the very file whose times do not fit
-            for k in members:
-                _reencode(values[k], parts[k], first, labels[k], where)
-            raise
-        for k, piece in zip(members, np.split(encoded, np.cumsum(
-                [len(values[k]) for k in members])[:-1]), strict=True):
-            out[k] = piece
-    return out
-
-
-def _reencode(values: np.ndarray, part: VirtualArray, first: VirtualArray, label: str,
-              where: str) -> np.ndarray:
-    from xarray.coding.times import encode_cf_datetime
-
-    dates = decode_times(values, part.attrs["units"], part.attrs.get("calendar", "standard"))
-    encoded, _, _ = encode_cf_datetime(dates, first.attrs["units"],
-                                       first.attrs.get("calendar", "standard"), first.dtype)
-    back = decode_times(encoded, first.attrs["units"], first.attrs.get("calendar", "standard"))
-    if not np.array_equal(np.asarray(back), np.asarray(dates)):
-        raise CombineError(f"{where}: times of {label} cannot be encoded exactly in "
-                           f"{first.attrs['units']!r}")
-    return np.asarray(encoded)
 
 
 def _decoding(codecs: tuple[Any, ...]) -> list[Any]:

@@ -50,6 +50,21 @@ class ArgumentError(RefgridError, ValueError):
     """An argument refgrid cannot use (a group that is not a string, ...)."""
 
 
+class DirectoryError(ArgumentError):
+    """A directory of data files given where files are named: ``pattern`` names them
+    (``'data/*.nc'``), for the message each interface words its own way."""
+
+    def __init__(self, directory: str, pattern: str, what: str) -> None:
+        super().__init__(f"{directory} is a directory of {what}: to combine its files, name "
+                         f"them with a pattern, e.g. {pattern!r}")
+        self.directory = directory
+        self.pattern = pattern
+        self.what = what
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return type(self), (self.directory, self.pattern, self.what)
+
+
 class WriteError(RefgridError):
     """The model cannot be written in the requested form."""
 

@@ -9,16 +9,19 @@ files: that is how a killed batch resumes and how an archive that grows is appen
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from refgrid.archive.assemble import combine_records
-from refgrid.archive.journal import Journal
+from refgrid.archive.deadline import GUARD, importing_script, note_unguarded
+from refgrid.archive.journal import RECORDS, Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
 from refgrid.core.bounds import current
@@ -59,7 +62,8 @@ class BatchResult:
     files: int
     """Files the sources name now."""
     scanned: int
-    """Files scanned by this run (new, changed, or failed before)."""
+    """Files scanned and recorded by this run (new, changed, or failed before); the files
+    that failed are in :attr:`failed`."""
     reused: int
     """Files whose records from an earlier run were used."""
     changed: list[str] = field(default_factory=list)
@@ -79,6 +83,28 @@ class BatchResult:
     @property
     def ok(self) -> bool:
         return not self.failed
+
+    def __repr__(self) -> str:
+        """One line (a notebook shows it): where the output went and what the batch did;
+        the details are in the fields and the report."""
+        where = (self.snapshot and f"snapshot {self.snapshot}") or _shown(self.output)
+        extra = "".join(f", {n} {what}" for n, what in (
+            (len(self.changed), "changed"), (self.dropped, "dropped"),
+            (len(self.notes), "notes")) if n)
+        error = f", error: {self.error[:60]}" if self.error else ""
+        report = self.report_path.name + " beside it" \
+            if self.report_path.parent == self.output.parent else _shown(self.report_path)
+        return (f"BatchResult({where}: {self.files} files, {self.scanned} scanned, "
+                f"{self.reused} reused, {len(self.failed)} failed{extra}{error}; report "
+                f"{report})")
+
+
+def _shown(path: Path) -> str:
+    """A path as a user gave it: relative to the working directory where it lies below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def batch(
@@ -105,8 +131,8 @@ def batch(
 
     ``file_timeout``: seconds one file's scan may take (default: the ``scan_timeout`` limit,
     10 minutes); a scan that passes it — a stalled server, libhdf5 hung on a damaged file — is
-    stopped with its worker process, recorded as failed, and the batch goes on (not with
-    ``scheduler="synchronous"``, which runs in this process).
+    stopped with its worker process, recorded as failed, and the batch goes on (with
+    ``scheduler="synchronous"``, which runs in this process, its thread is left behind).
 
     ``sources``: paths, URLs, glob patterns (local or remote, e.g. ``s3://b/era5/*.nc``) and
     ``@FILE`` lists (one source per line). ``output``: parquet references, or JSON when the
@@ -130,6 +156,8 @@ def batch(
     if on_error not in ("raise", "report"):
         raise ArgumentError(f"on_error must be 'raise' or 'report', not {on_error!r}")
     repository = None if isinstance(output, str | os.PathLike) else output
+    if importing_script():
+        _unguarded(output, work_dir)
     if repository is not None:
         if work_dir is None:
             raise ArgumentError("an Icechunk output needs work_dir= (where the scanned files "
@@ -151,22 +179,23 @@ def batch(
     listed = expand([sources] if isinstance(sources, str) else list(sources), options)
     if not listed:
         raise ArgumentError("no sources given")
-    show = sys.stderr.isatty() if progress is None else progress
+    if file_timeout is not None and not file_timeout > 0:
+        raise ArgumentError(f"file_timeout must be a positive number of seconds, not "
+                            f"{file_timeout!r}")
+    show = _show_progress(progress)
     work = Path(work_dir) if work_dir is not None else target.with_name(target.name + ".parts")
-    with Journal(work) as journal:
+    with _leaving_no_empty(work), Journal(work) as journal:
         todo, reused, changed, failed = _plan(listed, journal, options)
-        if file_timeout is not None and not file_timeout > 0:
-            raise ArgumentError(f"file_timeout must be a positive number of seconds, not "
-                                f"{file_timeout!r}")
         job = ScanJob(concat_dim, options, allowed_sources,
                       file_timeout or current().scan_timeout, str(work / TIMED_OUT))
-        failed += _scan(todo, job, journal, scheduler, workers, on_error, show)
+        failed_now = _scan(todo, job, journal, scheduler, workers, on_error, show)
+        failed += failed_now
         bad = {f.url for f in failed}
         good = [url for url in listed if url in journal.entries and url not in bad]
         dropped = len(set(journal.entries) - set(listed))
         report = target.with_name(target.name + ".report.json")
-        result = BatchResult(target, report, work, len(listed), len(todo), reused, changed,
-                             failed, dropped)
+        result = BatchResult(target, report, work, len(listed), len(todo) - len(failed_now),
+                             reused, changed, failed, dropped)
         if not good:
             _save(result)
             shown = "; ".join(f.message for f in failed[:3])
@@ -190,6 +219,37 @@ def batch(
             result = replace(result, rewritten=str(saved.rewrite))
     _save(result)
     return result
+
+
+@contextlib.contextmanager
+def _leaving_no_empty(work: Path) -> Iterator[None]:
+    """A batch that fails before recording any file removes the work directory it made."""
+    fresh = not work.exists()
+    try:
+        yield
+    except BaseException:
+        records = work / RECORDS
+        if fresh and (not records.exists() or records.stat().st_size == 0):
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _show_progress(progress: bool | None) -> bool:
+    """Whether to draw the progress bar: asked for, or stderr is a terminal wide enough to
+    draw one (an IDE's console can report 0 columns)."""
+    if progress is not None:
+        return progress
+    return sys.stderr.isatty() and shutil.get_terminal_size((0, 0)).columns >= 40
+
+
+def _unguarded(output: Any, work_dir: str | os.PathLike[str] | None) -> None:
+    """(In a worker importing the script.) Tell the batch why its worker ends, and end."""
+    if isinstance(output, str | os.PathLike) and "://" not in os.fspath(output):
+        target = Path(output)
+        work = Path(work_dir) if work_dir is not None else \
+            target.with_name(target.name + ".parts")
+        note_unguarded(work / TIMED_OUT)
+    raise BatchError(GUARD)
 
 
 def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
@@ -261,7 +321,9 @@ def _bar(total: int, what: str, show: bool) -> Any:
     if not show or not total:
         return None
     tqdm = import_extra("tqdm.auto", "batch", "the batch progress bar").tqdm
-    return tqdm(total=total, desc=what, unit="file", file=sys.stderr, dynamic_ncols=True)
+    # redrawn at every update: the count shown is what is recorded, even after a kill
+    return tqdm(total=total, desc=what, unit="file", file=sys.stderr, dynamic_ncols=True,
+                mininterval=0, miniters=1)
 
 
 def _save(result: BatchResult) -> None:

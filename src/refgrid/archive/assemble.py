@@ -20,7 +20,8 @@ import numpy as np
 
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
-from refgrid.combine import combine, decode_times
+from refgrid.combine import combine
+from refgrid.core.cf import decode_times, is_time_units
 from refgrid.errors import BatchError, CombineError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 
@@ -64,7 +65,7 @@ def order(journal: Journal, urls: Sequence[str]) -> list[str]:
     instants: dict[str, Any] = {}
     for (units, calendar), members in by_units.items():
         values = np.asarray([firsts[url][0] for url in members])  # type: ignore[index]
-        if isinstance(units, str) and " since " in units:
+        if is_time_units(units):
             try:
                 values = decode_times(values, units, calendar)
             except Exception as e:

@@ -10,6 +10,7 @@ goes on with the other files (:mod:`refgrid.archive.runner`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -89,3 +90,37 @@ def read_notes(notes: Path) -> dict[str, float]:
             pass
         path.unlink(missing_ok=True)
     return found
+
+
+UNGUARDED = "unguarded-script"
+"""The note a worker leaves when it finds itself importing an unguarded script."""
+GUARD = ("the script that runs refgrid.batch must call it under `if __name__ == "
+         "\"__main__\":` — batch scans in worker processes, which import the script again and "
+         "would start the batch again")
+
+
+def importing_script() -> bool:
+    """Whether this is a batch worker process importing the user's script: worker processes
+    are started fresh and import the script that started the batch, and a script that calls
+    ``refgrid.batch`` at its top level (not under ``if __name__ == "__main__":``) calls it
+    again in every worker."""
+    import multiprocessing
+    import sys
+
+    if multiprocessing.current_process().name == "MainProcess":
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:  # the script, imported by the worker under this name
+        if frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def note_unguarded(notes: Path) -> None:
+    """(In such a worker.) Leave the note the batch reads when its worker ends, and end the
+    worker: the batch names the reason once, rather than each worker a traceback."""
+    with contextlib.suppress(OSError):
+        notes.mkdir(parents=True, exist_ok=True)
+        (notes / UNGUARDED).write_text(GUARD)
+    os._exit(EXIT_STATUS)

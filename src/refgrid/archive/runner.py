@@ -23,8 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from refgrid.archive.deadline import read_notes
+from refgrid.archive.deadline import GUARD, UNGUARDED, read_notes
 from refgrid.archive.task import Failed, ScanJob, Scanned, scan_files
+from refgrid.core.bounds import current
+from refgrid.core.network import STALL_ATTEMPTS
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError, BatchError
@@ -57,9 +59,10 @@ def run(files: Files, job: ScanJob, on_result: OnResult, *, scheduler: Any = Non
         return
     if scheduler is None or scheduler == "processes":
         _run_local(files, job, on_result, workers or os.cpu_count() or 1)
-    elif scheduler == "synchronous":  # in this process: no deadline, it would end the batch
+    elif scheduler == "synchronous":  # in this process: each file in a thread of its own
+        behind: list[threading.Thread] = []
         for task in tasks_of(files, 1):
-            on_result(scan_files(task, replace(job, file_timeout=None)))
+            on_result([_within(file, job, behind) for file in task])
     elif isinstance(scheduler, str):
         distributed = import_extra("distributed", "batch", "batch conversion on a dask cluster")
         try:
@@ -103,6 +106,9 @@ def _run_local(files: Files, job: ScanJob, on_result: OnResult, workers: int) ->
                     dask.compute(*jobs, scheduler="processes", pool=pool)
                 return
             except BrokenProcessPool:
+                if job.notes and (Path(job.notes) / UNGUARDED).exists():
+                    (Path(job.notes) / UNGUARDED).unlink(missing_ok=True)
+                    raise BatchError(GUARD) from None
                 late = read_notes(Path(job.notes)) if job.notes else {}
                 if not late:
                     raise BatchError("a batch worker process died while scanning (killed, "
@@ -113,10 +119,37 @@ def _run_local(files: Files, job: ScanJob, on_result: OnResult, workers: int) ->
         pending = [(k, task) for k, task in pending if task]
 
 
-def timed_out(url: str, seconds: float) -> Failed:
+def _within(file: tuple[str, SourceIdentity | None], job: ScanJob,
+            behind: list[threading.Thread]) -> Scanned | Failed:
+    """One file scanned in this process within the deadline: the scan runs in a thread,
+    which is left behind if it passes the deadline (a scan stuck in a socket or in libhdf5
+    cannot be stopped from outside; it ends with its own timeouts), and the file is
+    recorded as timed out — the batch goes on. A thread left behind inside libhdf5 holds its
+    lock, so the next scan first waits for it as long as its timeouts may take: later files
+    are not failed for it."""
+    limits = current()
+    grace = limits.connect_timeout + limits.read_timeout * STALL_ATTEMPTS
+    for thread in behind:
+        thread.join(grace)
+    behind[:] = [t for t in behind if t.is_alive()]
+    outcome: list[Scanned | Failed] = []
+
+    def scan() -> None:
+        outcome.extend(scan_files([file], replace(job, file_timeout=None)))
+
+    worker = threading.Thread(target=scan, name=f"refgrid-scan {file[0]}", daemon=True)
+    worker.start()
+    worker.join(job.file_timeout)
+    if worker.is_alive() or not outcome:
+        behind.append(worker)
+        return timed_out(file[0], job.file_timeout or 0.0, "its thread was left behind")
+    return outcome[0]
+
+
+def timed_out(url: str, seconds: float,
+              how: str = "its worker process was replaced") -> Failed:
     return Failed(url, "TimeoutError", f"{url}: the scan timed out after {seconds:g} s and "
-                  "was stopped (its worker process was replaced); --file-timeout raises the "
-                  "limit")
+                  f"was stopped ({how}); --file-timeout raises the limit")
 
 
 def follow_parent(parent: int) -> None:

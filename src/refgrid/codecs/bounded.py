@@ -16,7 +16,7 @@ import lzma
 import struct
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import imagecodecs
 
@@ -31,11 +31,27 @@ class TooLarge(ValueError):
     """A stream decodes to more than its chunk can hold."""
 
 
-def limit_for(nbytes: int, exact: bool) -> int:
-    """The most bytes a decoding stage may produce for a chunk of ``nbytes`` decoded bytes:
-    that plus :data:`SLACK` when the size is exact (fixed-size values), else the largest
-    chunk allowed (variable-length strings, filters that change the size)."""
-    return nbytes + SLACK if exact else max(nbytes + SLACK, current().max_chunk_bytes)
+Bound = Literal["exact", "scaled", "variable"]
+"""How well a chunk's decoded size is known: ``exact`` (fixed-size values: its shape times the
+item size), ``scaled`` (numcodecs filters that change the size by small factors) or
+``variable`` (variable-length strings and bytes: no header states it)."""
+SCALE = 8
+"""How much numcodecs filters may grow a chunk (``astype`` to a wider type, say)."""
+
+
+def limit_for(nbytes: int, bound: Bound) -> int:
+    """The most bytes a decoding stage may produce for a chunk of ``nbytes`` decoded bytes
+    (of its element type; 8 a value for variable-length ones): that plus :data:`SLACK`
+    when the size is exact; :data:`SCALE` times it for filters that change sizes; for
+    variable-length values the ``max_variable_chunk_bytes`` limit (a bomb of a text chunk
+    is refused at a few MiB, not at the 2 GiB any chunk may decode to). Never more than
+    ``max_chunk_bytes``."""
+    limits = current()
+    if bound == "exact":
+        return nbytes + SLACK
+    if bound == "scaled":
+        return min(SCALE * nbytes + SLACK, max(nbytes + SLACK, limits.max_chunk_bytes))
+    return min(max(nbytes + SLACK, limits.max_variable_chunk_bytes), limits.max_chunk_bytes)
 
 
 def _refuse(limit: int) -> TooLarge:

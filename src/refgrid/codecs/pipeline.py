@@ -22,7 +22,7 @@ import numcodecs
 import numcodecs.abc
 import numpy as np
 
-from refgrid.codecs.bounded import bounded_numcodec, header_size, limit_for
+from refgrid.codecs.bounded import Bound, bounded_numcodec, header_size, limit_for
 from refgrid.codecs.filters import NATIVE_HEADS, CodecJSON, Pipeline, stored_dtype
 
 # -- byte-level codecs for the filters zarr lacks --------------------------------------------
@@ -241,14 +241,16 @@ class ChunkCodec:
         return np.frombuffer(data, dtype=self.stored, count=count).reshape(shape)
 
     @property
-    def exact(self) -> bool:
-        """Whether a chunk's decompressed size is its shape times the item size."""
-        return not self._numcodecs and self.head_name not in ("vlen-utf8", "vlen-bytes")
+    def bound(self) -> Bound:
+        """How well a chunk's decompressed size is known (:data:`.bounded.Bound`)."""
+        if self.head_name in ("vlen-utf8", "vlen-bytes") or self.dtype.kind in "OT":
+            return "variable"
+        return "scaled" if self._numcodecs else "exact"
 
     def decode(self, data: Any, shape: Sequence[int]) -> np.ndarray:
         """Decode one stored chunk (fletcher32 checksums are verified by its decoder); no
         stage produces more than the chunk can hold."""
-        limit = limit_for(math.prod(shape) * self.dtype.itemsize, self.exact)
+        limit = limit_for(math.prod(shape) * self.dtype.itemsize, self.bound)
         for codec in reversed(self.compressors):
             data = codec.decode(data, limit)
         return self.to_array(data, shape)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from zarr.abc.codec import BytesBytesCodec
 from zarr.core.common import JSON, parse_named_configuration
 
 from refgrid.codecs.pipeline import ByteCodec, byte_codec
+from refgrid.core.util import lazy
 
 if TYPE_CHECKING:
     from typing import Self
@@ -43,7 +43,7 @@ class _RefgridCodec(BytesBytesCodec):
     def to_dict(self) -> dict[str, JSON]:
         return {"name": self.codec_name, "configuration": dict(self.configuration)}
 
-    @cached_property
+    @lazy
     def _codec(self) -> ByteCodec:
         return byte_codec({"name": self.codec_name, "configuration": dict(self.configuration)})
 

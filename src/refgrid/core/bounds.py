@@ -9,7 +9,8 @@ of a few hundred MiB); raise them for larger ones:
     with refgrid.limits(max_chunk_bytes=2**34): ...  # for a block
 
 or with the environment variables ``REFGRID_MAX_CHUNKS``, ``REFGRID_MAX_CHUNK_BYTES``,
-``REFGRID_MAX_REFERENCES``, ``REFGRID_MAX_URL_LENGTH`` and ``REFGRID_SCAN_TIMEOUT``, and
+``REFGRID_MAX_VARIABLE_CHUNK_BYTES``, ``REFGRID_MAX_REFERENCES``, ``REFGRID_MAX_URL_LENGTH``
+and ``REFGRID_SCAN_TIMEOUT``, and
 remote reads' ``REFGRID_CONNECT_TIMEOUT``, ``REFGRID_READ_TIMEOUT``, ``REFGRID_ATTEMPTS`` and
 ``REFGRID_RETRY_SECONDS`` (:mod:`refgrid.core.network`).
 """
@@ -31,6 +32,9 @@ class Limits:
     """Chunks in one array's grid (a manifest costs 20 bytes a chunk: 1.3 GiB at most)."""
     max_chunk_bytes: int = 2**31
     """Decoded bytes of one chunk: a chunk claiming more is refused before decoding."""
+    max_variable_chunk_bytes: int = 2**23
+    """Decoded bytes of one chunk of variable-length strings or bytes, whose size no header
+    states: a decompression bomb stops here (raise it for archives of longer texts)."""
     max_references: int = 10**8
     """Keys a reference set's generators (``gen``) may expand to."""
     max_url_length: int = 8192

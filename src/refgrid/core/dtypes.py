@@ -10,9 +10,12 @@ Attributes named ``_refgrid_*`` are refgrid's bookkeeping beside the source's at
 (the record type of raw bytes), ``_refgrid_vlen_dtype`` (the element type of
 variable-length sequences stored as bytes) and ``_refgrid_encoding`` (how the source stored
 a variable or group — filters, chunking, enum type, unlimited dimensions — which xarray's
-engines report as ``encoding``). They are written into references so that any
-reader can undo the encodings; :func:`reader_attrs` is the one place refgrid's own readers
-turn stored attributes into the attributes they show.
+engines report as ``encoding``). They are refgrid's alone: stock readers would show them as
+attributes (a dict xarray cannot write to NetCDF, the first source's absolute path), so the
+Zarr documents a writer or a view gives out carry none of them; writers keep them beside
+the documents (:func:`split_bookkeeping`, :mod:`refgrid.model.zarr_json`), where refgrid's
+scanners find them again. :func:`reader_attrs` is the one place refgrid's own readers turn
+stored attributes into the attributes they show.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import Any, Literal
 import numpy as np
 from zarr.dtype import VariableLengthBytes, VariableLengthUTF8, parse_dtype
 
+BOOKKEEPING_PREFIX = "_refgrid_"
+"""The prefix of refgrid's bookkeeping attributes."""
 DTYPE_ATTR = "_refgrid_dtype"
 VLEN_DTYPE_ATTR = "_refgrid_vlen_dtype"
 
@@ -250,3 +255,12 @@ def reader_attrs(attrs: Mapping[str, Any], *, records_typed: bool = False) -> di
         out.pop(DTYPE_ATTR, None)
         out.pop(VLEN_DTYPE_ATTR, None)
     return out
+
+
+def split_bookkeeping(attrs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``attrs`` as stock readers should see them, and refgrid's bookkeeping apart."""
+    plain: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
+    for name, value in attrs.items():
+        (kept if name.startswith(BOOKKEEPING_PREFIX) else plain)[name] = value
+    return plain, kept

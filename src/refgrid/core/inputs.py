@@ -18,7 +18,7 @@ from refgrid.core.sources import (
     identity_of,
     is_local,
 )
-from refgrid.errors import ArgumentError, RefgridError
+from refgrid.errors import ArgumentError, DirectoryError, RefgridError
 
 GLOB_CHARACTERS = "*?["
 
@@ -48,7 +48,9 @@ def expand_counting(sources: Iterable[str], storage_options: Mapping[str, Any] |
         if is_pattern(source):
             named: dict[str, SourceIdentity | None] = dict(_glob(source, options))
         elif is_local(source):
-            named = {os.path.abspath(source.removeprefix("file://")): None}
+            path = os.path.abspath(source.removeprefix("file://"))
+            _not_a_data_directory(source, path)
+            named = {path: None}
         else:
             named = {source: None}
         for url, identity in named.items():
@@ -94,3 +96,21 @@ def _listed_identity(url: str, info: Mapping[str, Any]) -> SourceIdentity:
     if is_local(url):  # a stat, as the scanner records it
         return identity_of(url)
     return identity_from_info(info)
+
+
+DATA_SUFFIXES = (".nc", ".nc4", ".h5", ".hdf5", ".he5", ".hdf", ".dmrpp")
+INPUT_MARKERS = ("zarr.json", ".zmetadata")
+"""Files that make a directory an input of its own (a Zarr store, parquet references)."""
+
+
+def _not_a_data_directory(source: str, path: str) -> None:
+    """Refuse a local directory that is not an input itself, suggesting the pattern that
+    names its data files (by the most common suffix among them)."""
+    if not os.path.isdir(path) or any(os.path.exists(os.path.join(path, m))
+                                      for m in INPUT_MARKERS):
+        return
+    suffixes = [os.path.splitext(n)[1] for n in os.listdir(path)
+                if n.endswith(DATA_SUFFIXES)]
+    common = max(set(suffixes), key=suffixes.count) if suffixes else ".nc"
+    what = f"{len(suffixes)} data files" if suffixes else "no data files refgrid knows"
+    raise DirectoryError(source, os.path.join(source.rstrip("/"), "*" + common), what)

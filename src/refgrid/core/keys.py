@@ -15,6 +15,9 @@ V = TypeVar("V")
 METADATA = "zarr.json"
 ZMETADATA = ".zmetadata"
 """The consolidated metadata of parquet references (kerchunk's and refgrid's)."""
+BOOKKEEPING = "refgrid.json"
+"""refgrid's bookkeeping beside a served store's documents (``{"attributes": {node: ...}}``),
+answered but never listed: stock readers do not see it, refgrid's engine reads it back."""
 ZGROUP, ZARRAY, ZATTRS = ".zgroup", ".zarray", ".zattrs"
 """Zarr v2 metadata documents (classic kerchunk references, read and written)."""
 
@@ -50,6 +53,20 @@ def document_keys(keys: Iterable[str]) -> dict[str, str]:
 def chunk_key(array_path: str, coords: tuple[int, ...]) -> str:
     """Default v3 chunk key: ``tas/c/0/3/1``; a 0-d array's only chunk is ``name/c``."""
     return "/".join((array_path, "c", *map(str, coords)))
+
+
+def chunk_key_tail(coords: tuple[int, ...], encoding: Any = None) -> str:
+    """A chunk's key below its array under ``encoding`` (an array document's
+    ``chunk_key_encoding``; None: Zarr v3's ``default`` with ``/``): ``c/0/3/1``, ``c.0.3.1``,
+    ``0.3.1`` or ``0/3/1`` (``v2``); ``c`` or ``0`` for a 0-d array."""
+    name, separator = _key_encoding({"chunk_key_encoding": encoding})
+    if separator not in ("/", "."):
+        raise ValueError(f"unknown chunk key separator {separator!r}")
+    if name == "v2":
+        return separator.join(map(str, coords)) if coords else "0"
+    if name == "default":
+        return separator.join(("c", *map(str, coords)))
+    raise ValueError(f"unknown chunk key encoding {name!r}")
 
 
 def chunk_key_v2(array_path: str, coords: tuple[int, ...]) -> str:

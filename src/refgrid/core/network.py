@@ -7,7 +7,8 @@ of an ``http(s)://`` or ``s3://`` URL, where the caller has not set them:
 
 * HTTP: aiohttp's connect and socket-read timeouts, and :func:`retrying`, an aiohttp client
   middleware that retries a GET or HEAD on 429/500/502/503/504, a reset connection, a body cut
-  short or a timeout, with exponential backoff, within ``retry_seconds``; the body is read
+  short or a timeout (a timeout once only: :data:`STALL_ATTEMPTS`), with exponential backoff,
+  within ``retry_seconds``; the body is read
   inside the middleware, so a connection reset mid-body is retried too. When the attempts are
   spent, :class:`RequestFailed` says how many were made over how long.
 * S3: botocore's connect and read timeouts and its standard retry mode with ``attempts``.
@@ -29,6 +30,9 @@ from refgrid.core.bounds import current
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 IDEMPOTENT = frozenset({"GET", "HEAD"})
+STALL_ATTEMPTS = 2
+"""Attempts of a request that timed out: a server that stalled once mostly stalls again, and
+each attempt costs a whole timeout, where a 503 answers at once."""
 FIRST_DELAY = 0.1
 """Seconds before the first retry; doubled for each further one."""
 
@@ -75,8 +79,12 @@ async def retrying(request: aiohttp.ClientRequest,
             response.release()
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
             problem, status = _what(e, timeouts), None
+            stalled = isinstance(e, TimeoutError | aiohttp.ServerTimeoutError)
+        else:
+            stalled = False
         elapsed = time.monotonic() - started
-        if attempt >= limits.attempts or elapsed + delay > limits.retry_seconds:
+        allowed = min(limits.attempts, STALL_ATTEMPTS) if stalled else limits.attempts
+        if attempt >= allowed or elapsed + delay > limits.retry_seconds:
             raise RequestFailed(f"{request.method} {request.url}: {problem} ({attempt} "
                                 f"attempt{'s' if attempt > 1 else ''} over {elapsed:.1f} s)",
                                 status)

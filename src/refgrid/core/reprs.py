@@ -17,6 +17,8 @@ from typing import Any, ClassVar, TypedDict
 
 import numpy as np
 
+from refgrid.core.sources import source_count
+
 HTML_STYLE = ("<style>.refgrid-repr table{border-collapse:collapse}.refgrid-repr td,"
               ".refgrid-repr th{padding:1px 8px;text-align:left}"
               ".refgrid-repr summary{cursor:pointer}</style>")
@@ -63,7 +65,8 @@ def manifest_counts(manifest: Any) -> tuple[int, int, int, int, int]:
     """``(stored, missing, inline, referenced bytes, inline bytes)``."""
     stored = manifest.path_id >= 0
     return (int(stored.sum()), int(manifest.missing.sum()), len(manifest.inline),
-            int(manifest.length[stored].sum()), sum(len(b) for b in manifest.inline.values()))
+            int(manifest.length[stored & ~manifest.unsized].sum()),
+            sum(len(b) for b in manifest.inline.values()))
 
 
 def padded_count(grid: Any) -> int:
@@ -103,7 +106,7 @@ def group_summary(group: Any) -> GroupSummary:
     arrays = {p: array_summary(a) for p, a in _arrays(group)}
     return {"arrays": arrays,
             "groups": [p for p, g in group.walk() if not _is_array(g)],
-            "sources": len(group.sources),
+            "sources": source_count(group.sources),
             "bytes": sum(a["bytes"] for a in arrays.values()),
             "referenced_bytes": sum(a["referenced_bytes"] for a in arrays.values())}
 
@@ -150,12 +153,12 @@ def array_text(array: Any) -> str:
 def group_text(group: Any) -> str:
     s = group_summary(group)
     lines = [f"<refgrid.VirtualGroup> {len(s['arrays'])} arrays, {size(s['bytes'])} "
-             f"({size(s['referenced_bytes'])} referenced) from {_files(s['sources'])}"]
+             f"({size(s['referenced_bytes'])} referenced) from {files_text(s['sources'])}"]
     lines += [f"  {array_line(p, a)}" for p, a in s["arrays"].items()]
     return "\n".join(lines)
 
 
-def _files(n: int) -> str:
+def files_text(n: int) -> str:
     return f"{n:,} source file{'s' if n != 1 else ''}"
 
 
@@ -197,7 +200,7 @@ def group_html(group: Any) -> str:
         "</details>" for p, a in _arrays(group))
     return (f'{HTML_STYLE}<div class="refgrid-repr"><b>refgrid.VirtualGroup</b>: '
             f"{len(s['arrays'])} arrays, {size(s['bytes'])} ({size(s['referenced_bytes'])} "
-            f"referenced) from {_files(s['sources'])}"
+            f"referenced) from {files_text(s['sources'])}"
             f"<table>{HEADER}{''.join(_array_rows(p, a) for p, a in s['arrays'].items())}"
             f"</table>{pictures}</div>")
 

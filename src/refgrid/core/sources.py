@@ -36,8 +36,40 @@ from refgrid.core.util import thread_pool
 from refgrid.errors import MissingExtraError, ReadError
 
 SOURCES_KEY = "refgrid"
-"""Top-level key of JSON references (and of parquet's ``.zmetadata``) holding
-``{"sources": {url: identity}}``."""
+"""Top-level key of JSON references (and of parquet's ``.zmetadata``) holding refgrid's own
+section: ``{"sources": {url: identity}, "attributes": {node: {name: value}}, "sidecar":
+"refs.json.chunks"}`` — the sources' identities, the ``_refgrid_*`` bookkeeping that stays out
+of the Zarr documents, and the directory of rewritten chunks beside the references."""
+ATTRIBUTES_KEY = "attributes"
+SIDECAR_KEY = "sidecar"
+SIDECAR_TEMPLATE = "{{sidecar}}"
+"""How references name a file in their sidecar directory: ``{{sidecar}}/<hash>/tas/c/3/0``, a
+kerchunk template (``templates["sidecar"]``, the directory where it was written, for fsspec)
+that refgrid's readers resolve beside the references wherever they now lie, so references
+and sidecar copied or moved together still read."""
+
+
+def section(container: Any) -> Mapping[str, Any]:
+    """refgrid's section of a reference set (or ``.zmetadata``), empty if it has none."""
+    found = container.get(SOURCES_KEY) if isinstance(container, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def sidecar_directory(container: Any, url: str) -> str | None:
+    """Where the sidecar the section names lies now: beside ``url``, the references."""
+    name = section(container).get(SIDECAR_KEY)
+    if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or \
+            url.startswith("<"):  # a dict of references lies nowhere
+        return None
+    parent = url.rstrip("/").rsplit("/", 1)[0] if "/" in url.rstrip("/") else "."
+    return f"{parent}/{name}"
+
+
+def in_sidecar(url: str, directory: str | None) -> str:
+    """``url`` with the sidecar template resolved to ``directory`` (unchanged if none)."""
+    if directory is None or not url.startswith(SIDECAR_TEMPLATE):
+        return url
+    return directory + url[len(SIDECAR_TEMPLATE):]
 
 
 RECORDS_KEY = "records"
@@ -57,6 +89,13 @@ class SourceIdentity(TypedDict):
     mtime: NotRequired[float]
     etag: NotRequired[str]
     version: NotRequired[str]
+    rewritten: NotRequired[bool]
+    """A chunk file refgrid wrote (the sidecar of rewritten padded chunks), not a source."""
+
+
+def source_count(sources: Mapping[str, SourceIdentity]) -> int:
+    """How many source files a table names (the chunk files refgrid wrote left out)."""
+    return sum(1 for identity in sources.values() if not identity.get("rewritten"))
 
 
 def filesystem(url: str, storage_options: Mapping[str, Any] | None = None
@@ -113,19 +152,19 @@ def identity_from_info(info: Mapping[str, Any]) -> SourceIdentity:
     return out
 
 
-def stored_identities(container: Any) -> dict[str, SourceIdentity]:
+def stored_identities(container: Any, sidecar: str | None = None
+                      ) -> dict[str, SourceIdentity]:
     """The table stored in a reference set's top level (or ``.zmetadata``), kept only where
-    it has the expected shape."""
-    section = container.get(SOURCES_KEY) if isinstance(container, Mapping) else None
-    value = section.get("sources") if isinstance(section, Mapping) else None
+    it has the expected shape; files of the sidecar named where it lies now (``sidecar``)."""
+    value = section(container).get("sources")
     if not isinstance(value, Mapping):
         return {}
     out: dict[str, SourceIdentity] = {}
     for url, entry in value.items():
         if isinstance(url, str) and isinstance(entry, Mapping) and isinstance(
                 entry.get("size"), int):
-            out[url] = SourceIdentity(**{k: entry[k] for k in SourceIdentity.__annotations__
-                                         if k in entry})  # type: ignore[typeddict-item]
+            out[in_sidecar(url, sidecar)] = SourceIdentity(**{  # type: ignore[typeddict-item]
+                k: entry[k] for k in SourceIdentity.__annotations__ if k in entry})
     return out
 
 

@@ -8,11 +8,11 @@ import gc
 import importlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from refgrid.errors import MissingExtraError
 
@@ -72,3 +72,34 @@ class FrozenPickle:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
             object.__setattr__(self, k, MappingProxyType(v) if isinstance(v, dict) else v)
+
+
+T = TypeVar("T")
+
+
+class lazy(Generic[T]):
+    """``functools.cached_property`` without Python 3.11's lock: there, one lock per class
+    attribute is held while *any* instance computes it, so a source's identity waiting on a
+    stalled server blocked the scans of every other file in the process. Two threads may
+    compute the same value once each; both get an equal value."""
+
+    def __init__(self, compute: Callable[[Any], T]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> lazy[T]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, instance: object | None, owner: type | None = None) -> T | lazy[T]:
+        if instance is None:
+            return self
+        value = self.compute(instance)
+        instance.__dict__[self.name] = value  # found there first from now on
+        return value

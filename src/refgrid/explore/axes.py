@@ -8,6 +8,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from refgrid.core.cf import decode_times, is_time_units
 from refgrid.errors import RefgridError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.read.array import read
@@ -22,19 +23,17 @@ class TimeRange(TypedDict):
 def time_ranges(group: VirtualGroup, storage_options: dict[str, Any] | None = None
                 ) -> dict[str, TimeRange]:
     """Each 1-d array with CF time units (``days since ...``): its first and last dates."""
-    from xarray.coding.times import decode_cf_datetime
-
     out: dict[str, TimeRange] = {}
     for path, node in group.walk():
         if not (isinstance(node, VirtualArray) and len(node.shape) == 1 and node.shape[0]):
             continue
         units = node.attrs.get("units")
-        if not (isinstance(units, str) and " since " in units):
+        if not is_time_units(units):
             continue
         try:
             ends = read(node, np.array([0, node.shape[0] - 1]), path=path,
                         storage_options=storage_options)
-            dates = decode_cf_datetime(ends, units, node.attrs.get("calendar", "standard"))
+            dates = decode_times(ends, str(units), node.attrs.get("calendar", "standard"))
         except RefgridError:
             raise
         except Exception:  # units xarray cannot decode: not a time axis to show

@@ -48,7 +48,8 @@ def chunk_lengths(array: VirtualArray, dim: str | None = None, ax: Any = None) -
     ax.bar(lengths, counts, width=0.8, color=CHUNK_COLOUR, edgecolor=EDGE_COLOUR)
     ax.set_xlabel(f"chunk length along {array.dims[d]}")
     ax.set_ylabel("chunks")
-    ax.set_title(f"{array.name}: {axis.nchunks:,} chunks along {array.dims[d]}")
+    ax.set_title(f"{array.name}: the lengths of its {axis.nchunks:,} chunks along "
+                 f"{array.dims[d]}")
     return ax
 
 
@@ -80,11 +81,13 @@ def time_axis(array: VirtualArray, dim: str | None = None, ax: Any = None) -> Ax
                        (-0.3, 0.25), facecolors=PADDED_COLOUR,
                        label=f"padded chunk ({len(padded)})")
     ax.set_xlim(0, axis.length)
-    ax.set_ylim(-0.45, 1.6)
+    ax.set_ylim(-0.45, 1.45)
     ax.set_yticks([])
     ax.set_xlabel(f"{array.dims[d]} index")
-    ax.set_title(f"{array.name}: {axis.nchunks:,} chunks along {array.dims[d]}")
-    ax.legend(loc="upper right", ncols=3, fontsize="small", frameon=False)
+    ax.set_title(f"{array.name}: where its chunks and files fall along {array.dims[d]}")
+    # beside the strip, not over it
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small",
+              frameon=False)
     return ax
 
 
@@ -101,11 +104,17 @@ def selection_cost(array: VirtualArray, ax: Any = None) -> Axes:
     chunks = [costs[n][0] for n in names]
     megabytes = [costs[n][1] / 1e6 for n in names]
     x = np.arange(len(names))
-    ax.bar(x - 0.2, chunks, 0.4, color=CHUNK_COLOUR, edgecolor=EDGE_COLOUR, label="chunks")
+    bars = ax.bar(x - 0.2, chunks, 0.4, color=CHUNK_COLOUR, edgecolor=EDGE_COLOUR,
+                  label="chunks")
+    ax.bar_label(bars, labels=[f"{n:,}" for n in chunks], padding=2, fontsize="small")
     ax.set_ylabel("chunks read")
+    ax.margins(y=0.15)  # room for the labels
     twin = ax.twinx()
-    twin.bar(x + 0.2, megabytes, 0.4, color=PADDED_COLOUR, label="MB read (stored)")
+    bars = twin.bar(x + 0.2, megabytes, 0.4, color=PADDED_COLOUR, label="MB read (stored)")
+    twin.bar_label(bars, labels=[f"{m:.3g} MB" for m in megabytes], padding=2,
+                   fontsize="small")
     twin.set_ylabel("MB read (stored)")
+    twin.margins(y=0.15)
     ax.set_xticks(x, names)
     ax.set_title(f"{array.name}: the cost of a selection")
     handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
@@ -121,5 +130,5 @@ def selection_numbers(array: VirtualArray, series: bool) -> tuple[int, int]:
         (0,) + (slice(None),) * (array.grid.ndim - 1)
     ids = array.manifest.path_id[index]
     lengths = array.manifest.length[index]
-    stored = ids >= 0
+    stored = (ids >= 0) & ~array.manifest.unsized[index]
     return int(ids.size), int(lengths[stored].sum())

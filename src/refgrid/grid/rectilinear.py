@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
 
 from refgrid.core.bounds import current as current_limits
 from refgrid.core.reprs import Displayed
+from refgrid.core.util import lazy
 from refgrid.errors import GridError
 from refgrid.grid.selection import AxisSelection, GridSelection, normalize_selection
 from refgrid.grid.svg import grid_svg
@@ -39,7 +39,7 @@ class AxisChunks:
     empty_chunk: int = 1
     """The chunk length to declare when the dimension has no chunks (length 0)."""
 
-    @cached_property
+    @lazy
     def bounds(self) -> np.ndarray:
         """Cumulative chunk starts, ``nchunks + 1`` of them, from 0 to the length."""
         return np.concatenate(([0], np.cumsum(self.logical)))
@@ -52,7 +52,7 @@ class AxisChunks:
     def nchunks(self) -> int:
         return len(self.logical)
 
-    @cached_property
+    @lazy
     def regular_size(self) -> int | None:
         """The chunk length if this dimension is a regular grid (edge padding allowed)."""
         if self.nchunks == 0:
@@ -62,7 +62,7 @@ class AxisChunks:
             return size
         return None
 
-    @cached_property
+    @lazy
     def padded_inside(self) -> bool:
         """True if a chunk other than the last decodes to more than its logical length."""
         return bool((self.encoded[:-1] != self.logical[:-1]).any())

@@ -20,11 +20,12 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from types import EllipsisType
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+
+from refgrid.core.util import lazy
 
 
 class AxisChunks(Protocol):
@@ -100,11 +101,11 @@ class AxisSelection:
     def _chunk_of(self, elements: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.axis.bounds, elements, side="right") - 1
 
-    @cached_property
+    @lazy
     def _position_chunks(self) -> np.ndarray:
         return self._chunk_of(self.elements)
 
-    @cached_property
+    @lazy
     def chunks(self) -> np.ndarray:
         """Ids of the chunks touched, ascending."""
         if self.span is not None:

@@ -22,6 +22,10 @@ MISSING = -1
 """``path_id`` of a chunk that was never written: it reads as the fill value."""
 INLINE = -2
 """``path_id`` of a chunk whose bytes are in :attr:`ChunkManifest.inline`."""
+UNSIZED = 2**63
+"""``length`` of a chunk that is a whole file of unknown size, which may be absent (then it
+reads as the fill value): each chunk file of a remote Zarr store, named from the store's
+metadata without listing or asking for every file (a request per chunk key)."""
 
 
 def chunk_coords(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
@@ -79,6 +83,11 @@ class ChunkManifest(Displayed, FrozenPickle):
     def missing(self) -> np.ndarray:
         """Boolean array: chunks that were never written."""
         return self.path_id == MISSING
+
+    @property
+    def unsized(self) -> np.ndarray:
+        """Boolean array: chunks that are whole files of unknown size (:data:`UNSIZED`)."""
+        return self.length == UNSIZED
 
     @property
     def nbytes(self) -> int:

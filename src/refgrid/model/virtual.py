@@ -24,9 +24,10 @@ from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import ChunkManifest
 
 Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict",
-                 "duplicate"]
+                 "duplicate", "re-encoded"]
 """What was done with something plain references cannot express (``attribute-conflict``:
 combine kept the first file's value of an attribute that differs between files;
+``re-encoded``: combine wrote times that files encode in other units in the first file's;
 ``duplicate``: a file named more than once was combined once)."""
 
 

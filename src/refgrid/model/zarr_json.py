@@ -4,6 +4,11 @@ Writers emit these documents inside references; the reference and store scanners
 back; the regular-grid view serves documents of its own. Keeping both directions here (as
 zarr-python's ``ArrayV3Metadata.from_dict``/``to_dict``) means a field added on one side
 cannot be forgotten on the other.
+
+The documents are what any Zarr reader sees, so they carry none of refgrid's ``_refgrid_*``
+bookkeeping: :func:`bookkeeping` collects it by node path, writers store it beside the
+documents (the ``refgrid`` section of references), and :func:`with_bookkeeping` puts it back
+when refgrid reads them.
 """
 
 from __future__ import annotations
@@ -14,7 +19,14 @@ from dataclasses import replace
 from typing import Any, Literal, NotRequired, TypedDict
 
 from refgrid.codecs.filters import CodecJSON, stored_dtype
-from refgrid.core.dtypes import model_attributes, zarr_attributes, zarr_data_type, zarr_fill_value
+from refgrid.core.dtypes import (
+    BOOKKEEPING_PREFIX,
+    model_attributes,
+    split_bookkeeping,
+    zarr_attributes,
+    zarr_data_type,
+    zarr_fill_value,
+)
 from refgrid.core.keys import CHUNK_KEY_ENCODING, ChunkKeyEncodingJSON, document_key
 from refgrid.errors import FormatError, RefgridError
 from refgrid.grid.json_forms import ChunkGridJSON, emit_chunk_grid, parse_chunk_grid
@@ -60,7 +72,7 @@ def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDo
         "chunk_key_encoding": CHUNK_KEY_ENCODING,
         "fill_value": zarr_fill_value(array.dtype, array.fill_value),
         "codecs": [c.copy() for c in array.codecs],
-        "attributes": zarr_attributes(array.attrs, array.value_dtype),
+        "attributes": zarr_attributes(split_bookkeeping(array.attrs)[0], array.value_dtype),
         "dimension_names": list(array.dims),
         "storage_transformers": [],
     }
@@ -79,7 +91,43 @@ def consolidated(root: Mapping[str, Any], docs: Mapping[str, Document]) -> dict[
 
 
 def group_document(group: VirtualGroup) -> GroupDocument:
-    return {"zarr_format": 3, "node_type": "group", "attributes": dict(group.attrs)}
+    return {"zarr_format": 3, "node_type": "group",
+            "attributes": split_bookkeeping(group.attrs)[0]}
+
+
+Bookkeeping = dict[str, dict[str, Any]]
+"""Node path (``""`` the root) → its ``_refgrid_*`` attributes."""
+
+
+def bookkeeping(group: VirtualGroup) -> Bookkeeping:
+    """The ``_refgrid_*`` attributes of every node that has some, by node path."""
+    nodes = [("", group), *group.walk()]
+    found = {path: split_bookkeeping(node.attrs)[1] for path, node in nodes}
+    return {path: kept for path, kept in found.items() if kept}
+
+
+def with_bookkeeping(group: VirtualGroup, kept: Any) -> VirtualGroup:
+    """``group`` with the bookkeeping :func:`bookkeeping` collected put back (a section that
+    is not a mapping of mappings, or names nodes the group lacks, is ignored: it only
+    refines how refgrid shows the data)."""
+    if not isinstance(kept, Mapping) or not kept:
+        return group
+
+    def merged(node: Any, path: str) -> dict[str, Any]:
+        extra = kept.get(path)
+        if not isinstance(extra, Mapping):
+            return dict(node.attrs)
+        return {**node.attrs, **{k: v for k, v in extra.items()
+                                 if isinstance(k, str) and k.startswith(BOOKKEEPING_PREFIX)}}
+
+    def rebuilt(node: VirtualGroup, prefix: str) -> VirtualGroup:
+        arrays = {name: replace(a, attrs=merged(a, prefix + name))
+                  for name, a in node.arrays.items()}
+        groups = {name: rebuilt(g, f"{prefix}{name}/") for name, g in node.groups.items()}
+        return replace(node, attrs=merged(node, prefix.rstrip("/")), arrays=arrays,
+                       groups=groups)
+
+    return rebuilt(group, "")
 
 
 def documents(group: VirtualGroup, grid_form: GridForm = "auto") -> dict[str, Document]:

@@ -26,7 +26,7 @@ from refgrid.core.sources import SourceCheck
 from refgrid.core.util import thread_pool
 from refgrid.errors import ReadError, RefgridError
 from refgrid.grid.selection import AxisTile, orthogonal_index
-from refgrid.model.manifest import INLINE, MISSING, chunk_coords
+from refgrid.model.manifest import INLINE, MISSING, UNSIZED, chunk_coords
 from refgrid.model.virtual import VirtualArray
 from refgrid.read.decode import ChunkDecodeError, chunk_decoder
 from refgrid.read.fetch import FetchError, is_local, read_ranges
@@ -61,7 +61,8 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
                  check: SourceCheck | None = None) -> list[Any]:
     """The stored bytes of chunks ``flat`` (C-order indices of stored chunks), checked for
     length; a missing file, a failed request or a short read is a :class:`ReadError` naming
-    the array (``name``), the chunk, the URL and the byte range."""
+    the array (``name``), the chunk, the URL and the byte range. A chunk that is a whole file
+    of unknown size (:data:`~refgrid.model.manifest.UNSIZED`) and absent is None."""
     manifest = array.manifest
     offset, length = manifest.offset.reshape(-1)[flat], manifest.length.reshape(-1)[flat]
     path_id = manifest.path_id.reshape(-1)[flat]
@@ -85,8 +86,8 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
     except Exception as e:  # a URL no filesystem takes, ...: named, whatever it was
         raise ReadError(f"array {name!r}: cannot fetch its chunks: {type(e).__name__}: "
                         f"{e}") from None
-    got = np.fromiter(map(len, blobs), np.int64, len(blobs))
-    short = np.flatnonzero(got != length.astype(np.int64))
+    got = np.fromiter((len(b) if b is not None else -1 for b in blobs), np.int64, len(blobs))
+    short = np.flatnonzero((got != length.astype(np.int64)) & (length != UNSIZED))
     if len(short):
         j = int(short[0])
         start, end = int(offset[j]), int(offset[j] + length[j])
@@ -158,6 +159,8 @@ class Reader:
         pid = int(self.path_id[flat])
         if pid == INLINE:
             return "inline bytes"
+        if int(self.length[flat]) == UNSIZED:
+            return f"{self.array.manifest.paths[pid]}, the whole file"
         return (f"{self.array.manifest.paths[pid]} bytes {int(self.offset[flat])}+"
                 f"{int(self.length[flat])}")
 
@@ -232,6 +235,12 @@ class _Box:
         stored_flat = self.flat[self.stored]
         blobs = self.blobs if self.blobs is not None else reader.fetch(stored_flat)
         decoder = reader.decoder
+        if any(b is None for b in blobs):  # whole chunk files that are absent: fill
+            absent = np.array([b is None for b in blobs])
+            self.path_id = self.path_id.copy()
+            self.path_id[self.stored[absent]] = MISSING
+            self.stored, blobs = self.stored[~absent], [b for b in blobs if b is not None]
+            stored_flat = self.flat[self.stored]
         if decoder.plain and self.shapes is None and len(self.stored):
             nbytes = math.prod(self.tile) * decoder.stored.itemsize
             try:

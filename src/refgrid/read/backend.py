@@ -33,7 +33,11 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
                                "auto_complex", "allowed_sources", "verify_sources")
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
-        return False  # references are JSON, which many engines may claim: ask by name
+        """refgrid's own outputs, by their first bytes (JSON references and parquet's
+        ``.zmetadata`` begin with refgrid's section): ``xr.open_dataset("refs.json")`` needs
+        no ``engine=``. Other references are JSON that many engines may claim: those are
+        opened by name."""
+        return owned_output(filename_or_obj)
 
     def open_dataset(  # type: ignore[override]
         self,
@@ -78,3 +82,27 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         from xarray import DataTree
 
         return DataTree.from_dict(self.open_groups_as_dict(filename_or_obj, **kwargs))
+
+
+MARKER = b'{"refgrid":'
+"""How refgrid's JSON references and parquet ``.zmetadata`` begin."""
+
+
+def owned_output(target: Any) -> bool:
+    """Whether ``target`` is a local path to references refgrid wrote (a read of a few
+    bytes; nothing remote is asked, nothing imported)."""
+    import os
+
+    if not isinstance(target, str | os.PathLike):
+        return False
+    path = os.fspath(target)
+    if "://" in path and not path.startswith("file://"):
+        return False
+    path = path.removeprefix("file://")
+    if os.path.isdir(path):
+        path = os.path.join(path, ".zmetadata")
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MARKER)) == MARKER
+    except OSError:
+        return False

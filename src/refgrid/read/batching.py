@@ -18,8 +18,9 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any
 
-Fetch = Callable[[str, list[int]], list[bytes]]
-"""``fetch(array path, flat chunk indices)`` → their bytes, blocking."""
+Fetch = Callable[[str, list[int]], list[bytes | None]]
+"""``fetch(array path, flat chunk indices)`` → their bytes (None: a chunk file that is
+absent), blocking."""
 
 
 class ChunkBatcher:
@@ -33,12 +34,12 @@ class ChunkBatcher:
         self.pool = pool
         self.max_batch = max_batch
         self.max_running = max_running
-        self.waiting: dict[tuple[str, int], asyncio.Future[bytes]] = {}
+        self.waiting: dict[tuple[str, int], asyncio.Future[bytes | None]] = {}
         self.queued: dict[str, list[int]] = defaultdict(list)
         self.running = 0
         self.scheduled = False
 
-    async def get(self, path: str, flat: int) -> bytes:
+    async def get(self, path: str, flat: int) -> bytes | None:
         key = (path, flat)
         future = self.waiting.get(key)
         if future is None:
@@ -64,13 +65,13 @@ class ChunkBatcher:
                                                               batch)
             task.add_done_callback(partial(self._done, path, batch))
 
-    def _fetch(self, path: str, flats: list[int]) -> list[bytes | BaseException]:
+    def _fetch(self, path: str, flats: list[int]) -> list[bytes | BaseException | None]:
         try:
             return list(self.fetch(path, flats))
         except Exception:
             if len(flats) == 1:
                 raise
-        out: list[bytes | BaseException] = []
+        out: list[bytes | BaseException | None] = []
         for flat in flats:  # one by one: only the bad chunks fail
             try:
                 out.extend(self.fetch(path, [flat]))

@@ -19,7 +19,7 @@ from typing import Any
 import imagecodecs
 import numpy as np
 
-from refgrid.codecs.bounded import inflate, limit_for
+from refgrid.codecs.bounded import Bound, inflate, limit_for
 from refgrid.codecs.filters import CodecJSON, Pipeline
 from refgrid.codecs.pipeline import ChunkCodec, byte_codec, hdf5_shuffle_decode, unshuffle
 
@@ -62,10 +62,10 @@ class ChunkDecoder:
             self.shuffle = int(compressors.pop(0).get("configuration", {})["elementsize"])
         # libdeflate needs the exact decoded size: known for a plain pipeline when only byte
         # shuffles (which keep the size) are decoded after it
-        exact = self.codec.exact
+        bound = self.codec.bound
         self.stages: list[Stage] = [_zlib_decoder(self.plain and all(
-            later["name"] in SIZE_KEEPING for later in compressors[:k]), chunk_nbytes, exact)
-            if c["name"] == "numcodecs.zlib" else _limited(byte_codec(c).decode, exact)
+            later["name"] in SIZE_KEEPING for later in compressors[:k]), chunk_nbytes, bound)
+            if c["name"] == "numcodecs.zlib" else _limited(byte_codec(c).decode, bound)
             for k, c in reversed(list(enumerate(compressors)))]
 
     def decompress_many(self, chunks: Sequence[Any], nbytes: int) -> np.ndarray:
@@ -100,19 +100,19 @@ class ChunkDecoder:
         return self.codec.to_array(data, shape)
 
 
-def _zlib_decoder(exact_stage: bool, nbytes: int, exact: bool) -> Stage:
+def _zlib_decoder(exact_stage: bool, nbytes: int, bound: Bound) -> Stage:
     """zlib (HDF5's deflate): libdeflate, into a buffer of exactly the decoded size (which
     also bounds it), for chunks that are not tiny when this stage's output size is exact;
     else the standard library, stopping at the chunk's limit (a zlib bomb is refused, not
     inflated)."""
     if exact_stage and nbytes >= LIBDEFLATE_FROM:
         return lambda data, size: imagecodecs.deflate_decode(data, out=size)
-    return _limited(inflate, exact)
+    return _limited(inflate, bound)
 
 
-def _limited(decode: Callable[[Any, int], bytes], exact: bool) -> Stage:
+def _limited(decode: Callable[[Any, int], bytes], bound: Bound) -> Stage:
     """A stage that produces at most what a chunk of ``size`` decoded bytes may hold."""
-    return lambda data, size: decode(data, limit_for(size, exact))
+    return lambda data, size: decode(data, limit_for(size, bound))
 
 
 @functools.lru_cache(maxsize=256)
@@ -125,3 +125,10 @@ def chunk_decoder(codecs: Sequence[CodecJSON], dtype: np.dtype,
     """The (cached) decoder of an array's codec list, for chunks of about ``chunk_shape``."""
     nbytes = math.prod(chunk_shape) * dtype.itemsize
     return _decoder(json.dumps(list(codecs), sort_keys=True), dtype, nbytes)
+
+
+def decoded_by_zarr(codecs: Sequence[CodecJSON], dtype: np.dtype) -> bool:
+    """Whether zarr's own pipeline decodes an array's chunks even when refgrid's pipeline
+    reads its store (strings, records, numcodecs filters: their values need zarr's own
+    conversions)."""
+    return not ChunkDecoder(codecs, dtype, 1).plain or dtype.kind in "OSUVT"

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from refgrid.core.sources import filesystem, held, is_local, not_found
+from refgrid.model.manifest import UNSIZED
 
 LOCAL_GAP = 16 * 2**10
 REMOTE_GAP = 256 * 2**10
@@ -82,13 +83,22 @@ class _Requests:
 
 def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
                 length: np.ndarray, storage_options: dict[str, Any] | None = None) -> list[Any]:
-    """The bytes of range ``k``: ``paths[path_id[k]]`` from ``offset[k]``, ``length[k]`` long.
+    """The bytes of range ``k``: ``paths[path_id[k]]`` from ``offset[k]``, ``length[k]`` long
+    — or, for a length of :data:`~refgrid.model.manifest.UNSIZED`, the whole file, None if
+    there is none.
 
     A range past the end of its file comes back short (callers check); a missing file or a
     failed request raises :class:`FetchError`.
     """
     out: list[Any] = [b""] * len(path_id)
+    whole = np.flatnonzero(length == UNSIZED)
+    if len(whole):
+        _read_whole(paths, path_id, whole, storage_options or {}, out)
+        ranged = np.ones(len(path_id), bool)
+        ranged[whole] = False
+        path_id = np.where(ranged, path_id, -1)  # those are done
     order = np.argsort(path_id, kind="stable")
+    order = order[path_id[order] >= 0] if len(whole) else order
     cuts = np.flatnonzero(np.diff(path_id[order])) + 1
     remote: dict[str, list[tuple[str, np.ndarray]]] = {}
     for members in np.split(order, cuts) if len(order) else ():
@@ -104,6 +114,41 @@ def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
     for files in remote.values():  # one filesystem per protocol
         _read_remote(files, offset, length, storage_options or {}, out)
     return out
+
+
+def _read_whole(paths: Sequence[str], path_id: np.ndarray, members: np.ndarray,
+                storage_options: dict[str, Any], out: list[Any]) -> None:
+    """Whole files (a Zarr store's chunk files): each read once, concurrently where remote;
+    an absent one is None (a chunk never written)."""
+    remote: dict[str, list[int]] = {}
+    for k in members.tolist():
+        url = paths[int(path_id[k])]
+        kept = held(url)
+        if kept is not None:
+            out[k] = kept[0]
+        elif is_local(url):
+            try:
+                with open(url.removeprefix("file://"), "rb") as f:
+                    out[k] = f.read()
+            except FileNotFoundError:
+                out[k] = None
+            except (OSError, ValueError) as e:
+                raise FetchError(k, url, f"cannot read: {e}", False) from None
+        else:
+            remote.setdefault(url, []).append(k)
+    if not remote:
+        return
+    urls = list(remote)
+    fs, _ = filesystem(urls[0], storage_options)
+    found = fs.cat([fs._strip_protocol(u) for u in urls], on_error="return")
+    for url, path in zip(urls, (fs._strip_protocol(u) for u in urls), strict=True):
+        block = found.get(path) if isinstance(found, dict) else found
+        if isinstance(block, FileNotFoundError) and not_found(block) == "file not found":
+            block = None
+        elif isinstance(block, BaseException):
+            raise FetchError(remote[url][0], url, f"request failed: {block}", False)
+        for k in remote[url]:
+            out[k] = block
 
 
 def _read_local(url: str, members: np.ndarray, offset: np.ndarray, length: np.ndarray,

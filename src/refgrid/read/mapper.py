@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numcodecs
@@ -73,20 +73,19 @@ class _View:
     """Records stored as raw bytes, served typed (packed, little-endian fields)."""
 
     def document(self) -> ArrayDocument:
+        grid = RectilinearGrid.regular(self.array.shape, self.chunk_shape)
         if self.unpacked:
-            template = _unpack(self.array, np.zeros((0,) * self.array.grid.ndim,
-                                                    self.array.value_dtype))
-            attrs = {k: v for k, v in self.array.attrs.items() if k not in template.encoding}
-            dtype, fill = template.dtype, np.nan
-        elif self.records is not None:
+            return array_document(replace(unpacked_array(self.array), grid=grid,
+                                          manifest=_empty_manifest(self.array.shape,
+                                                                   self.chunk_shape)))
+        if self.records is not None:
             dtype, fill = self.records, None
             attrs = {k: v for k, v in _readable_attrs(self.array).items() if k != DTYPE_ATTR}
         else:
             dtype, fill = self.array.dtype if self.array.dtype.kind in "OT" else \
                 self.array.value_dtype, self.array.fill_value
             attrs = _readable_attrs(self.array)
-        view = VirtualArray(self.array.name, self.array.dims, dtype,
-                            RectilinearGrid.regular(self.array.shape, self.chunk_shape),
+        view = VirtualArray(self.array.name, self.array.dims, dtype, grid,
                             _empty_manifest(self.array.shape, self.chunk_shape),
                             fill, (_plain_codec(dtype),), attrs)
         return array_document(view)
@@ -102,8 +101,22 @@ def _readable_attrs(array: VirtualArray) -> dict[str, Any]:
     return attrs
 
 
-def _packed(array: VirtualArray) -> bool:
+def packed(array: VirtualArray) -> bool:
     return "scale_factor" in array.attrs or "add_offset" in array.attrs
+
+
+def unpacked_array(array: VirtualArray) -> VirtualArray:
+    """``array`` as served unpacked (its documents' view): the type xarray unpacks it to,
+    NaN for a fill value, plain little-endian bytes, no packing attributes."""
+    template = _unpack(array, np.zeros((0,) * array.grid.ndim, array.value_dtype))
+    attrs = {k: v for k, v in array.attrs.items() if k not in template.encoding}
+    return replace(array, dtype=template.dtype, fill_value=np.nan,
+                   codecs=(_plain_codec(template.dtype),), attrs=attrs)
+
+
+def unpack_values(array: VirtualArray, values: np.ndarray) -> np.ndarray:
+    """``values`` of ``array`` as stored, masked and scaled as xarray unpacks them."""
+    return np.asarray(_unpack(array, values).values)
 
 
 def _unpack(array: VirtualArray, values: np.ndarray) -> Any:
@@ -157,7 +170,7 @@ class RegularViewFileSystem(AbstractFileSystem):
                 shape, native = view_chunks(node, chunks)
                 records = zarr_records(original_dtype(node.attrs, node.value_dtype)) \
                     if DTYPE_ATTR in node.attrs else None
-                self.views[path] = _View(node, shape, native, unpack and _packed(node), records)
+                self.views[path] = _View(node, shape, native, unpack and packed(node), records)
         self.documents: dict[str, Document] = {path: group_document(g)
                                                for path, g in self.groups.items()}
         self.documents.update({path: v.document() for path, v in self.views.items()})
@@ -211,7 +224,7 @@ class RegularViewFileSystem(AbstractFileSystem):
             values = values.view(original_dtype(array.attrs, array.value_dtype))
             values, fill = values.astype(view.records), np.zeros((), view.records)[()]
         if view.unpacked:
-            values, fill = np.asarray(_unpack(array, values).values), np.nan
+            values, fill = unpack_values(array, values), np.nan
         block = np.full(view.chunk_shape, fill, dtype=values.dtype)
         block[tuple(slice(0, r.stop - r.start) for r in region) or ...] = values  # (0-d too)
         if values.dtype.kind == "O":

@@ -113,7 +113,7 @@ def _refgrid_batch(batch: list[Any]) -> tuple[NativeView, str, VirtualArray, lis
         return None
     from refgrid.core.keys import chunk_of_key
     from refgrid.model.manifest import flat_index
-    from refgrid.read.decode import chunk_decoder
+    from refgrid.read.decode import decoded_by_zarr
     from refgrid.read.store import RefgridStore
     from refgrid.read.views import NativeView
 
@@ -137,16 +137,16 @@ def _refgrid_batch(batch: list[Any]) -> tuple[NativeView, str, VirtualArray, lis
         chunks.append(_Chunk(flat_index(coords, array.manifest.shape), spec, chunk_selection,
                              out_selection))
     assert path is not None
+    if path in view.unpacked:
+        return None  # served unpacked: decoded by the view, read by zarr's pipeline
     array = view.arrays[path]
-    decoder = chunk_decoder(array.codecs, array.dtype, array.grid.encoded_chunk_shape(
-        (0,) * array.grid.ndim) if array.grid.nchunks else (1,))
-    if not decoder.plain or array.dtype.kind in "OSUV":
-        return None  # strings, records, filters: zarr's pipeline
+    if decoded_by_zarr(array.codecs, array.dtype):
+        return None  # strings, records, filters: zarr's pipeline (the store checks them)
     return view, path, array, chunks
 
 
 def _fetch(view: NativeView, path: str, array: VirtualArray, chunks: list[_Chunk]
-           ) -> dict[int, bytes]:
+           ) -> dict[int, bytes | None]:
     """The stored bytes of ``chunks`` in one fetch: its ranges coalesced per file into as few
     requests as the runs of neighbouring chunks (blocking: on a worker thread)."""
     from refgrid.core.keys import chunk_key
@@ -166,8 +166,9 @@ def _fetch(view: NativeView, path: str, array: VirtualArray, chunks: list[_Chunk
                         f"{chunk_key(path, chunk_coords(named, manifest.shape))}: {e}") from e
 
 
-def _decode_part(path: str, array: VirtualArray, chunks: list[_Chunk], blobs: dict[int, bytes],
-                 out: Any, drop_axes: tuple[int, ...]) -> list[Any]:
+def _decode_part(path: str, array: VirtualArray, chunks: list[_Chunk],
+                 blobs: dict[int, bytes | None], out: Any, drop_axes: tuple[int, ...]
+                 ) -> list[Any]:
     """Decode, crop and copy out ``chunks`` (blocking: on a worker thread). Chunks of one
     stored shape are decompressed in one call of refgrid's batch decoder."""
     from refgrid.core.keys import chunk_key
@@ -180,7 +181,8 @@ def _decode_part(path: str, array: VirtualArray, chunks: list[_Chunk], blobs: di
     results: list[Any] = [{"status": "present"}] * len(chunks)
     shapes: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}
     for k, chunk in enumerate(chunks):
-        if kinds[chunk.flat] == MISSING:
+        if kinds[chunk.flat] == MISSING or (kinds[chunk.flat] >= 0 and
+                                            blobs[chunk.flat] is None):  # an absent file
             out[chunk.out_selection] = _fill(chunk.spec)
             results[k] = {"status": "missing"}
             continue

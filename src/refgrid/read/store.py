@@ -42,13 +42,14 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from refgrid.core.bounds import current
-from refgrid.core.keys import chunk_key
+from refgrid.core.keys import chunk_key, chunk_of_key
 from refgrid.core.util import thread_pool
 from refgrid.errors import ArgumentError, ReadError
-from refgrid.model.manifest import MISSING, chunk_coords
+from refgrid.model.manifest import MISSING, chunk_coords, flat_index
 from refgrid.model.virtual import VirtualArray
 from refgrid.read import views
 from refgrid.read.batching import ChunkBatcher
+from refgrid.read.decode import decoded_by_zarr
 from refgrid.read.views import NativeView, RegularView
 
 Fetched = views.StoredChunk | views.Assembled | views.Cropped
@@ -155,16 +156,19 @@ class RefgridStore(Store):
     async def _content(self, key: str) -> bytes | None:
         found = self.view.lookup(key)
         if not isinstance(found, Fetched):
-            return _at_hand(found)
+            return self._at_hand(key, found)
         with _naming(key):
             view = self.view
             if isinstance(found, views.StoredChunk) and isinstance(view, NativeView):
-                if view.local(found.array):  # a pread: cheaper here than through a thread
-                    return view.stored(found.array, found.flat)
+                if view.local(found.array) and not decoded_by_zarr(
+                        view.arrays[found.array].codecs, view.arrays[found.array].dtype):
+                    return view.stored(found.array, found.flat)  # a pread: no thread hop
                 if self._batcher is None:
                     self._batcher = ChunkBatcher(view.fetch, thread_pool("refgrid-store",
                                                                          WORKERS), gather=GATHER)
-                return await self._batcher.get(found.array, found.flat)
+                data = await self._batcher.get(found.array, found.flat)
+                return await asyncio.get_running_loop().run_in_executor(
+                    thread_pool("refgrid-store", WORKERS), self._checked, found, data)
             return await asyncio.get_running_loop().run_in_executor(
                 thread_pool("refgrid-store", WORKERS), self._fetched, key, found)
 
@@ -172,8 +176,44 @@ class RefgridStore(Store):
         """A chunk's bytes read here (blocking): stored, assembled or cropped."""
         view = self.view
         if isinstance(found, views.StoredChunk) and isinstance(view, NativeView):
-            return view.stored(found.array, found.flat)
+            return self._checked(found, view.stored(found.array, found.flat))
         return view.content(key)
+
+    def _checked(self, found: views.StoredChunk, data: bytes | None) -> bytes | None:
+        """``data``, once refgrid's bounded decoders have decoded it where zarr's own will
+        decode it again whatever pipeline reads the store (strings, records, filters), and
+        where no header states how large its values are: a decompression bomb is refused
+        here, at the chunk's limit, rather than inflated by zarr."""
+        view = self.view
+        if data is None or not isinstance(view, NativeView):
+            return data
+        array = view.arrays[found.array]
+        if decoded_by_zarr(array.codecs, array.dtype):
+            coords = chunk_coords(found.flat, array.manifest.shape)
+            reader = view.reader(found.array)
+            try:
+                reader.decoder.decode(data, array.grid.encoded_chunk_shape(coords))
+            except Exception as e:
+                reader.fail(found.flat, e)
+        return data
+
+    def _at_hand(self, key: str, found: views.Metadata | views.Listing | views.Bytes | None
+                 ) -> bytes | None:
+        """What a key holds without a read: a document, inline bytes (checked as stored
+        chunks are), or nothing."""
+        if isinstance(found, views.Metadata):
+            return found.text
+        if not isinstance(found, views.Bytes):
+            return None
+        chunk = chunk_of_key(key, self.view.arrays)
+        view = self.view
+        if chunk is not None and isinstance(view, NativeView):
+            array = view.arrays[chunk[0]]
+            coords = tuple(int(c) for c in chunk[1].split("/")) if chunk[1] else ()
+            flat = flat_index(coords, array.manifest.shape)
+            return self._checked(views.StoredChunk(chunk[0], flat, len(found.data)),
+                                 found.data)
+        return found.data
 
     # -- the synchronous surface: zarr's fused codec pipeline reads through it --------------
 
@@ -201,7 +241,7 @@ class RefgridStore(Store):
     def _content_sync(self, key: str) -> bytes | None:
         found = self.view.lookup(key)
         if not isinstance(found, Fetched):
-            return _at_hand(found)
+            return self._at_hand(key, found)
         with _naming(key):
             return self._fetched(key, found)
 
@@ -231,13 +271,6 @@ class RefgridStore(Store):
         self.__init__(**state)  # type: ignore[misc]
 
 
-def _at_hand(found: views.Metadata | views.Listing | views.Bytes | None) -> bytes | None:
-    """What a key holds without a read: a document, inline bytes, or nothing."""
-    if isinstance(found, views.Metadata):
-        return found.text
-    return found.data if isinstance(found, views.Bytes) else None
-
-
 @contextmanager
 def _naming(key: str) -> Iterator[None]:
     """A read error raised within names the array and the chunk ``key`` where it does not
@@ -257,8 +290,8 @@ def open_view(source: Any, chunks: Any, unpack: bool, storage_options: Mapping[s
 
     options = dict(storage_options)
     group = source if type(source).__name__ == "VirtualGroup" else scan(source, **options)
-    if chunks == "native" and not unpack:
-        return NativeView(group, options, verify_sources)
+    if chunks == "native":
+        return NativeView(group, options, verify_sources, unpack)
     spec = views.ViewSpec.parse(_chunks_text(chunks), "true" if unpack else "false")
     return RegularView.make(group, spec, options, current().max_chunk_bytes, 2**31,
                             verify_sources)

@@ -41,6 +41,9 @@ COPY_BYTE = 0.6e-9
 """Seconds per byte served: assembling a block, serving it, zarr copying it out."""
 MAX_BLOCK_BYTES = 64 * 2**20
 """No assembled block beyond this (memory per request, in the view and in zarr)."""
+SMALL_ARRAY_BYTES = 2**20
+"""An array of at most this many bytes is served as one chunk (a ``time_bnds`` of 730 native
+chunks of 16 bytes: one zarr call instead of 730)."""
 MAX_CANDIDATES = 1024
 """Block shapes weighed at most (many dimensions: fewer lengths tried along each)."""
 
@@ -52,6 +55,9 @@ def view_chunks(array: VirtualArray, chunks: ViewChunks) -> tuple[tuple[int, ...
     if chunks == "auto":
         if not grid.ndim or array.dtype.kind in "OT":  # vlen: no gain from larger blocks
             return view_chunks(array, "native")
+        if math.prod(array.shape) * array.value_dtype.itemsize <= SMALL_ARRAY_BYTES:
+            shape = tuple(max(1, n) for n in array.shape)
+            return shape, grid.is_regular and shape == tuple(grid.chunk_shape or ())
         shape = assembled(array)
         return shape, grid.is_regular and shape == tuple(grid.chunk_shape or ())
     if isinstance(chunks, str):

@@ -22,13 +22,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refgrid.core.keys import chunk_of_key, document_node
-from refgrid.core.sources import SourceCheck, held, is_local
+from refgrid.core.keys import BOOKKEEPING, chunk_of_key, document_node
+from refgrid.core.sources import ATTRIBUTES_KEY, SourceCheck, held, is_local
 from refgrid.errors import ArgumentError, FormatError, RefgridError
-from refgrid.model.manifest import INLINE, MISSING, flat_index
+from refgrid.model.manifest import INLINE, MISSING, UNSIZED, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.model.zarr_json import consolidated, documents
-from refgrid.read.array import fetch_chunks
+from refgrid.model.zarr_json import bookkeeping, consolidated, documents
+from refgrid.read.array import Reader, fetch_chunks
 from refgrid.read.cropped import (
     Cropper,
     padded_arrays,
@@ -36,7 +36,7 @@ from refgrid.read.cropped import (
     portable_documents_group,
 )
 from refgrid.read.fetch import OpenFiles
-from refgrid.read.mapper import RegularViewFileSystem
+from refgrid.read.mapper import RegularViewFileSystem, packed, unpack_values, unpacked_array
 from refgrid.read.view_chunks import ViewChunks
 
 
@@ -92,11 +92,12 @@ class Listing:
 
 
 class StoredChunk(NamedTuple):
-    """A chunk whose bytes are in a source file: ``flat`` is its C-order index."""
+    """A chunk whose bytes are in a source file: ``flat`` is its C-order index; ``nbytes``
+    None where it is a whole file of unknown size (which may be absent)."""
 
     array: str
     flat: int
-    nbytes: int
+    nbytes: int | None
 
 
 @dataclass(frozen=True)
@@ -147,9 +148,14 @@ class _View:
     arrays: Mapping[str, Any]
     documents: dict[str, bytes]
 
+    documents_extra: dict[str, bytes] = {}  # noqa: RUF012 (read only)
+    """Documents by key that are not Zarr's, and not listed: refgrid's bookkeeping."""
+
     def _node(self, key: str) -> tuple[bool, Found]:
         """``(True, answer)`` for a document's or a group's key, ``(False, None)`` for a key
         the view itself answers."""
+        if key in self.documents_extra:
+            return True, Metadata(self.documents_extra[key])
         node = document_node(key)
         if node is not None:
             text = self.documents.get(node)
@@ -160,23 +166,34 @@ class _View:
 
 
 class NativeView(_View):
-    """The dataset's own Zarr v3 store: its documents, and its chunks byte for byte."""
+    """The dataset's own Zarr v3 store: its documents, and its chunks byte for byte.
+
+    ``unpack``: packed variables (``scale_factor``/``add_offset``) are served as xarray
+    unpacks the source file — float32 for int16 with float32 factors, masked — on their own
+    grid, each chunk decoded, unpacked and served uncompressed: JSON attributes lose their
+    float32 type, so a stock reader would unpack in float64 itself."""
 
     def __init__(self, group: VirtualGroup, storage_options: dict[str, Any],
-                 verify_sources: bool = True) -> None:
+                 verify_sources: bool = True, unpack: bool = False) -> None:
         self.groups, self.arrays = _tree(group)
         self.padded = {path: padded_mask(array.grid).reshape(-1)
                        for path, array in padded_arrays(group).items()}
+        portable = portable_documents_group(group)
+        self.unpacked = {path: unpacked_array(node) for path, node in portable.walk()
+                         if unpack and isinstance(node, VirtualArray) and packed(node)}
         docs: dict[str, Any] = {k[:-len("zarr.json")].rstrip("/"): v for k, v in
-                                documents(portable_documents_group(group)).items()}
+                                documents(portable.with_arrays(self.unpacked)).items()}
         docs[""] = consolidated(docs[""], docs)
         self.documents = {node: json.dumps(doc).encode() for node, doc in docs.items()}
+        self.documents_extra = {BOOKKEEPING: json.dumps(
+            {ATTRIBUTES_KEY: bookkeeping(group)}).encode()}
         self.storage_options = storage_options
         self.check = SourceCheck(group.sources, storage_options) \
             if verify_sources and group.sources else None
         self._local: dict[str, bool] = {}
         self.files = OpenFiles()
         self._croppers: dict[str, Cropper] = {}
+        self._readers: dict[str, Reader] = {}
 
     def lookup(self, key: str) -> Found:
         answered, found = self._node(key)
@@ -199,25 +216,50 @@ class NativeView(_View):
         kind = int(array.manifest.path_id.reshape(-1)[flat])
         if kind == MISSING:
             return None
+        if path in self.unpacked:
+            return Assembled(key)
         if path in self.padded and self.padded[path][flat]:
             return Cropped(key)
         if kind == INLINE:
             return Bytes(bytes(array.manifest.inline[coords]))
-        return StoredChunk(path, flat, int(array.manifest.length.reshape(-1)[flat]))
+        nbytes = int(array.manifest.length.reshape(-1)[flat])
+        return StoredChunk(path, flat, nbytes if nbytes != UNSIZED else None)
 
     def content(self, key: str) -> bytes | None:
-        """A padded chunk (:class:`Cropped`), cropped to its extent (blocking)."""
+        """A padded chunk (:class:`Cropped`), cropped to its extent, or a chunk of a packed
+        array served unpacked (:class:`Assembled`) — blocking."""
         found = chunk_of_key(key, self.arrays)
         assert found is not None
         path, tail = found
         array = self.arrays[path]
         coords = _coords(tail, array.manifest.shape)
         assert coords is not None
+        if path in self.unpacked:
+            return self._unpacked(path, coords)
         cropper = self._croppers.get(path)
         if cropper is None:
             cropper = self._croppers[path] = Cropper(path, array)
         flat = np.array([flat_index(coords, array.manifest.shape)])
         return next(data for _, data in cropper.chunks(flat, self.storage_options, self.check))
+
+    def reader(self, path: str) -> Reader:
+        """The reader of array ``path`` (made once)."""
+        found = self._readers.get(path)
+        if found is None:
+            found = self._readers[path] = Reader(self.arrays[path], path,
+                                                 self.storage_options, self.check)
+        return found
+
+    def _unpacked(self, path: str, coords: tuple[int, ...]) -> bytes:
+        array, served = self.arrays[path], self.unpacked[path]
+        grid = served.grid
+        region = tuple(slice(int(a.bounds[c]), int(a.bounds[c] + a.logical[c]))
+                       for a, c in zip(grid.axes, coords, strict=True))
+        values = self.reader(path).read(region)
+        block = np.full(grid.encoded_chunk_shape(coords), np.nan, served.dtype)
+        block[tuple(slice(0, r.stop - r.start) for r in region) or ...] = \
+            unpack_values(array, values)
+        return np.ascontiguousarray(block, block.dtype.newbyteorder("<")).tobytes()
 
     def local(self, path: str) -> bool:
         """Whether every source of array ``path`` is a local file (read in microseconds:
@@ -228,28 +270,28 @@ class NativeView(_View):
                                             self.arrays[path].manifest.paths)
         return local
 
-    def stored(self, path: str, flat: int) -> bytes:
+    def stored(self, path: str, flat: int) -> bytes | None:
         """The stored bytes of one chunk (blocking): of a local file, one ``pread`` on the
         file kept open (a store answers zarr's gets one chunk at a time, where the general
         :meth:`fetch` would cost ten times the read); anything else, and any read that
         fails or comes back short, goes through :meth:`fetch`, which names the reason."""
         manifest = self.arrays[path].manifest
         url = manifest.paths[int(manifest.path_id.reshape(-1)[flat])]
-        if is_local(url) and held(url) is None:
+        length = int(manifest.length.reshape(-1)[flat])
+        if is_local(url) and held(url) is None and length != UNSIZED:
             if self.check is not None and url not in self.check.checked:
                 self.check.start((url,))()
-            length = int(manifest.length.reshape(-1)[flat])
             data = self.files.pread(url, int(manifest.offset.reshape(-1)[flat]), length)
             if data is not None and len(data) == length:
                 return data
         return self.fetch(path, [flat])[0]
 
-    def fetch(self, path: str, flats: list[int]) -> list[bytes]:
+    def fetch(self, path: str, flats: list[int]) -> list[bytes | None]:
         """The stored bytes of chunks ``flats`` of array ``path`` (blocking; checks the
-        sources' identities first)."""
+        sources' identities first); None for a chunk file that is absent."""
         blobs = fetch_chunks(self.arrays[path], path, np.asarray(flats, dtype=np.int64),
                              self.storage_options, self.check)
-        return [bytes(b) for b in blobs]
+        return [bytes(b) if b is not None else None for b in blobs]
 
 
 def _chunk_directory(array: VirtualArray, tail: str) -> Listing | None:

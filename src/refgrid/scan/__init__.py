@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from refgrid.core.inputs import is_pattern
+from refgrid.core.inputs import DATA_SUFFIXES, is_pattern
 from refgrid.core.keys import METADATA, ZMETADATA
 from refgrid.core.sources import filesystem
 from refgrid.errors import (
@@ -155,6 +155,10 @@ def detect_format(source: Source) -> Format:
         return "netcdf3"
     if head.lstrip()[:1] in (b"{", b"[") or source.url.endswith(".json"):
         return "json"
+    if head.lstrip()[:1] == b"<" and not source.is_local:  # a server's page for a directory
+        found = _directory_format(source)
+        if found is not None:
+            return found
     if _hdf5_after_user_block(source):
         return "hdf5"
     found = None if source.is_local else _directory_format(source)  # a server listing dirs
@@ -207,9 +211,6 @@ def _not_an_input_directory(source: Source) -> NoReturn:
                     "out.parq from the shell; refgrid.scan reads one file")
     raise FormatError(source.url, None, f"a directory with no zarr.json (not a Zarr v3 store) "
                       f"and no {ZMETADATA}: not kerchunk parquet references{hint}")
-
-
-DATA_SUFFIXES = (".nc", ".nc4", ".h5", ".hdf5", ".he5", ".hdf")
 
 
 def _exists(url: str, storage_options: dict[str, Any]) -> bool:

@@ -11,10 +11,16 @@ import orjson
 
 from refgrid.core.bounds import current as current_limits
 from refgrid.core.keys import METADATA
-from refgrid.core.sources import stored_identities
+from refgrid.core.sources import (
+    ATTRIBUTES_KEY,
+    section,
+    sidecar_directory,
+    stored_identities,
+)
 from refgrid.core.util import gc_paused
 from refgrid.errors import FormatError
 from refgrid.model.virtual import VirtualGroup
+from refgrid.model.zarr_json import with_bookkeeping
 from refgrid.scan.kerchunk import kerchunk_to_group, load_kerchunk
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source
@@ -99,9 +105,12 @@ def reference_dict_to_group(refs: Mapping[str, Any], url: str = "<references>",
                           "not an object)")
     check_bounds(refs, url)
     entries = refs.get("refs", refs)
+    sidecar = sidecar_directory(refs, url)
     if isinstance(entries, Mapping) and METADATA in entries and "gen" not in refs:
-        group = references_to_group(refs, url)
+        group = references_to_group(refs, url, sidecar)
     else:
         options = storage_options or {}
-        group = kerchunk_to_group(load_kerchunk(dict(refs), url, options), url, options)
-    return replace(group, sources=stored_identities(refs))
+        group = with_bookkeeping(kerchunk_to_group(load_kerchunk(dict(refs), url, options),
+                                                   url, options),
+                                 section(refs).get(ATTRIBUTES_KEY))
+    return replace(group, sources=stored_identities(refs, sidecar))

@@ -25,17 +25,20 @@ import pyarrow.parquet as pq
 
 from refgrid.core.keys import METADATA, ZMETADATA, document_keys
 from refgrid.core.sources import (
+    ATTRIBUTES_KEY,
     RECORDS_KEY,
-    SOURCES_KEY,
     SourceIdentity,
     filesystem,
+    in_sidecar,
     record_digest,
+    section,
+    sidecar_directory,
     stored_identities,
 )
-from refgrid.errors import FormatError
+from refgrid.errors import FormatError, ScanError
 from refgrid.model.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
 from refgrid.model.virtual import VirtualGroup
-from refgrid.model.zarr_json import group_from_documents
+from refgrid.model.zarr_json import group_from_documents, with_bookkeeping
 from refgrid.scan.kerchunk import v2_group
 from refgrid.scan.options import ScanOptions
 from refgrid.scan.source import Source, file_sizes
@@ -48,6 +51,10 @@ class ParquetReferences:
     """``.zarray``/``.zattrs``/``.zgroup`` keys → their JSON documents"""
     record_size: int
     sources: dict[str, SourceIdentity]
+    sidecar: str | None
+    """Where the sidecar of rewritten chunks lies now (its files are named relative to it)."""
+    bookkeeping: Any
+    """The ``_refgrid_*`` attributes by node (:func:`refgrid.model.zarr_json.bookkeeping`)."""
     fs: fsspec.AbstractFileSystem
     root: str
     storage_options: dict[str, Any]
@@ -81,7 +88,8 @@ class ParquetReferences:
                                   "its digest in .zmetadata: it is damaged or was changed")
             table = _read_table(data, self.url, name)
             try:
-                _fill(table, n * self.record_size, path_id, offset, length, inline, counts, urls)
+                _fill(table, n * self.record_size, path_id, offset, length, inline, counts, urls,
+                      self.sidecar)
             except (pa.ArrowException, KeyError, TypeError, ValueError) as e:
                 raise FormatError(self.url, array, f"{name}: unusable reference columns "
                                   f"{table.column_names}: {e}") from None
@@ -106,7 +114,7 @@ def scan_parquet(source: Source, options: ScanOptions) -> VirtualGroup:
     else:
         group = v2_group(parquet.documents, lambda path, grid, _: parquet.manifest(
             path, grid.chunk_counts), parquet.url)
-    return replace(group, sources=parquet.sources)
+    return replace(with_bookkeeping(group, parquet.bookkeeping), sources=parquet.sources)
 
 
 def load_parquet_references(url: str, storage_options: dict[str, Any]) -> ParquetReferences:
@@ -120,17 +128,20 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
         if record_size < 1:
             raise ValueError(f"record_size {record_size} is not a positive integer")
     except FileNotFoundError:
+        if not fs.exists(root):
+            raise ScanError(url, None, "file not found") from None
         raise FormatError(url, None, "no .zmetadata: not kerchunk parquet references (nor "
                           "an HDF5/NetCDF file)") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise FormatError(url, ZMETADATA, f"not kerchunk parquet metadata: {e}") from None
-    return ParquetReferences(url, documents, record_size, stored_identities(meta), fs, root,
+    sidecar = sidecar_directory(meta, url)
+    return ParquetReferences(url, documents, record_size, stored_identities(meta, sidecar),
+                             sidecar, section(meta).get(ATTRIBUTES_KEY), fs, root,
                              storage_options, _stored_digests(meta))
 
 
 def _stored_digests(meta: Any) -> dict[str, str]:
-    section = meta.get(SOURCES_KEY) if isinstance(meta, dict) else None
-    value = section.get(RECORDS_KEY) if isinstance(section, dict) else None
+    value = section(meta).get(RECORDS_KEY)
     if not isinstance(value, dict):
         return {}
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
@@ -149,7 +160,7 @@ def _read_table(data: bytes, url: str, name: str) -> pa.Table:
 
 def _fill(table: pa.Table, start: int, path_id: np.ndarray, offset: np.ndarray,
           length: np.ndarray, inline: dict[tuple[int, ...], bytes], counts: tuple[int, ...],
-          urls: dict[str, int]) -> None:
+          urls: dict[str, int], sidecar: str | None = None) -> None:
     """One record file's references into the manifest columns (rows from ``start``)."""
     table = table.slice(0, max(path_id.size - start, 0))
     if "path" in table.column_names:
@@ -159,7 +170,8 @@ def _fill(table: pa.Table, start: int, path_id: np.ndarray, offset: np.ndarray,
         names = paths.dictionary.to_pylist()
         if not all(isinstance(u, str) or u is None for u in names):
             raise ValueError(f"the path column holds {paths.dictionary.type}, not URLs")
-        remap = np.array([urls.setdefault(u, len(urls)) if u else MISSING for u in names]
+        remap = np.array([urls.setdefault(in_sidecar(u, sidecar), len(urls)) if u else MISSING
+                          for u in names]
                          + [MISSING], np.int32)  # the last entry: a null path
         codes = pc.fill_null(paths.indices.cast(pa.int64()), len(names)).to_numpy()
         ids = remap[codes]

@@ -13,7 +13,6 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import IO, Any
 
 import fsspec
@@ -26,6 +25,7 @@ from refgrid.core.sources import (
     identity_of,
     not_found,
 )
+from refgrid.core.util import lazy
 from refgrid.errors import ScanError
 
 WHOLE_FILE_LIMIT = 32 * 2**20
@@ -55,7 +55,7 @@ class Source:
     def filesystem(self) -> tuple[fsspec.AbstractFileSystem, str]:
         return filesystem(self.url, self.storage_options)
 
-    @cached_property
+    @lazy
     def identity(self) -> SourceIdentity:
         """Size, modification time or ETag (one ``stat`` or ``HEAD``, asked once): recorded
         so readers notice a change, and the size a scan needs."""
@@ -71,7 +71,7 @@ class Source:
         except OSError as e:
             raise ScanError(self.url, None, f"cannot read: {e}") from None
 
-    @cached_property
+    @lazy
     def remote_info(self) -> dict[str, Any]:
         """fsspec's ``info`` of a remote file (one ``HEAD``), kept: the identity comes from
         it, and a file object opened on it is handed it rather than asking again."""

@@ -18,28 +18,34 @@ from typing import Any
 import numpy as np
 
 from refgrid.core.keys import chunk_entries, document_keys
+from refgrid.core.sources import ATTRIBUTES_KEY, SIDECAR_TEMPLATE, section
 from refgrid.core.util import gc_paused
 from refgrid.errors import FormatError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
 from refgrid.model.virtual import VirtualGroup
-from refgrid.model.zarr_json import group_from_documents
+from refgrid.model.zarr_json import group_from_documents, with_bookkeeping
 
 ChunkRefs = list[tuple[str, Any]]
 """One array's chunk references: (key tail such as ``"0/3/1"``, reference value)."""
 
 
-def references_to_group(refs: Mapping[str, Any], source: str = "<references>") -> VirtualGroup:
+def references_to_group(refs: Mapping[str, Any], source: str = "<references>",
+                        sidecar: str | None = None) -> VirtualGroup:
     """Build the model of a reference set written with Zarr v3 keys (a kerchunk dict, with
-    or without the ``{"version": 1, "refs": ...}`` wrapper)."""
+    or without the ``{"version": 1, "refs": ...}`` wrapper); ``sidecar``: where its sidecar
+    directory lies now (its template resolved there)."""
     entries = refs.get("refs", refs)
-    templates = refs.get("templates", {})
+    templates = dict(refs.get("templates", {}))
+    if sidecar is not None:
+        templates[SIDECAR_TEMPLATE.strip("{}")] = sidecar
     documents = {node: document(entries[k], source, k)
                  for node, k in document_keys(entries).items()}
     with gc_paused():
         chunks = chunk_entries(entries.items(), documents)
-        return group_from_documents(documents, lambda path, grid: chunk_manifest(
+        group = group_from_documents(documents, lambda path, grid: chunk_manifest(
             grid, chunks.get(path, []), templates, f"{source}:{path}"), source)
+    return with_bookkeeping(group, section(refs).get(ATTRIBUTES_KEY))
 
 
 

@@ -10,6 +10,7 @@ Needs the ``serve`` extra (aiohttp).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from refgrid.core.util import import_extra
@@ -27,9 +28,9 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), **options: Any) -> 
 
 
 def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool = True,
-        **options: Any) -> None:
+        announce: Callable[[str], None] | None = None, **options: Any) -> None:
     """Serve ``root`` until interrupted (see :func:`refgrid.serve.app.run`)."""
     import_extra("aiohttp", "serve", "refgrid serve")
     from refgrid.serve.app import run as serve
 
-    serve(root, host, port, access_log, **options)
+    serve(root, host, port, access_log, announce, **options)

@@ -19,10 +19,13 @@ value, exactly as from a store on disk.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import logging
+import socket
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,7 +48,7 @@ from refgrid.read.views import (
     StoredChunk,
     ViewSpec,
 )
-from refgrid.serve.catalog import Catalog, Dataset, Entry, ViewLimits
+from refgrid.serve.catalog import Catalog, Dataset, Entry, ViewLimits, collisions
 from refgrid.serve.pages import dataset_page, index_page, listing_page
 
 log = logging.getLogger("refgrid.serve")
@@ -230,8 +233,11 @@ async def _get(request: web.Request) -> web.StreamResponse:
         return _html(request, dataset_page(dataset, base))
     view_name, _, params = rest[0].partition(";")
     key = "/".join(rest[1:])
-    if view_name == "native" and not params:
-        return await _serve(request, dataset, dataset.native, rest[0], "native", key)
+    if view_name == "native":
+        if not _spec(request, params, ("unpack",)).unpack:
+            return await _serve(request, dataset, dataset.native, rest[0], "native", key)
+        view = dataset.unpacked or await _in_pool(request, dataset.unpacked_view)
+        return await _serve(request, dataset, view, rest[0], "native;unpack", key)
     if view_name == "regular":
         spec = _spec(request, params)
         view = dataset.regular.get(spec) or await _in_pool(  # made once, on a worker thread
@@ -240,12 +246,14 @@ async def _get(request: web.Request) -> web.StreamResponse:
     raise HttpError(404, f"{entry.name}: no view {rest[0]!r} (native or regular)")
 
 
-def _spec(request: web.Request, params: str) -> ViewSpec:
-    values = dict(request.query)
+def _spec(request: web.Request, params: str,
+          allowed: tuple[str, ...] = ("chunks", "unpack")) -> ViewSpec:
+    values = {k: v for k, v in request.query.items() if k in allowed}
     for item in params.split(";") if params else ():
         name, sep, value = item.partition("=")
-        if not sep or name not in ("chunks", "unpack"):
-            raise HttpError(400, f"unknown view parameter {item!r} (chunks=..., unpack=...)")
+        if not sep or name not in allowed:
+            raise HttpError(400, f"unknown view parameter {item!r} "
+                            f"({', '.join(f'{a}=...' for a in allowed)})")
         values[name] = value
     return ViewSpec.parse(values.get("chunks"), values.get("unpack"))
 
@@ -309,14 +317,15 @@ async def _serve(request: web.Request, dataset: Dataset, view: NativeView | Regu
         return _chunk(request, dataset, found.data, etag)
     if isinstance(found, StoredChunk):
         assert isinstance(view, NativeView)
-        if request.method == "HEAD":
+        if request.method == "HEAD" and found.nbytes is not None:
             return _chunk_head(request, dataset, etag, found.nbytes)
         data = await _waiting(request, request.app[STATE].batcher(view).get(found.array,
                                                                              found.flat))
-        return _chunk(request, dataset, data, etag)
-    assert isinstance(found, Assembled | Cropped)
-    loop = asyncio.get_running_loop()
-    data = await _waiting(request, loop.run_in_executor(request.app[POOL], view.content, key))
+    else:
+        assert isinstance(found, Assembled | Cropped)
+        loop = asyncio.get_running_loop()
+        data = await _waiting(request, loop.run_in_executor(request.app[POOL], view.content,
+                                                            key))
     if data is None:
         raise HttpError(404, f"{dataset.entry.name}/{segment}: chunk {key!r} is absent "
                         "(reads as the fill value)")
@@ -423,10 +432,13 @@ SURVEY = 200
 
 
 def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool = True,
-        **options: Any) -> None:
+        announce: Callable[[str], None] | None = None, **options: Any) -> None:
     """Serve ``root`` until interrupted (SIGINT/SIGTERM: in-flight requests finish first);
-    ``access_log``: a JSON line a request on the ``refgrid.serve.access`` logger."""
+    ``access_log``: a JSON line a request on the ``refgrid.serve.access`` logger;
+    ``announce(url)`` is called once the port is bound and the root is surveyed (a busy port
+    is an :class:`~refgrid.errors.ArgumentError` before anything is announced)."""
     app = make_app(root, **options)
+    sock = listening(host, port)
     catalog = app[CATALOG]
     refused = catalog.survey(SURVEY)
     log.info("serving %d datasets under %s at http://%s:%d/%s", len(catalog.entries),
@@ -434,10 +446,39 @@ def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool =
              "be served: they answer 403)" if refused else "")
     for name, error in refused[:5]:
         log.warning("%s: %s", name, error)
+    shared = collisions(catalog.entries)
+    if shared:
+        log.warning("%d datasets would share a name without their suffix, so each is served "
+                    "under its full file name: %s", len(shared), ", ".join(shared[:6]))
     if any(isinstance(e, AccessError) for _, e in refused):
         log.warning("their sources lie outside %s: allow them with --allow-source PREFIX",
                     " and ".join(catalog.allowed))
-    web.run_app(app, host=host, port=port, shutdown_timeout=10, print=None,
+    if announce is not None:
+        announce(f"http://{host}:{sock.getsockname()[1]}/")
+    web.run_app(app, sock=sock, shutdown_timeout=10, print=None,
                 **(AccessLog.options() if access_log else {"access_log": None}))
+
+
+def listening(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` and listening, or an :class:`ArgumentError` saying why
+    not (a port in use, a host not of this machine)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise ArgumentError(f"cannot listen on {host}:{port}: {e}") from e
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+    except OSError as e:
+        sock.close()
+        busy = e.errno == errno.EADDRINUSE
+        raise ArgumentError(f"cannot listen on {host}:{port}: "
+                            + ("the port is in use (another server? pick one with --port)"
+                               if busy else str(e))) from e
+    return sock
 
 

@@ -53,8 +53,10 @@ def _stamp(path: Path) -> tuple[int, int, int]:
 
 
 def discover(root: Path) -> dict[str, Entry]:
-    """The datasets under ``root`` (already resolved), by name."""
-    found: dict[str, Entry] = {}
+    """The datasets under ``root`` (already resolved), by name: a file's path without its
+    suffix, or with it where two datasets would share a name (``api.json`` beside
+    ``api.parq``: both served, each under its full name)."""
+    found: dict[str, list[Entry]] = {}
     for top, dirs, files in os.walk(root, followlinks=False):
         here = Path(top)
         for d in list(dirs):
@@ -69,18 +71,32 @@ def discover(root: Path) -> dict[str, Entry]:
         for f in files:
             if f.endswith(".json") and f != METADATA and not f.startswith("."):
                 _add(found, root, here / f, "json")
-    return found
+    out: dict[str, Entry] = {}
+    for name, entries in found.items():
+        if len(entries) == 1:
+            out[name] = entries[0]
+            continue
+        for entry in entries:
+            full = entry.path.relative_to(root).as_posix()
+            out[full] = Entry(full, entry.path, entry.kind)
+    return out
 
 
-def _add(found: dict[str, Entry], root: Path, path: Path, kind: Kind) -> None:
+def collisions(entries: dict[str, Entry]) -> list[str]:
+    """The datasets served under their full file names (their names without the suffix
+    would be the same): the only names that end in a suffix."""
+    return sorted(name for name in entries if name.endswith(SUFFIXES))
+
+
+def _add(found: dict[str, list[Entry]], root: Path, path: Path, kind: Kind) -> None:
     real = Path(os.path.realpath(path))
     if not real.is_relative_to(root):
         log.warning("skipping %s: it leads out of the served root (%s)", path, real)
         return
     relative = path.relative_to(root).as_posix()
     name = next((relative[:-len(s)] for s in SUFFIXES if relative.endswith(s)), relative)
-    if _usable_name(name) and name not in found:
-        found[name] = Entry(name, path, kind)
+    if _usable_name(name):
+        found.setdefault(name, []).append(Entry(name, path, kind))
 
 
 def _usable_name(name: str) -> bool:
@@ -101,6 +117,8 @@ class Dataset:
     modified: float
     """Seconds since the epoch: the newest of the file's and its sources' modification times."""
     native: NativeView = field(init=False)
+    unpacked: NativeView | None = None
+    """The native view with packed variables served unpacked (made when first asked for)."""
     regular: dict[ViewSpec, RegularView] = field(default_factory=dict)
     checked: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -111,9 +129,16 @@ class Dataset:
     def recheck_sources(self) -> None:
         """Check each source's identity again at its next read: a long-running service must
         notice a source rewritten since its first read, not serve its new bytes."""
-        for check in (self.native.check, *(v.fs.check for v in self.regular.values())):
+        natives = (self.native, self.unpacked) if self.unpacked is not None else (self.native,)
+        for check in (*(v.check for v in natives), *(v.fs.check for v in self.regular.values())):
             if check is not None:
                 check.forget()
+
+    def unpacked_view(self) -> NativeView:
+        with self.lock:
+            if self.unpacked is None:
+                self.unpacked = NativeView(self.group, self.storage_options, unpack=True)
+            return self.unpacked
 
     def regular_view(self, spec: ViewSpec, limits: ViewLimits) -> RegularView:
         with self.lock:

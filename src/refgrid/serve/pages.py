@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from refgrid.core.reprs import array_summary, group_summary, size, unusual_chunks
+from refgrid.core.reprs import (
+    array_summary,
+    files_text,
+    group_summary,
+    size,
+    unusual_chunks,
+)
+from refgrid.core.sources import source_count
 from refgrid.model.virtual import VirtualArray
 from refgrid.serve.catalog import Dataset, Entry
 
@@ -46,7 +53,7 @@ def index_page(entries: Sequence[Entry], opened: dict[str, Dataset | str]) -> st
                            for d, n in zip(a["dims"], a["shape"], strict=True)})
             detail = (f"{len(arrays)} arrays ({escape(', '.join(arrays))})<br>dims "
                       f"{escape(', '.join(dims))}<br>{size(summary['bytes'])} from "
-                      f"{summary['sources'] or '?'} source files")
+                      f"{files_text(summary['sources'])}")
         else:
             detail = "not opened (follow the link)"
         rows.append(f'<tr><td><a href="/{name}/">{name}</a></td><td>{entry.kind}</td>'
@@ -64,8 +71,9 @@ def dataset_page(dataset: Dataset, base: str) -> str:
     name = dataset.entry.name
     url = f"{base}/{name}"
     parts = [f"<h1>{escape(name)}</h1>",
-             f"<p>{escape(dataset.entry.kind)} references · {len(dataset.group.sources)} "
-             f"source files · <a href=\"/\">all datasets</a></p>",
+             f"<p>{escape(dataset.entry.kind)} references · "
+             f"{files_text(source_count(dataset.group.sources))} · "
+             f"<a href=\"/\">all datasets</a></p>",
              "<h2>Open it</h2>",
              "<p>With stock zarr / xarray (the regular view):</p>",
              f"<pre>import fsspec, xarray as xr\nds = xr.open_dataset(fsspec.get_mapper("

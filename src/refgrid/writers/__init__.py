@@ -105,8 +105,9 @@ def save(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format | 
     elif padded == "rewrite":
         report = PaddedRewrite()
     try:
-        written = write_references(group, target, format=format, grid_form=grid_form,
-                                   record_size=record_size)
+        written = write_references(
+            group, target, format=format, grid_form=grid_form, record_size=record_size,
+            sidecar=sidecar if report is not None and report.directory is not None else None)
     except BaseException:
         if report is not None and report.directory is not None and report.fresh:
             shutil.rmtree(report.directory, ignore_errors=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from refgrid.codecs.filters import CodecJSON, Pipeline, stored_dtype
 from refgrid.codecs.numcodecs_v2 import SIZED
-from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, zarr_dtype
+from refgrid.core.dtypes import split_bookkeeping, zarr_dtype
 from refgrid.core.keys import ZARRAY, ZATTRS, ZGROUP
 from refgrid.errors import WriteError
 from refgrid.grid.rectilinear import RectilinearGrid
@@ -41,10 +41,9 @@ def v2_documents(group: VirtualGroup) -> dict[str, dict[str, Any]]:
 
 
 def _plain(attrs: Any, also: str | None = None) -> dict[str, Any]:
-    """Attributes for readers that are not refgrid: without the notes only refgrid's engine
-    reads (the source's storage facts; numeric attribute types JSON cannot keep)."""
-    return {k: v for k, v in attrs.items() if k not in (ENCODING_ATTR, ATTRIBUTE_TYPES_ATTR,
-                                                        also)}
+    """Attributes for readers that are not refgrid: without refgrid's bookkeeping (kept in
+    the references' own section) and ``also``."""
+    return {k: v for k, v in split_bookkeeping(attrs)[0].items() if k != also}
 
 
 def require_regular(path: str, array: VirtualArray, what: str) -> RectilinearGrid:

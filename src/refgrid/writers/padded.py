@@ -180,8 +180,9 @@ def _with_chunks(array: VirtualArray, done: _Rewritten, final: Path | None,
     for coords, (relative, nbytes) in done.files.items():
         assert final is not None
         url = str((final / relative).resolve())
-        stat = os.stat(url)
-        sources[url] = {"size": stat.st_size, "mtime": stat.st_mtime}
+        # its size only: the directory is named by the hash of its contents, and a copy
+        # of references and sidecar (a new modification time) is the same output
+        sources[url] = {"size": os.stat(url).st_size, "rewritten": True}
         path_id[coords], offset[coords], length[coords] = len(paths), 0, nbytes
         inline.pop(coords, None)
         paths.append(url)

@@ -34,6 +34,7 @@ from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import documents
 from refgrid.writers.atomic import replace_directory, temporary_for
 from refgrid.writers.kerchunk_v2 import v2_documents
+from refgrid.writers.section import Portable, section
 
 RECORD_SIZE = 100_000
 """Chunks per record file: large enough for few files, small enough to read one quickly."""
@@ -43,10 +44,14 @@ delta encoding stores in a few bits (plain + zstd leaves ~5 B per offset)."""
 
 
 def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "auto",
-                  record_size: int = RECORD_SIZE, zarr_format: Literal[2, 3] = 3) -> Path:
+                  record_size: int = RECORD_SIZE, zarr_format: Literal[2, 3] = 3,
+                  sidecar: Path | None = None) -> Path:
     """Write ``group`` as a parquet reference directory at ``target``, atomically: it is
     built under a temporary name and renamed (an existing directory is replaced).
-    ``zarr_format=2`` writes classic kerchunk's v2 documents (regular grids only)."""
+    ``zarr_format=2`` writes classic kerchunk's v2 documents (regular grids only);
+    ``sidecar``: the directory of rewritten chunks beside it, whose files are named relative
+    to it."""
+    portable = Portable(sidecar)
     metadata = v2_documents(group) if zarr_format == 2 else documents(group, grid_form)
     temporary = temporary_for(target)
     try:
@@ -54,11 +59,10 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
         digests: dict[str, str] = {}
         for path, node in group.walk():
             if isinstance(node, VirtualArray):
-                _write_records(node, temporary, path, record_size, digests)
+                _write_records(node, temporary, path, record_size, digests, portable)
         (temporary / ZMETADATA).write_text(
-            json.dumps({"metadata": metadata, "record_size": record_size,
-                        SOURCES_KEY: {"sources": dict(group.sources),
-                                      RECORDS_KEY: digests}}),
+            json.dumps({SOURCES_KEY: section(group, portable, **{RECORDS_KEY: digests}),
+                        "metadata": metadata, "record_size": record_size}),
             encoding="utf-8")
         replace_directory(temporary, target)
     finally:
@@ -83,13 +87,13 @@ decode to other numbers more often instead of failing.)"""
 
 
 def _write_records(array: VirtualArray, root: Path, path: str, record_size: int,
-                   digests: dict[str, str]) -> None:
+                   digests: dict[str, str], portable: Portable) -> None:
     manifest = array.manifest
     path_id = manifest.path_id.reshape(-1)
     table = pa.table({
         "path": pa.DictionaryArray.from_arrays(
             pa.array(path_id, pa.int32(), mask=path_id < 0),
-            pa.array(manifest.paths, pa.string())),
+            pa.array([portable(url) for url in manifest.paths], pa.string())),
         "offset": manifest.offset.reshape(-1).astype(np.int64),
         "size": manifest.length.reshape(-1).astype(np.int64),
         "raw": _inline_column(manifest.inline, manifest.shape, len(path_id)),

@@ -33,7 +33,7 @@ def check_format(format: str | None) -> None:
 
 def write_references(group: VirtualGroup, path: str | os.PathLike[str], *,
                      format: Format | None = None, grid_form: GridForm = "auto",
-                     record_size: int = RECORD_SIZE) -> Path:
+                     record_size: int = RECORD_SIZE, sidecar: Path | None = None) -> Path:
     """Write ``group`` as kerchunk references: JSON v1 (one file), ``"parquet"`` (a
     directory of columnar records, for large archives: it opens without parsing every key),
     or ``"kerchunk-v2"`` (Zarr v2 keys; JSON, or parquet for a ``.parq``/``.parquet`` path).
@@ -42,7 +42,8 @@ def write_references(group: VirtualGroup, path: str | os.PathLike[str], *,
     ``record_size`` is the number of chunks per parquet record file. The output appears
     atomically: it is written under a temporary name and swapped in, so the path always
     holds the old output or the new one; leftovers of killed writes are removed
-    (:mod:`refgrid.writers.atomic`).
+    (:mod:`refgrid.writers.atomic`). ``sidecar``: the directory of rewritten chunks beside
+    the references (their files are named relative to it, so both may move together).
     """
     target = Path(path)
     parquet_path = target.suffix in PARQUET_SUFFIXES
@@ -56,8 +57,9 @@ def write_references(group: VirtualGroup, path: str | os.PathLike[str], *,
         clean_leftovers(target)
         if chosen == "parquet" or (version == 2 and parquet_path):
             return write_parquet(group, target, grid_form=grid_form, record_size=record_size,
-                                 zarr_format=version)
-        refs = to_kerchunk_v2(group) if version == 2 else to_kerchunk(group, grid_form=grid_form)
+                                 zarr_format=version, sidecar=sidecar)
+        refs = to_kerchunk_v2(group) if version == 2 else to_kerchunk(
+            group, grid_form=grid_form, sidecar=sidecar)
         temporary = temporary_for(target)
         try:
             with open(temporary, "w", encoding="utf-8") as f:

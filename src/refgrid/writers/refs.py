@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,52 +25,64 @@ from refgrid.grid.rectilinear import GridForm
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import consolidated, documents
 from refgrid.writers.kerchunk_v2 import v2_documents
+from refgrid.writers.section import Portable, section
 
 
-def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto") -> dict[str, Any]:
+def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto",
+                sidecar: Path | None = None) -> dict[str, Any]:
     """The kerchunk v1 reference dict of ``group`` (metadata documents included). Where
     every array's grid is regular, the root's document carries every node's as consolidated
     metadata, so stock zarr and xarray open it in one read, without a warning; a rectilinear
     grid there would make zarr 3.1 (or zarr >= 3.2 without its flag) refuse the whole group
-    rather than that one array, so such references are opened with ``consolidated=False``."""
+    rather than that one array, so such references are opened with ``consolidated=False``.
+    ``sidecar``: the directory of rewritten chunks beside the references, whose files are
+    named relative to it."""
     docs = documents(group, grid_form)
     if all(array.grid.is_regular for _, array in group.walk()
            if isinstance(array, VirtualArray)) and grid_form == "auto":
         nodes = {key[:-len(METADATA)].rstrip("/"): doc for key, doc in docs.items()}
         docs[METADATA] = consolidated(nodes[""], nodes)  # type: ignore[assignment]
-    return _references(group, {k: dumps(d) for k, d in docs.items()}, chunk_key)
+    return _references(group, {k: dumps(d) for k, d in docs.items()}, chunk_key,
+                       Portable(sidecar))
 
 
 def to_kerchunk_v2(group: VirtualGroup) -> dict[str, Any]:
     """Classic kerchunk references of ``group``: Zarr v2 keys and documents (regular grids
     only; a rectilinear array is a :class:`~refgrid.errors.WriteError` naming it)."""
     return _references(group, {k: dumps(d) for k, d in v2_documents(group).items()},
-                       chunk_key_v2)
+                       chunk_key_v2, Portable(None))
 
 
 def _references(group: VirtualGroup, metadata: dict[str, str],
-                key_of: Callable[[str, tuple[int, ...]], str]) -> dict[str, Any]:
+                key_of: Callable[[str, tuple[int, ...]], str],
+                portable: Portable) -> dict[str, Any]:
     arrays = [(path, node) for path, node in group.walk() if isinstance(node, VirtualArray)]
-    several = len({url for _, array in arrays for url in array.manifest.paths}) > 1
-    templates: dict[str, str] | None = {} if several else None
+    names = {portable(url) for _, array in arrays for url in array.manifest.paths}
+    templates: dict[str, str] | None = {} if len(names) > 1 else None
     refs: dict[str, Any] = dict(metadata)
     with gc_paused():  # 10^5 small lists: the collector would walk them again and again
         for path, array in arrays:
-            _chunk_refs(path, array, templates, refs, key_of)
-    out: dict[str, Any] = {"version": 1, "refs": refs}
-    if templates:
-        out["templates"] = {v: k for k, v in templates.items()}
-    if group.sources:  # readers check the sources against it (fsspec ignores the key)
-        out[SOURCES_KEY] = {"sources": dict(group.sources)}
+            _chunk_refs(path, array, templates, refs, key_of, portable)
+    # refgrid's section first (readers check the sources against it; fsspec ignores it):
+    # its first bytes tell xarray the file is refgrid's (read/backend.owned_output)
+    out: dict[str, Any] = {SOURCES_KEY: section(group, portable), "version": 1}
+    if templates or portable.template:
+        out["templates"] = {**{v: k for k, v in (templates or {}).items()},
+                            **portable.template}
+    out["refs"] = refs
     return out
 
 
 def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str] | None,
-                refs: dict[str, Any], key_of: Callable[[str, tuple[int, ...]], str]) -> None:
-    """``templates`` is None where URLs are written plainly."""
+                refs: dict[str, Any], key_of: Callable[[str, tuple[int, ...]], str],
+                portable: Portable) -> None:
+    """``templates`` is None where URLs are written plainly (a sidecar's files are always
+    written through its own template)."""
     manifest = array.manifest
-    names = list(manifest.paths) if templates is None else [
-        "{{" + templates.setdefault(url, f"u{len(templates)}") + "}}" for url in manifest.paths]
+    urls = [portable(url) for url in manifest.paths]
+    names = urls if templates is None else [
+        url if url.startswith("{{") else
+        "{{" + templates.setdefault(url, f"u{len(templates)}") + "}}" for url in urls]
     flat, ids, offsets, lengths = manifest.stored()
     axes = np.unravel_index(flat, manifest.shape) if manifest.shape else ()
     for k, (pid, off, n) in enumerate(zip(ids, offsets, lengths, strict=True)):

@@ -1,0 +1,243 @@
+"""What stock readers see of refgrid's outputs and views: no refgrid bookkeeping among the
+attributes (so ``xr.open_zarr(...).to_netcdf`` and ``to_zarr`` work), references and sidecar
+that still read after being moved, packed variables unpacked on their native grid, small
+arrays in one view chunk, and a served store the engine opens without touching every chunk
+key."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import fsspec
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from packaging.version import Version
+from zarr.storage import FsspecStore
+
+import refgrid
+from realistic import months, write
+from servers import start_refgrid_serve
+
+NEW_ZARR = Version(zarr.__version__) >= Version("3.2")
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """Five monthly files in per-file units, chunks of 10 days (padded interior chunks)."""
+    root = tmp_path_factory.mktemp("stock")
+    files = write(root / "src", months(2001, 3, "days since {start}")
+                  + months(2002, 2, "hours since {start}"))
+    return root, files
+
+
+def _expected(files):
+    return xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal",
+                             compat="equals", coords="minimal")
+
+
+def _references(archive, name="refs.json", **options):
+    root, files = archive
+    out = root / name
+    if not out.exists():
+        refgrid.write(refgrid.combine([str(f) for f in files], "time"), out, **options)
+    return out
+
+
+def _documents(refs: dict) -> list[dict]:
+    return [json.loads(v) for k, v in refs["refs"].items() if k.endswith("zarr.json")]
+
+
+# -- refgrid's bookkeeping stays refgrid's -------------------------------------------------------
+
+def test_documents_carry_no_bookkeeping_which_the_references_keep_beside_them(archive):
+    out = _references(archive)
+    refs = json.loads(out.read_text())
+    assert "_refgrid_" not in json.dumps(_documents(refs))
+    kept = refs["refgrid"]["attributes"]
+    assert kept["pr"]["_refgrid_attribute_types"]["scale_factor"] == "<f4"
+    assert kept["tas"]["_refgrid_encoding"]["chunksizes"] == [10, 3, 4]
+    with xr.open_dataset(out, engine="refgrid") as ours:  # refgrid's engine still has them
+        assert ours["pr"].dtype == np.float32
+        assert ours["tas"].encoding["chunksizes"] == (10, 3, 4)
+        assert ours["tas"].encoding["zlib"] is True
+        assert not [k for k in ours["tas"].attrs if k.startswith("_refgrid")]
+
+
+def test_parquet_and_kerchunk_v2_keep_bookkeeping_out_of_their_documents(archive):
+    parquet = _references(archive, "refs.parq")
+    meta = json.loads((parquet / ".zmetadata").read_text())
+    assert "_refgrid_" not in json.dumps(meta["metadata"])
+    assert "pr" in meta["refgrid"]["attributes"]
+    with xr.open_dataset(parquet, engine="refgrid") as ours:
+        assert ours["pr"].dtype == np.float32 and ours["tas"].encoding["shuffle"] is True
+    root, files = archive
+    one = refgrid.scan(files[0])
+    v2 = refgrid.write(one, root / "v2.json", format="kerchunk-v2")
+    refs = json.loads(v2.read_text())
+    assert "_refgrid_" not in json.dumps({k: v for k, v in refs["refs"].items()
+                                          if k.endswith(".zattrs")})
+    with xr.open_dataset(v2, engine="refgrid") as ours:
+        assert ours["pr"].dtype == np.float32
+
+
+@pytest.mark.parametrize("chunks", ["native", "auto"])
+def test_open_zarr_of_the_store_round_trips_to_netcdf_and_zarr(archive, tmp_path, chunks):
+    out = _references(archive)
+    store = refgrid.open_store(out, chunks=chunks)
+    if chunks == "native" and not NEW_ZARR:
+        pytest.skip(f"zarr {zarr.__version__} reads no rectilinear grid (the native view)")
+    with zarr.config.set({"array.rectilinear_chunks": True}) if NEW_ZARR else _nothing(), \
+            xr.open_zarr(store, consolidated=True) as ds, _expected(archive[1]) as expected:
+        assert not [k for v in ds.variables.values() for k in v.attrs if "_refgrid" in k]
+        ds.to_netcdf(tmp_path / "copy.nc")
+        if chunks == "native":  # xarray writes no rectilinear grid: a regular one instead
+            ds = ds.chunk({"time": 30})
+            for variable in ds.variables.values():
+                variable.encoding.pop("chunks", None)
+        ds.to_zarr(tmp_path / "copy.zarr", zarr_format=3, consolidated=False)
+    with xr.open_dataset(tmp_path / "copy.nc") as copy:
+        for name in ("time", "time_bnds", "tas", "orog", "reference_time"):
+            np.testing.assert_array_equal(copy[name].values, expected[name].values,
+                                          err_msg=name)
+        np.testing.assert_allclose(copy["pr"].values, expected["pr"].values, rtol=1e-6)
+    with xr.open_zarr(tmp_path / "copy.zarr", consolidated=False) as again:
+        np.testing.assert_array_equal(again["tas"].values, expected["tas"].values)
+
+
+@pytest.mark.skipif(not NEW_ZARR, reason="zarr >= 3.2 reads rectilinear grids")
+def test_fsspec_references_round_trip_to_netcdf(archive, tmp_path):
+    out = _references(archive)
+    store = FsspecStore.from_url("reference://", storage_options={"fo": str(out)},
+                                 read_only=True)
+    with zarr.config.set({"array.rectilinear_chunks": True}), \
+            xr.open_zarr(store, consolidated=False) as ds:
+        assert not [k for v in ds.variables.values() for k in v.attrs if "_refgrid" in k]
+        ds.to_netcdf(tmp_path / "copy.nc")
+    with xr.open_dataset(tmp_path / "copy.nc") as copy, _expected(archive[1]) as expected:
+        np.testing.assert_array_equal(copy["time_bnds"].values, expected["time_bnds"].values)
+        np.testing.assert_array_equal(copy["tas"].values, expected["tas"].values)
+
+
+def _served_root(archive, tmp_path):
+    """A root holding the archive's JSON references alone."""
+    (tmp_path / "served").mkdir()
+    shutil.copy(_references(archive), tmp_path / "served" / "refs.json")
+    return tmp_path / "served"
+
+
+def test_served_views_carry_no_bookkeeping_but_the_engine_reads_it_back(archive, tmp_path):
+    root, files = archive
+    served_root = _served_root(archive, tmp_path)
+    for served in start_refgrid_serve(served_root, allow_sources=(str(root / "src"),),
+                                      recheck=0.0):
+        for view in ("native", "regular"):
+            text = fsspec.filesystem("http").cat_file(f"{served.url}/refs/{view}/zarr.json")
+            assert b"_refgrid_" not in text, view
+        with xr.open_dataset(f"{served.url}/refs/native", engine="refgrid") as ours, \
+                _expected(files) as expected:
+            assert ours["pr"].dtype == np.float32  # the attribute types, read back
+            assert ours["tas"].encoding["chunksizes"] == (10, 3, 4)
+            for name in ("time_bnds", "tas", "pr"):
+                np.testing.assert_array_equal(ours[name].values, expected[name].values)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# -- references and sidecar moved together ------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["refs.json", "refs.parq"])
+def test_references_and_their_sidecar_read_after_a_move(archive, tmp_path, name):
+    _, files = archive
+    first = tmp_path / "first"
+    out = first / name
+    refgrid.write(refgrid.combine([str(f) for f in files], "time"), out, inline_limit=0)
+    sidecar = first / f"{name}.chunks"
+    assert any(sidecar.rglob("c/*/*/*")), "the padded chunks went to the sidecar"
+    moved = tmp_path / "elsewhere" / "deeper"
+    moved.mkdir(parents=True)
+    shutil.copytree(out, moved / name) if out.is_dir() else shutil.copy(out, moved / name)
+    shutil.copytree(sidecar, moved / f"{name}.chunks")  # new modification times
+    shutil.rmtree(first)
+    with xr.open_dataset(moved / name, engine="refgrid") as ours, \
+            _expected(files) as expected:
+        for key in ("tas", "pr", "time_bnds"):
+            np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)
+
+
+@pytest.mark.skipif(not NEW_ZARR, reason="zarr >= 3.2 reads rectilinear grids")
+def test_fsspec_reads_moved_references_with_the_sidecar_template_overridden(archive, tmp_path):
+    _, files = archive
+    first = tmp_path / "first"
+    refgrid.write(refgrid.combine([str(f) for f in files], "time"), first / "refs.json",
+                  inline_limit=0)
+    refs = json.loads((first / "refs.json").read_text())
+    assert refs["templates"]["sidecar"] == str((first / "refs.json.chunks").resolve())
+    shutil.move(first, tmp_path / "moved")
+    sidecar = tmp_path / "moved" / refs["refgrid"]["sidecar"]
+    store = FsspecStore.from_url("reference://", read_only=True, storage_options={
+        "fo": str(tmp_path / "moved" / "refs.json"),
+        "template_overrides": {"sidecar": str(sidecar)}})
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        tas = zarr.open_group(store, mode="r")["tas"][...]
+    with _expected(files) as expected:
+        np.testing.assert_array_equal(tas, expected["tas"].values)
+
+
+# -- the stock paths and the regular view -------------------------------------------------------
+
+@pytest.mark.skipif(not NEW_ZARR, reason="zarr >= 3.2 reads rectilinear grids")
+def test_packed_variables_unpack_to_float32_on_the_native_grid(archive):
+    out = _references(archive)
+    store = refgrid.open_store(out, unpack=True)
+    doc = json.loads(store.view.documents["pr"].decode())
+    assert doc["chunk_grid"]["name"] == "rectilinear"
+    assert doc["data_type"] == "float32" and "scale_factor" not in doc["attributes"]
+    with zarr.config.set({"array.rectilinear_chunks": True}), \
+            xr.open_zarr(store, chunks={}) as ds, _expected(archive[1]) as expected:
+        assert ds["pr"].dtype == np.float32
+        assert ds["pr"].chunks[0] == ds["tas"].chunks[0]  # the native chunks, irregular
+        np.testing.assert_array_equal(ds["pr"].values, expected["pr"].values)
+        np.testing.assert_array_equal(ds["tas"].values, expected["tas"].values)
+
+
+def test_small_arrays_are_one_view_chunk(archive):
+    out = _references(archive)
+    mapper = refgrid.get_mapper(out)
+    doc = json.loads(mapper["time_bnds/zarr.json"])
+    assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [149, 2]
+    with xr.open_dataset(mapper, engine="zarr") as ours, _expected(archive[1]) as expected:
+        np.testing.assert_array_equal(ours["time_bnds"].values, expected["time_bnds"].values)
+
+
+def test_the_engine_opens_a_served_store_without_asking_for_every_chunk(archive, caplog,
+                                                                       tmp_path):
+    import logging
+
+    root, files = archive
+    served_root = _served_root(archive, tmp_path)
+    with caplog.at_level(logging.INFO, logger="refgrid.serve.access"):
+        for served in start_refgrid_serve(served_root, allow_sources=(str(root / "src"),),
+                                          recheck=0.0):
+            caplog.clear()
+            ds = xr.open_dataset(f"{served.url}/refs/native", engine="refgrid")
+            opened = [r.getMessage() for r in caplog.records]
+            values = ds["tas"].values
+            ds.close()
+    # the documents (consolidated) and the bookkeeping, then what xarray reads to decode
+    # times and index coordinates: no listing, no HEAD, no chunk of a data variable
+    paths = [json.loads(line)["path"] for line in opened]
+    methods = {json.loads(line)["method"] for line in opened}
+    assert methods == {"GET"}
+    assert not [p for p in paths if p.startswith(("/refs/native/tas/", "/refs/native/pr/"))]
+    assert paths.count("/refs/native/zarr.json") <= 2 and len(paths) <= 20, paths
+    with _expected(files) as expected:
+        np.testing.assert_array_equal(values, expected["tas"].values)
