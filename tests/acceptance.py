@@ -11,7 +11,7 @@ import numpy as np
 
 from ground_truth import ground_truth, restore, same
 from refgrid.model.virtual import VirtualArray
-from refgrid.scan import scan
+from refgrid.scanners import scan
 
 Reader = Callable[[dict[str, Any]], Callable[[str], np.ndarray]]
 """``reader(refs)`` opens references once and returns ``read(variable_path)``."""
@@ -55,7 +55,7 @@ def stock_zarr_reader(refs: dict[str, Any]) -> Callable[[str], np.ndarray]:
 def refgrid_reader(refs: dict[str, Any]) -> Callable[[str], np.ndarray]:
     """Read variables with refgrid's own read path (any grid)."""
     from refgrid.read.array import read
-    from refgrid.scan.v3_refs import references_to_group
+    from refgrid.scanners.v3_refs import references_to_group
 
     group = references_to_group(refs)
     return lambda name: read(group[name], path=name)

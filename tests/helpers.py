@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 SHARED = ROOT.parent / "shared"
 RECTILINEAR_SCHEMA = SHARED / "spec" / "rectilinear.schema.json"
 CORPUS = SHARED / "corpus" / "files"
+
+
+def zarr_at_least(version: str) -> bool:
+    """Whether the installed zarr is ``version`` or newer (the two stacks differ)."""
+    import zarr
+    from packaging.version import Version
+
+    return Version(zarr.__version__) >= Version(version)
+
+
+RECTILINEAR = zarr_at_least("3.2")
+"""zarr reads rectilinear chunk grids (with ``array.rectilinear_chunks``)."""
+
+
+def closed(opened: T) -> T:
+    """An xarray Dataset or DataTree (ground truth from netCDF4/h5netcdf) loaded into memory
+    and its files closed: a test leaves no file open behind it."""
+    with opened:
+        return opened.load()
+
+
+def killed(process: subprocess.Popen) -> None:
+    """``kill -9`` of a child process, waited for, its pipes closed (no file left open)."""
+    process.kill()
+    process.wait()
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def data_files(root: Path) -> list[Path]:

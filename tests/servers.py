@@ -90,6 +90,8 @@ class _RangeHandler(SimpleHTTPRequestHandler):
     """Answer every request with the whole file (200), as ``python -m http.server`` does."""
     die_after: int | None = None
     """Send only this many bytes of any body, then drop the connection (a dying server)."""
+    listings = False
+    """Answer a directory with its listing page, as ``python -m http.server`` does."""
 
     def log_message(self, *args: Any) -> None:  # keep test output quiet
         pass
@@ -97,6 +99,8 @@ class _RangeHandler(SimpleHTTPRequestHandler):
     def send_head(self):
         self.counter.add(f"{self.command} {self.path} {self.headers.get('Range', '')}")
         path = Path(self.translate_path(self.path))
+        if path.is_dir() and self.listings:
+            return super().send_head()
         if not path.is_file():
             self.send_error(404)
             return None
@@ -148,10 +152,12 @@ class HTTPServer:
 
 
 def start_http(root: Path, ignore_range: bool = False,
-               die_after: int | None = None, host: str = "127.0.0.1") -> Iterator[HTTPServer]:
+               die_after: int | None = None, host: str = "127.0.0.1",
+               listings: bool = False) -> Iterator[HTTPServer]:
     counter = Counter()
     handler = type("Handler", (_RangeHandler,), {"counter": counter, "die_after": die_after,
-                                                 "ignore_range": ignore_range})
+                                                 "ignore_range": ignore_range,
+                                                 "listings": listings})
     server = ThreadingHTTPServer((host, 0), lambda *a: handler(*a, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -16,23 +17,23 @@ import xarray as xr
 import zarr
 
 import refgrid
-from helpers import FIXTURES, ROOT
-from refgrid.scan import detect_format
-from refgrid.scan.source import Source
+from helpers import FIXTURES, ROOT, closed
+from refgrid.scanners import detect_format
+from refgrid.scanners.source import Source
 
 PACKAGE = ROOT / "src" / "refgrid"
-LAYERS = {"errors": 0, "core": 1, "grid": 2, "codecs": 2, "model": 3, "scan": 4, "read": 5,
-          "combine": 6, "materialize": 6, "writers": 6, "explore": 6, "archive": 7, "serve": 7,
-          "cli": 8, "demo": 8, "__init__": 8}
+LAYERS = {"errors": 0, "core": 1, "grid": 2, "codecs": 2, "model": 3, "scanners": 4,
+          "read": 5, "combining": 6, "materializing": 6, "writers": 6, "explore": 6,
+          "archive": 7, "serve": 7, "cli": 8, "demo": 8, "__init__": 8}
 """Each package's layer (and the top-level modules', which are roles of their own): entry
-points → archive/serve → combine/materialize/writers/explore → read → scan → model →
+points → archive/serve → combining/materializing/writers/explore → read → scanners → model →
 grid/codecs → core → errors. A package may import its own modules and lower layers'."""
-ACROSS = {("materialize", "writers"), ("materialize", "explore"), ("cli", "demo"),
+ACROSS = {("materializing", "writers"), ("materializing", "explore"), ("cli", "demo"),
           ("cli", "__init__")}
-"""The imports allowed between two parts of the same layer (materialize swaps its output in
-with the writers' atomic replace and picks chunks with the advisor); any other, such as grid
-↔ codecs or archive ↔ serve, is an error."""
-TOP_LEVEL_MODULES = {"__init__", "errors", "cli", "demo", "combine", "materialize"}
+"""The imports allowed between two parts of the same layer (materializing swaps its output
+in with the writers' atomic replace and picks chunks with the advisor); any other, such as
+grid ↔ codecs or archive ↔ serve, is an error."""
+TOP_LEVEL_MODULES = {"__init__", "errors", "cli", "demo", "combining", "materializing"}
 """The only modules beside the packages: everything else lives in the package of its role."""
 
 
@@ -42,7 +43,7 @@ def _module_name(path: Path) -> str:
 
 
 def _part(module: str) -> str:
-    """The package (``scan``, ``grid``, ...) or top-level module (``combine``, ``cli``)
+    """The package (``scanners``, ``grid``, ...) or top-level module (``combining``, ``cli``)
     holding ``module``; ``__init__`` for the package itself."""
     parts = module.split(".")
     return "__init__" if len(parts) == 1 else parts[1]
@@ -121,15 +122,15 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
     """The two tests above can fail: a copy of the package with one bad import added."""
     copy = tmp_path / "src" / "refgrid"
     shutil.copytree(PACKAGE, copy)
-    (copy / "scan" / "source.py").write_text((copy / "scan" / "source.py").read_text()
-                                             + "\nfrom refgrid.read.array import read\n")
+    source = copy / "scanners" / "source.py"
+    source.write_text(source.read_text() + "\nfrom refgrid.read.array import read\n")
     grid = copy / "grid" / "rectilinear.py"
     grid.write_text(grid.read_text() + "\nfrom refgrid.grid.json_forms import rle\n")
     codecs = copy / "codecs" / "filters.py"
     codecs.write_text(codecs.read_text() + "\nfrom refgrid.grid.rectilinear import GridForm\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
-    with pytest.raises(AssertionError, match=r"refgrid.scan.source -> refgrid.read.array "
-                                             r"\(scan may not import read: up\)"):
+    with pytest.raises(AssertionError, match=r"refgrid.scanners.source -> refgrid.read.array "
+                                             r"\(scanners may not import read: up\)"):
         test_imports_only_go_downward()
     with pytest.raises(AssertionError, match=r"refgrid.codecs.filters -> "
                                              r"refgrid.grid.rectilinear "
@@ -139,6 +140,46 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
                                              r"refgrid.grid.json_forms -> "
                                              r"refgrid.grid.rectilinear"):
         test_no_import_cycles()
+
+
+VIEWS = {"refgrid.read.view", "refgrid.read.native", "refgrid.read.regular"}
+"""The View protocol and its two implementations (design.md, "The read side")."""
+ADAPTERS = {"refgrid.read.store": "store", "refgrid.read.mapper": "mapper",
+            "refgrid.read.pipeline": "pipeline", "refgrid.serve.app": "service",
+            "refgrid.serve.catalog": "service"}
+"""The ways in over views: each a thin adapter over a View, never over another adapter."""
+
+
+def read_side_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that put an adapter under a view (or under the reader the views use), or one
+    adapter on another."""
+    wrong = []
+    for module, targets in graph.items():
+        for target in targets & set(ADAPTERS):
+            if module in VIEWS or (module.startswith("refgrid.read.") and
+                                   module not in ADAPTERS):
+                wrong.append(f"{module} -> {target} (a view or the reader under an adapter)")
+            elif module in ADAPTERS and ADAPTERS[module] != ADAPTERS[target]:
+                wrong.append(f"{module} -> {target} (the {ADAPTERS[module]} adapter on the "
+                             f"{ADAPTERS[target]} adapter)")
+    return sorted(wrong)
+
+
+def test_adapters_sit_on_views_never_on_each_other():
+    assert VIEWS | set(ADAPTERS) <= set(import_graph())
+    assert not read_side_violations(import_graph())
+
+
+def test_the_read_side_checker_sees_a_view_on_an_adapter_and_an_adapter_on_another():
+    graph = import_graph()
+    graph["refgrid.read.regular"].add("refgrid.read.mapper")
+    graph["refgrid.read.store"].add("refgrid.read.mapper")
+    graph["refgrid.serve.catalog"].add("refgrid.read.store")
+    assert read_side_violations(graph) == [
+        "refgrid.read.regular -> refgrid.read.mapper (a view or the reader under an adapter)",
+        "refgrid.read.store -> refgrid.read.mapper (the store adapter on the mapper adapter)",
+        "refgrid.serve.catalog -> refgrid.read.store (the service adapter on the store "
+        "adapter)"]
 
 
 def test_every_public_exception_is_in_refgrid_errors_and_exported():
@@ -235,7 +276,7 @@ def test_groups_are_opened_from_one_scan(monkeypatch):
     monkeypatch.setattr(backend, "scan", lambda *a, **k: calls.append(a) or real(*a, **k))
     tree = xr.open_datatree(source, engine="refgrid")
     assert len(calls) == 1
-    expected = xr.open_datatree(source, engine="netcdf4")
+    expected = closed(xr.open_datatree(source, engine="netcdf4"))
     assert sorted(tree.groups) == sorted(expected.groups)
     for path in expected.groups:
         for name, var in expected[path].dataset.data_vars.items():
@@ -259,6 +300,18 @@ def test_importing_refgrid_loads_no_heavy_library(statement):
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
 
 
+@pytest.mark.parametrize("module", ["refgrid.serve.app", "refgrid.read.store",
+                                    "refgrid.read.mapper"])
+def test_the_service_and_the_stores_load_no_xarray(module):
+    """xarray (and pandas under it) doubled the service's memory: only a view that unpacks
+    needs it, and imports it then."""
+    code = f"import {module}, sys; print(sorted({{m.partition('.')[0] for m in sys.modules}}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    loaded = set(ast.literal_eval(done.stdout.strip()))
+    assert loaded.isdisjoint({"xarray", "pandas", "dask"}), sorted(loaded)
+
+
 def test_xarray_discovers_the_engine_without_loading_refgrid():
     """xarray imports every engine's entry point whenever it opens anything: refgrid's costs
     it no more than the entry point."""
@@ -273,8 +326,9 @@ def test_xarray_discovers_the_engine_without_loading_refgrid():
 
 
 def test_public_functions_survive_their_subpackages_being_imported():
-    code = ("import refgrid, refgrid.scan.hdf5, refgrid.writers.parquet, refgrid.combine, "
-            "refgrid.archive.task; import types; "
+    """No module class needed: no module is named after a public function."""
+    code = ("import refgrid, refgrid.scanners.hdf5, refgrid.writers.parquet, "
+            "refgrid.combining, refgrid.materializing, refgrid.archive.task; import types; "
             "print([isinstance(getattr(refgrid, n), types.FunctionType) "
             "for n in ('scan', 'write', 'combine', 'batch', 'get_mapper')])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -283,6 +337,10 @@ def test_public_functions_survive_their_subpackages_being_imported():
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         refgrid.nothing  # noqa: B018
     assert {"scan", "batch", "VirtualGroup"} <= set(dir(refgrid))
+    assert type(refgrid) is types.ModuleType  # a plain module
+    publics = {n for n in refgrid.__all__ if not n[0].isupper() and n != "plot"}
+    modules = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert not publics & modules, publics & modules
 
 
 def test_type_checker_is_clean():

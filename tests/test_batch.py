@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from hypothesis import strategies as st
 
 import refgrid
 from archive_files import write_archive, write_corrupt
-from helpers import FIXTURES
+from helpers import FIXTURES, killed
 from refgrid.archive.journal import RECORDS, Journal, read_entries
 from refgrid.cli import main
 
@@ -337,8 +336,7 @@ def test_kill_minus_nine_then_rerun_scans_only_the_rest_and_writes_the_same(arch
     assert process.poll() is None, "the batch ended before it could be killed"
     workers = psutil.Process(process.pid).children(recursive=True)
     assert workers
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    killed(process)
     assert not output.exists()
     _, alive = psutil.wait_procs(workers, timeout=10)  # they follow their parent
     assert not alive, alive

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from helpers import FIXTURES
+from helpers import FIXTURES, closed
 from refgrid.cli import main
 
 
@@ -56,8 +56,8 @@ def test_combine_writes_parquet_references_for_a_parq_name(tmp_path):
         assert result.exit_code == 0, result.output
     assert (out / ".zmetadata").is_file() and (out / "tas" / "refs.0.parq").is_file()
     ours = xr.open_dataset(out, engine="refgrid")
-    expected = xr.open_mfdataset(months, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals")
+    expected = closed(xr.open_mfdataset(months, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals"))
     xr.testing.assert_identical(ours.load(), expected.load())
 
 

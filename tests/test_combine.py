@@ -12,8 +12,8 @@ import pytest
 import xarray as xr
 
 import refgrid
-from helpers import FIXTURES
-from refgrid.combine import CombineError, combine
+from helpers import FIXTURES, closed
+from refgrid.combining import CombineError, combine
 from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import INLINE, ChunkManifest
@@ -48,17 +48,17 @@ def test_combined_archive_equals_open_mfdataset(archive, tmp_path):
     ours = xr.open_dataset(refs, engine="refgrid")
     # data_vars="minimal": variables without "time" stay single (refgrid checks they are
     # identical) instead of being broadcast along time as data_vars="all" would
-    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals")
+    expected = closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals"))
     assert set(ours.variables) == set(expected.variables)
     for key in expected.variables:
         assert ours[key].dtype == expected[key].dtype, key
         np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)
     if ARCHIVES[archive][2]:  # raw values too, where every file has the same encoding
         raw = xr.open_dataset(refs, engine="refgrid", mask_and_scale=False, decode_times=False)
-        expected_raw = xr.open_mfdataset(files, combine="nested", concat_dim="time",
+        expected_raw = closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
                                          data_vars="minimal", compat="equals", mask_and_scale=False,
-                                         decode_times=False)
+                                         decode_times=False))
         for key in expected_raw.variables:
             np.testing.assert_array_equal(raw[key].values, expected_raw[key].values,
                                           err_msg=key)
@@ -217,8 +217,8 @@ def test_chunked_and_contiguous_mixture_with_recode(tmp_path, decode):
     group = combine([refgrid.scan(f) for f in files], "time", codecs="recode")
     assert [e.variable for e in group.report if e.action == "inlined"] == ["tas"]
     refs = refgrid.write(group, tmp_path / "mix.json")
-    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals", **decode)
+    expected = closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals", **decode))
     for ours in _open_all(refs, **decode):
         for key in expected.variables:
             np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)
@@ -230,8 +230,8 @@ def test_groups_archive_is_combined_group_by_group(tmp_path, group, decode):
     files = sorted((FIXTURES / "groups").glob("*.nc"))
     combined = combine([refgrid.scan(f) for f in reversed(files)], "time")
     refs = refgrid.write(combined, tmp_path / "groups.json")
-    expected = xr.open_mfdataset(files, group=group, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals", **decode)
+    expected = closed(xr.open_mfdataset(files, group=group, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals", **decode))
     for ours in _open_all(refs, group=group, **decode):
         for key in expected.variables:
             np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)

@@ -18,6 +18,7 @@ import pytest
 import xarray as xr
 
 import refgrid
+from helpers import closed
 from realistic import Month, months, write
 from refgrid.errors import CombineError
 
@@ -25,8 +26,8 @@ TIME_VARS = ("time", "time_bnds", "forecast_reference_time", "reference_time")
 
 
 def _expected(files: list) -> xr.Dataset:
-    return xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal",
-                             compat="equals", coords="minimal")
+    return closed(xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal",
+                             compat="equals", coords="minimal"))
 
 
 def _file_dates(files: list, name: str) -> np.ndarray:
@@ -180,7 +181,7 @@ def test_a_coordinate_of_another_type_is_refused_where_a_value_would_change(tmp_
     time = b["time"]
     # the second file's times as fractions of hours, in float64
     frac = replace(time, dtype=np.dtype("f8"), attrs=dict(time.attrs))
-    from refgrid.combine import _inlined
+    from refgrid.combining import _inlined
 
     frac = _inlined(frac, np.arange(744, 744 + 28 * 24, 24, dtype="f8") + 0.5)
     b = replace(b, arrays={**b.arrays, "time": frac})
@@ -305,3 +306,39 @@ def test_original_shape_is_the_shape_opened(tmp_path):
                              tmp_path / "two.json")
     with xr.open_dataset(combined, engine="refgrid") as both:
         assert both["tas"].encoding["original_shape"] == (59, 3, 4)
+
+
+def test_time_units_that_cannot_be_decoded_are_a_named_refusal(tmp_path):
+    files = write(tmp_path, [
+        *months(2001, 1, "days since 2001-01-01"),
+        replace(months(2001, 2, "days since 2001-01-01")[1],
+                extra={"reference_time.units": "days since last frost"})])
+    with pytest.raises(CombineError, match=r"reference_time: .*cannot be decoded"):
+        refgrid.combine([str(f) for f in files], "time")
+
+
+def test_batch_combines_what_combine_combines_whatever_a_worker_inlined(tmp_path,
+                                                                        monkeypatch):
+    """A worker inlines small time variables into its record, leaves large ones referenced:
+    files on either side of the limit still combine (read and written anew)."""
+    import refgrid.combining
+
+    files = write(tmp_path / "src", [*months(2001, 1, "days since 2001-01-01"),
+                                     *months(2001, 2, "days since 2001-01-01")[1:]])
+    sizes = [refgrid.scan(f)["time_bnds"].shape[0] * 16 for f in files]
+    monkeypatch.setattr(refgrid.combining, "INLINE_TIMES_LIMIT", min(sizes))  # 1st only
+    result = refgrid.batch([str(f) for f in files], tmp_path / "out.json",
+                           scheduler="synchronous")
+    with xr.open_dataset(result.output, engine="refgrid") as ours, _expected(files) as truth:
+        np.testing.assert_array_equal(ours["time_bnds"].values, truth["time_bnds"].values)
+
+
+def test_stacked_constants_of_other_codecs_name_the_files(tmp_path):
+    jan, feb = (refgrid.scan(p) for p in write(tmp_path, months(2001, 2,
+                                                                "days since 2001-01-01")))
+    orog = feb["orog"]
+    feb = replace(feb, arrays={**feb.arrays, "orog": replace(orog, codecs=(
+        *orog.codecs, {"name": "numcodecs.zlib", "configuration": {"level": 1}}))})
+    with pytest.raises(CombineError, match=r"orog: has no 'time' dimension and its codecs "
+                                           r"differs in b\.nc from a\.nc"):
+        refgrid.combine([jan, feb], "time", sources=["a.nc", "b.nc"], others="stack")

@@ -23,7 +23,7 @@ from packaging.version import Version
 from zarr.storage import FsspecStore
 
 import refgrid
-from helpers import FIXTURES
+from helpers import FIXTURES, closed
 from servers import start_refgrid_serve
 from test_combine import ARCHIVES, _files
 
@@ -48,8 +48,8 @@ def _group(archive: str) -> refgrid.VirtualGroup:
 
 
 def _expected(archive: str, files: list[Path] | None = None, **kwargs) -> xr.Dataset:
-    return xr.open_mfdataset(files or _files(archive), combine="nested", concat_dim="time",
-                             data_vars="minimal", compat="equals", **kwargs)
+    return closed(xr.open_mfdataset(files or _files(archive), combine="nested", concat_dim="time",
+                             data_vars="minimal", compat="equals", **kwargs))
 
 
 def _assert_equal(ours: xr.Dataset, expected: xr.Dataset) -> None:
@@ -253,6 +253,6 @@ def test_virtualizarr_opens_the_references_of_a_single_file(relative, tmp_path):
     registry = ObjectStoreRegistry({"file://": LocalStore()})
     store = KerchunkJSONParser()(url=f"file://{out}", registry=registry)
     ours = xr.open_zarr(store, consolidated=False, zarr_format=3, **RAW)
-    truth = xr.open_dataset(source, engine="netcdf4", **RAW)
+    truth = closed(xr.open_dataset(source, engine="netcdf4", **RAW))
     for key in ours.variables:
         np.testing.assert_array_equal(ours[key].values, truth[key].values, err_msg=key)

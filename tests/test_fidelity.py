@@ -19,6 +19,7 @@ import xarray as xr
 import zarr
 
 import refgrid
+from helpers import closed
 from refgrid.grid.json_forms import parse_chunk_grid
 
 
@@ -113,7 +114,7 @@ def test_coordinate_shorter_than_its_unlimited_dimension_is_padded(tmp_path):
         nc.createVariable("v", "f4", ("time",))[:] = np.arange(5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        expected = xr.open_dataset(path, engine="netcdf4").load()
+        expected = closed(xr.open_dataset(path, engine="netcdf4"))
     xr.testing.assert_identical(_open(path), expected)
 
 
@@ -255,7 +256,8 @@ def test_mapper_float_fill_value_on_a_packed_float64_variable(tmp_path, unpack):
     """24: "Failed to decode fill_value: expected str or bytes for dtype float64"."""
     path = tmp_path / "nexus.h5"
     _nexus(path)
-    expected = xr.open_dataset(path, engine="h5netcdf", phony_dims="access")["packed"].values
+    expected = closed(xr.open_dataset(path, engine="h5netcdf",
+                                      phony_dims="access"))["packed"].values
     got = _mapper_open(path) if not unpack else xr.open_dataset(
         refgrid.get_mapper(path, unpack=True), engine="zarr", consolidated=True)
     np.testing.assert_array_equal(got["packed"].values, expected)

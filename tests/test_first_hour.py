@@ -24,7 +24,7 @@ import zarr
 from click.testing import CliRunner
 
 import refgrid
-from helpers import FIXTURES, ROOT
+from helpers import FIXTURES, ROOT, closed
 from refgrid.cli import main
 
 MONTHLY = FIXTURES / "monthly" / "chunk10"
@@ -41,8 +41,8 @@ def test_combine_takes_paths_globs_and_lists_as_the_cli_does(tmp_path):
                   f"@{listing}"):
         assert refgrid.combine(given, "time") == from_groups, given
     ds = xr.open_dataset(refgrid.to_kerchunk(refgrid.combine(files, "time")), engine="refgrid")
-    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals")
+    expected = closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals"))
     np.testing.assert_array_equal(ds.tas.values, expected.tas.values)
 
 
@@ -165,8 +165,8 @@ def test_batch_icechunk_says_what_it_creates_and_reopening_reads_it(tmp_path):
             f"file://{sources.resolve()}/ (the sources' directory)") in done.stdout
     repo = local_repository(out)  # reopened later: the README's line
     ds = xr.open_zarr(repo.readonly_session("main").store, consolidated=False)
-    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals")
+    expected = closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals"))
     np.testing.assert_array_equal(ds.tas.values, expected.tas.values)
     assert isinstance(repo, icechunk.Repository)
     with pytest.raises(refgrid.WriteError, match="no Icechunk repository there"):

@@ -17,7 +17,7 @@ import zarr
 import refgrid
 from acceptance import refgrid_reader
 from ground_truth import ground_truth, restore, same
-from helpers import FIXTURES, data_files
+from helpers import FIXTURES, closed, data_files
 from kerchunk_peer import Translations, translate
 from refgrid.errors import FormatError, RefgridError
 from refgrid.model.virtual import VirtualArray
@@ -99,9 +99,9 @@ def test_kerchunk_references_combine_along_an_irregular_dimension(kerchunk_refs,
     if archive == "monthly/chunk10":
         assert document["chunk_grid"]["name"] == "rectilinear"
     ours = xr.open_dataset(out, engine="refgrid", mask_and_scale=False, decode_times=False)
-    expected = xr.open_mfdataset(sorted(refs), combine="nested", concat_dim="time",
+    expected = closed(xr.open_mfdataset(sorted(refs), combine="nested", concat_dim="time",
                                  data_vars="minimal", compat="equals", mask_and_scale=False,
-                                 decode_times=False)
+                                 decode_times=False))
     for key in expected.variables:
         np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import refgrid
 from refgrid.cli import main
-from refgrid.materialize import JOURNAL, materialize
+from refgrid.materializing import JOURNAL, materialize
 from test_combine import ARCHIVES, _files
 
 
@@ -94,7 +94,7 @@ def test_killed_mid_copy_then_rerun_is_complete_and_equal_without_rewrites(tmp_p
     source = _big_source(tmp_path)
     refs = refgrid.write(refgrid.scan(source), tmp_path / "big.json")
     store = tmp_path / "out.zarr"
-    code = (f"from refgrid.materialize import materialize\n"
+    code = (f"from refgrid.materializing import materialize\n"
             f"if __name__ == '__main__':\n"
             f"    materialize({str(refs)!r}, {str(store)!r}, {{'time': 5}}, progress=False, "
             f"block_bytes=1, workers=1)\n")
@@ -136,6 +136,25 @@ def test_through_a_local_cluster(tmp_path):
                              progress=False, block_bytes=1)
     assert result.blocks > 2 and result.written == result.blocks
     _assert_same(tmp_path / "out.zarr", refs)
+
+
+def test_by_address_the_client_made_for_the_job_is_closed(tmp_path):
+    """A scheduler address gets a Client of the job's own, closed when it ends (the
+    scheduler then counts no client); a caller's Client is left open."""
+    from distributed import Client, LocalCluster
+
+    refs = _refs("yearly/chunk73", tmp_path)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        materialize(refs, tmp_path / "a.zarr", {"time": 50}, block_bytes=1,
+                    scheduler=cluster.scheduler_address, progress=False)
+        assert cluster.scheduler.clients == {} or set(cluster.scheduler.clients) <= {
+            "fire-and-forget"}
+        with Client(cluster) as client:
+            materialize(refs, tmp_path / "b.zarr", {"time": 50}, scheduler=client,
+                        progress=False)
+            assert client.status == "running"
+    _assert_same(tmp_path / "a.zarr", refs)
 
 
 def test_cli_materializes_with_progress_and_names_bad_chunks(tmp_path):

@@ -99,16 +99,16 @@ def test_the_batch_line_counts_failures_apart(tmp_path):
 
 
 def test_no_bar_on_a_terminal_without_columns(monkeypatch):
-    from refgrid.archive import _show_progress
+    from refgrid.core.tasks import showing
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     monkeypatch.setattr(shutil, "get_terminal_size",
                         lambda fallback=None: os.terminal_size((0, 0)))
-    assert _show_progress(None) is False
+    assert showing(None) is False
     monkeypatch.setattr(shutil, "get_terminal_size",
                         lambda fallback=None: os.terminal_size((120, 40)))
-    assert _show_progress(None) is True
-    assert _show_progress(False) is False
+    assert showing(None) is True
+    assert showing(False) is False
 
 
 def test_the_bar_shows_every_recorded_file(tmp_path, capsys):
@@ -255,3 +255,34 @@ def test_the_readmes_examples_ask_for_dask_chunks_only_saying_so():
     readme = (FIXTURES.parent / "README.md").read_text()
     asking = [line for line in readme.splitlines() if "chunks={}" in line and "xr." in line]
     assert asking and all("dask" in line for line in asking), asking
+
+
+def test_batch_needs_no_remote_extra():
+    """The notebooks install has dask but not aiohttp: batch must not import it."""
+    code = ("import sys; sys.modules['aiohttp'] = None; import refgrid.archive, "
+            "refgrid.archive.runner; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_only_a_workers_import_of_the_script_counts_as_unguarded(tmp_path):
+    """A function of a guarded script that runs in a spawned worker is not the script's
+    top level: only the import is."""
+    script = tmp_path / "guarded.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing
+        from refgrid.archive.deadline import importing_script
+
+        AT_IMPORT = importing_script()
+
+        def inside():
+            return importing_script(), AT_IMPORT
+
+        if __name__ == "__main__":
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                print(pool.apply(inside), importing_script())
+        """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.stdout.strip() == "(False, True) False", done.stderr

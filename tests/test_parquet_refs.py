@@ -12,7 +12,7 @@ import xarray as xr
 import zarr
 
 import refgrid
-from helpers import FIXTURES, hdf5_files, netcdf3_files
+from helpers import FIXTURES, closed, hdf5_files, netcdf3_files
 from refgrid.errors import WriteError
 from refgrid.read.array import read
 
@@ -44,8 +44,8 @@ def test_records_split_rows_in_chunk_order(tmp_path):
 def test_engine_and_mapper_read_parquet_references(tmp_path):
     group = refgrid.combine([refgrid.scan(p) for p in MONTHS], "time")
     refs = refgrid.write(group, tmp_path / "refs.parq")
-    expected = xr.open_mfdataset(MONTHS, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals")
+    expected = closed(xr.open_mfdataset(MONTHS, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals"))
     ours = xr.open_dataset(refs, engine="refgrid", chunks={})
     assert ours.tas.chunks[0] == (10, 10, 10, 1, 10, 10, 8, 10, 10, 10, 1)
     xr.testing.assert_identical(ours.load(), expected.load())
@@ -178,8 +178,8 @@ def test_parquet_references_on_s3(s3_server, tmp_path):
     s3_server.counter.reset()
     ours = xr.open_dataset(remote, engine="refgrid", storage_options=options)
     values = ours.tas.values
-    expected = xr.open_mfdataset(MONTHS, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals")
+    expected = closed(xr.open_mfdataset(MONTHS, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals"))
     np.testing.assert_array_equal(values, expected.tas.values)
     assert refgrid.scan(remote, **options) == group
 
@@ -189,15 +189,16 @@ def test_third_party_dictionary_paths_with_narrow_indices_and_nulls():
     chunk) must not overflow them."""
     import pyarrow as pa
 
-    from refgrid.scan.parquet import _fill
+    from refgrid.model.manifest import ManifestBuilder
+    from refgrid.scanners.parquet import _fill
 
     names = pa.array([f"s3://b/f{i}.nc" for i in range(128)])
     table = pa.table({"path": pa.DictionaryArray.from_arrays(
                           pa.array([0, 127, None, 5], pa.int8()), names),
                       "offset": [10, 20, 30, 40], "size": [1, 2, 3, 4]})
-    path_id, urls = np.full(4, -1, np.int32), {}
-    offset, length = np.zeros(4, np.uint64), np.zeros(4, np.uint64)
-    _fill(table, 0, path_id, offset, length, {}, (4,), urls)
-    assert [list(urls)[i] if i >= 0 else None for i in path_id] == [
-        "s3://b/f0.nc", "s3://b/f127.nc", None, "s3://b/f5.nc"]
-    assert offset.tolist() == [10, 20, 0, 40] and length.tolist() == [1, 2, 0, 4]
+    built = ManifestBuilder((4,))
+    _fill(table, 0, built)
+    manifest = built.build()
+    assert manifest.urls().tolist() == ["s3://b/f0.nc", "s3://b/f127.nc", None, "s3://b/f5.nc"]
+    assert manifest.offset.tolist() == [10, 20, 0, 40]
+    assert manifest.length.tolist() == [1, 2, 0, 4]

@@ -23,8 +23,8 @@ from zarr_metadata.model import (
 
 import refgrid
 from ground_truth import ground_truth, restore, same
-from helpers import FIXTURES, data_files
-from refgrid.combine import combine
+from helpers import FIXTURES, closed, data_files, killed
+from refgrid.combining import combine
 from refgrid.errors import ReadError, WriteError
 from refgrid.writers import save
 from test_combine import ARCHIVES, _files
@@ -42,8 +42,8 @@ def _group(archive):
 
 
 def _expected(archive, **kwargs):
-    return xr.open_mfdataset(_files(archive), combine="nested", concat_dim="time",
-                             data_vars="minimal", compat="equals", **kwargs)
+    return closed(xr.open_mfdataset(_files(archive), combine="nested", concat_dim="time",
+                             data_vars="minimal", compat="equals", **kwargs))
 
 
 def _documents(refs: dict) -> dict[str, dict]:
@@ -209,7 +209,7 @@ def test_classic_kerchunk_opens_in_xarray_and_combines_with_multizarrtozarr(tmp_
     for f in files:  # kerchunk's own xarray engine: identical, attributes and all
         xr.testing.assert_identical(
             xr.open_dataset(str(tmp_path / f"{f.stem}.json"), engine="kerchunk").load(),
-            xr.open_dataset(f).load())
+            closed(xr.open_dataset(f)))
     combined = MultiZarrToZarr(singles, concat_dims=["time"],
                                identical_dims=["lat", "lon", "land"]).translate()
     ours = xr.open_dataset(fsspec.filesystem("reference", fo=combined).get_mapper(""),
@@ -261,13 +261,13 @@ def _check_icechunk(repo, snapshots, files):
     store = repo.readonly_session("main").store
     assert "tas" in zarr.open_group(store, mode="r")
     latest = xr.open_zarr(store, consolidated=False, **RAW)
-    expected = xr.open_mfdataset(files, combine="nested", concat_dim="time",
-                                 data_vars="minimal", compat="equals", **RAW)
+    expected = closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                 data_vars="minimal", compat="equals", **RAW))
     for key, want in expected.variables.items():
         np.testing.assert_array_equal(latest[key].values, want.values, err_msg=key)
     first = xr.open_zarr(repo.readonly_session(snapshot_id=snapshots[0]).store,
                          consolidated=False, **RAW)
-    assert first.sizes["time"] == sum(xr.open_dataset(f).sizes["time"] for f in files[:2])
+    assert first.sizes["time"] == sum(closed(xr.open_dataset(f)).sizes["time"] for f in files[:2])
     np.testing.assert_array_equal(first.tas.values, expected.tas.values[:first.sizes["time"]])
 
 
@@ -460,7 +460,7 @@ KILLED_REWRITE = """
 import sys, time
 import refgrid
 import refgrid.read.cropped as padded
-from refgrid.combine import combine
+from refgrid.combining import combine
 from refgrid.writers import save
 
 calls = []
@@ -490,15 +490,14 @@ def test_a_rewrite_killed_midway_leaves_the_old_output_and_no_litter(tmp_path):
     try:
         assert process.stdout.readline().strip() == "writing"
     finally:
-        process.kill()
-        process.wait()
+        killed(process)
     sidecar = tmp_path / "refs.json.chunks"
     staged = [p for p in sidecar.iterdir() if p.name.startswith(".staging")]
     assert staged and any(p.is_file() for p in staged[0].rglob("*"))  # killed mid-write
     assert target.read_bytes() == before  # the old output, whole, with its chunk files
     np.testing.assert_array_equal(
         xr.open_dataset(target, engine="refgrid", **RAW).tas.values,
-        xr.open_mfdataset(files[:6], combine="nested", concat_dim="time", **RAW).tas.values)
+        closed(xr.open_mfdataset(files[:6], combine="nested", concat_dim="time", **RAW)).tas.values)
     again = save(combine([refgrid.scan(f) for f in files], "time"), target, padded="rewrite",
                  inline_limit=0)
     assert [p.name for p in sidecar.iterdir()] == [again.rewrite.directory.name]

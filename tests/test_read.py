@@ -12,11 +12,11 @@ import xarray as xr
 import refgrid
 from acceptance import check_file, engine_reader, mapper_reader, refgrid_reader, table
 from ground_truth import assert_like_source
-from helpers import FIXTURES, hdf5_files, netcdf3_files
+from helpers import FIXTURES, closed, hdf5_files, netcdf3_files
 from refgrid.errors import ReadError
 from refgrid.model.virtual import same_value
 from refgrid.read.array import read
-from refgrid.scan.v3_refs import references_to_group
+from refgrid.scanners.v3_refs import references_to_group
 
 
 def _check(files, reader=refgrid_reader):
@@ -42,6 +42,9 @@ def test_every_fixture_variable_through_engine_and_mapper(reader):
     _check(hdf5_files(FIXTURES) + netcdf3_files(FIXTURES), reader)
 
 
+# netCDF-C's ref_nc_test_netcdf4_4_0.nc has a variable on dimensions (D1, D1): xarray warns
+# whenever it opens it, from its own netCDF4 engine as from refgrid's
+@pytest.mark.filterwarnings("ignore:Duplicate dimension names present")
 @pytest.mark.parametrize("reader", [engine_reader, mapper_reader], ids=["engine", "mapper"])
 def test_every_corpus_variable_through_engine_and_mapper(corpus, reader):
     assert sum(len(r.ok) for r in _check(hdf5_files(corpus) + netcdf3_files(corpus),
@@ -68,7 +71,8 @@ def test_references_round_trip_to_the_same_model():
 
 def _open_both(name, tmp_path, **kwargs):
     refs = refgrid.write(refgrid.scan(FIXTURES / name), tmp_path / "refs.json")
-    return xr.open_dataset(refs, engine="refgrid", **kwargs), xr.open_dataset(FIXTURES / name)
+    return (xr.open_dataset(refs, engine="refgrid", **kwargs),
+            closed(xr.open_dataset(FIXTURES / name)))
 
 
 @pytest.mark.parametrize("name", [
@@ -123,7 +127,8 @@ def test_missing_source_file_names_array_and_file(tmp_path):
     shutil.copy(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc", source)
     group = refgrid.scan(source)
     source.unlink()
-    with pytest.raises(ReadError, match=r"array 'tas': source file not found: .*tas\.nc"):
+    with pytest.raises(ReadError, match=r"array 'tas', chunk tas/c/0/0/0 \(.*tas\.nc bytes "
+                                        r"\d+-\d+\): source file not found"):
         read(group["tas"])
 
 
@@ -135,8 +140,8 @@ def test_short_read_names_array_chunk_url_and_range(tmp_path):
     end = int((tas.manifest.offset + tas.manifest.length).max())
     with open(source, "r+b") as f:
         f.truncate(end - 10)
-    with pytest.raises(ReadError, match=r"array 'tas', chunk tas/c/\d/0/0: short read from "
-                                        r".*tas\.nc bytes \d+-\d+"):
+    with pytest.raises(ReadError, match=r"array 'tas', chunk tas/c/\d/0/0 \(.*tas\.nc bytes "
+                                        r"\d+-\d+\): short read"):
         read(tas)
 
 
@@ -148,7 +153,7 @@ def test_corrupt_chunk_names_array_chunk_and_byte_range(tmp_path):
     with open(source, "r+b") as f:
         f.seek(start)
         f.write(b"\x00" * 16)
-    with pytest.raises(ReadError, match=r"chunk tas/c/1/0/0 \(.*tas\.nc bytes \d+\+\d+\) does "
+    with pytest.raises(ReadError, match=r"chunk tas/c/1/0/0 \(.*tas\.nc bytes \d+-\d+\): does "
                                         r"not decode"):
         read(tas, np.s_[10:20])
     np.testing.assert_array_equal(read(tas, np.s_[:10]).shape, (10, 6, 8))  # others still read
@@ -172,7 +177,8 @@ def test_fletcher32_mismatch_is_detected(tmp_path):
 def test_every_fixture_file_decodes_through_the_mapper_like_xarray_on_the_source(name, chunks):
     mapper = refgrid.get_mapper(refgrid.to_kerchunk(refgrid.scan(FIXTURES / name)),
                                 chunks=chunks, unpack=True)
-    assert_like_source(xr.open_dataset(mapper, engine="zarr"), xr.open_dataset(FIXTURES / name))
+    assert_like_source(xr.open_dataset(mapper, engine="zarr"),
+                       closed(xr.open_dataset(FIXTURES / name)))
 
 
 def test_a_packed_float_without_fill_value_is_not_masked_at_the_default_fill(tmp_path):
@@ -187,7 +193,7 @@ def test_a_packed_float_without_fill_value_is_not_masked_at_the_default_fill(tmp
         var.set_auto_maskandscale(False)
         var.scale_factor = np.float32(0.5)
         var[:] = np.array([1, 2, netCDF4.default_fillvals["f4"], 4], np.float32)
-    expected = xr.open_dataset(source)["p"]
+    expected = closed(xr.open_dataset(source))["p"]
     assert np.isfinite(expected.values).all()  # the premise: xarray does not mask it
     refs = refgrid.to_kerchunk(refgrid.scan(source))
     for ours in (xr.open_dataset(refs, engine="refgrid")["p"],

@@ -14,7 +14,7 @@ import xarray as xr
 
 import refgrid
 from faults import every_other, first_of_each, start_proxy
-from helpers import FIXTURES
+from helpers import FIXTURES, RECTILINEAR, closed
 
 MONTHS = ["monthly/chunk10/tas_200101.nc", "monthly/chunk10/tas_200102.nc"]
 QUICK = {"read_timeout": 1.0, "connect_timeout": 1.0, "attempts": 3, "retry_seconds": 10.0}
@@ -35,7 +35,7 @@ def quick(request):
 
 
 def _truth(relative: str) -> xr.Dataset:
-    return xr.open_dataset(FIXTURES / relative, engine="netcdf4", mask_and_scale=False)
+    return closed(xr.open_dataset(FIXTURES / relative, engine="netcdf4", mask_and_scale=False))
 
 
 def _read_everything(url: str) -> xr.Dataset:
@@ -118,8 +118,8 @@ def test_a_combined_archive_reads_exactly_through_bursts(proxy):
     proxy.reset(every_other("502"))
     group = refgrid.combine(urls, "time")
     ours = xr.open_dataset(refgrid.to_kerchunk(group), engine="refgrid").load()
-    expected = xr.open_mfdataset([FIXTURES / r for r in MONTHS], combine="nested",
-                                 concat_dim="time", data_vars="minimal", compat="equals")
+    expected = closed(xr.open_mfdataset([FIXTURES / r for r in MONTHS], combine="nested",
+                                 concat_dim="time", data_vars="minimal", compat="equals"))
     for key in expected.variables:
         np.testing.assert_array_equal(ours[key].values, expected[key].values, err_msg=key)
 
@@ -252,21 +252,14 @@ def test_the_zarr_store_reads_exactly_through_bursts(proxy, tmp_path):
     refs = refgrid.write(refgrid.combine(urls, "time"), tmp_path / "refs.json")
     proxy.reset(every_other("503"))
     with zarr.config.set(refgrid.zarr_config()):  # zarr 3.1 reads the regular view
-        store = refgrid.open_store(refs, chunks="native" if _zarr_reads_rectilinear()
+        store = refgrid.open_store(refs, chunks="native" if RECTILINEAR
                                    else "auto")
         tas = zarr.open_group(store, mode="r")["tas"][...]
-    expected = xr.open_mfdataset([FIXTURES / r for r in MONTHS], combine="nested",
+    expected = closed(xr.open_mfdataset([FIXTURES / r for r in MONTHS], combine="nested",
                                  concat_dim="time", data_vars="minimal", compat="equals",
-                                 mask_and_scale=False)
+                                 mask_and_scale=False))
     np.testing.assert_array_equal(tas, expected["tas"].values)
     assert sum(f == "503" for _, _, f in proxy.log) >= 1
-
-
-def _zarr_reads_rectilinear() -> bool:
-    import zarr
-    from packaging.version import Version
-
-    return Version(zarr.__version__) >= Version("3.2")
 
 
 def test_a_stall_is_retried_once_where_a_503_is_retried_every_attempt(proxy):

@@ -18,9 +18,10 @@ import pytest
 import xarray as xr
 
 import refgrid
+from helpers import closed
 from refgrid.read.array import read
-from refgrid.scan.netcdf3 import read_header
-from refgrid.scan.source import Source
+from refgrid.scanners.netcdf3 import read_header
+from refgrid.scanners.source import Source
 
 
 def _netcdf3(path: Path) -> None:
@@ -49,7 +50,7 @@ def _patch(path: Path, name: str, vsize: int | None = None, begin: int | None = 
 def _netcdf4_read(path: Path) -> xr.Dataset:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return xr.open_dataset(path, engine="netcdf4").load()
+        return closed(xr.open_dataset(path, engine="netcdf4"))
 
 
 @pytest.mark.parametrize("name, vsize", [("r", 4), ("s", 1000), ("a", 0), ("b", 2**32 - 1)])
@@ -146,7 +147,7 @@ def test_combined_references_record_every_source(tmp_path):
 
 
 def test_netcdf3_empty_record_variable_with_a_negative_begin(tmp_path):
-    """OverflowError at scan/netcdf3.py."""
+    """OverflowError at scanners/netcdf3.py."""
     path = tmp_path / "f.nc"
     with netCDF4.Dataset(path, "w", format="NETCDF3_CLASSIC") as nc:
         nc.createDimension("time", None)

@@ -20,7 +20,7 @@ import pytest
 import xarray as xr
 
 import refgrid
-from helpers import FIXTURES
+from helpers import FIXTURES, closed
 
 GROUP = json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}})
 
@@ -179,5 +179,5 @@ def test_remote_references_to_their_own_host_read(hostile_server):
         refgrid.scan(source))))
     ds = xr.open_dataset(f"{hostile_server.url}/own.json", engine="refgrid").load()
     np.testing.assert_array_equal(
-        ds["tas"].values, xr.open_dataset(FIXTURES / "monthly" / "chunk10" /
-                                          "tas_200101.nc")["tas"].values)
+        ds["tas"].values, closed(xr.open_dataset(FIXTURES / "monthly" / "chunk10" /
+                                          "tas_200101.nc"))["tas"].values)

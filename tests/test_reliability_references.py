@@ -33,14 +33,16 @@ def test_unusable_record_size_is_a_format_error(tmp_path, record_size):
 
 def test_chunk_keys_of_another_rank_are_not_read_as_this_arrays():
     """Keys are parsed in bulk: "1/2/3/4" next to "5/6" has as many parts as two 3-d keys,
-    and must not become chunks (1, 2, 3) and (4, 5, 6)."""
-    from refgrid.scan.v3_refs import _flat_indices
+    and must not become chunks (1, 2, 3) and (4, 5, 6). Keys no writer makes (an empty part,
+    a sign, a superscript, a leading zero, a space) are not keys of the grid either: the same
+    rule as :class:`refgrid.core.keys.KeyEncoding`."""
+    from refgrid.core.keys import flat_indices
 
     counts = (8, 8, 8)
-    assert _flat_indices(["1/2/3/4", "5/6", "0/0/1"], counts).tolist() == [-1, -1, 1]
-    assert _flat_indices(["1//2", "0/0/9", "0/-1/0", "1/\u00b2/0", "01/0/0", " 1/0/0"],
-                         counts).tolist() == [-1, -1, -1, -1, 64, -1]
-    assert _flat_indices(["3/4/5"] * 3, counts).tolist() == [229] * 3
+    assert flat_indices(["1/2/3/4", "5/6", "0/0/1"], counts).tolist() == [-1, -1, 1]
+    assert flat_indices(["1//2", "0/0/9", "0/-1/0", "1/\u00b2/0", "01/0/0", " 1/0/0"],
+                         counts).tolist() == [-1] * 6
+    assert flat_indices(["3/4/5"] * 3, counts).tolist() == [229] * 3
 
 
 @pytest.mark.parametrize("bad", [True, 1.5, -1, 2**63, "12", None])

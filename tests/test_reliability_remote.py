@@ -14,7 +14,7 @@ import pytest
 import xarray as xr
 
 import refgrid
-from helpers import FIXTURES
+from helpers import FIXTURES, closed
 from refgrid.read.fetch import RangeIgnoredWarning
 
 NETCDF3 = "netcdf3/classic/tas_200101.nc"
@@ -56,7 +56,7 @@ def test_an_s3_object_replaced_after_scanning_is_a_read_error(s3_server, tmp_pat
     options = {"storage_options": s3_server.storage_options}
     np.testing.assert_array_equal(
         xr.open_dataset(refs, engine="refgrid", **options)["tas"].values,
-        xr.open_dataset(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")["tas"].values)
+        closed(xr.open_dataset(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"))["tas"].values)
     other = tmp_path / "other.nc"
     data = bytearray((FIXTURES / "monthly" / "chunk10" / "tas_200101.nc").read_bytes())
     data[-100:] = bytes(100)

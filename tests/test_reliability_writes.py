@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import refgrid
-from helpers import FIXTURES, ROOT
+from helpers import FIXTURES, ROOT, killed
 
 MONTHS = [FIXTURES / "monthly" / "chunk10" / f"tas_2001{m:02d}.nc" for m in (1, 2)]
 WRITER = textwrap.dedent("""
@@ -67,8 +66,7 @@ def _writer(target: Path, fmt: str) -> subprocess.Popen:
     assert process.stdout is not None
     line = process.stdout.readline().strip()
     if line != b"ready":  # no runaway writer left behind a failed test
-        process.kill()
-        process.wait()
+        killed(process)
         raise AssertionError(f"the writer said {line!r}")
     return process
 
@@ -83,8 +81,7 @@ def test_kill_9_at_random_moments(tmp_path, fmt, name):
     for _ in range(8):
         process = _writer(target, fmt)
         time.sleep(rng.uniform(0.0, 0.4))
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        killed(process)
         seen.add(_state(target, fmt))
     assert seen - {None}, "no write ever completed"
     refgrid.write(refgrid.scan(MONTHS[0]), target)
@@ -111,8 +108,7 @@ def test_the_path_holds_an_output_at_every_instant(tmp_path, fmt, name):
     watcher.start()
     process = _writer(target, fmt)
     time.sleep(1.5)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    killed(process)
     stop.set()
     watcher.join()
     assert not gaps, f"the output was missing {len(gaps)} times"

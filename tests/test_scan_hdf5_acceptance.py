@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from acceptance import FileResult, check_file, stock_zarr_group, stock_zarr_reader, table
-from helpers import FIXTURES, hdf5_files
+from helpers import FIXTURES, closed, hdf5_files
 from refgrid.grid.json_forms import emit_chunk_grid
 from refgrid.model.manifest import INLINE
-from refgrid.scan import scan
+from refgrid.scanners import scan
 
 
 def _check_all(files) -> list[FileResult]:
@@ -131,6 +131,9 @@ def test_phony_dimensions_are_unique_per_length():
             assert names.setdefault(dim, n) == n, f"{dim} used for lengths {names[dim]} and {n}"
 
 
+# the file holds an HDF5 opaque type on purpose; netCDF4, the ground truth here, warns that it
+# skips that variable when it opens the file
+@pytest.mark.filterwarnings("ignore:WARNING. variable 'opaque' has unsupported datatype")
 def test_odd_attributes_do_not_fail_the_file():
     import netCDF4
 
@@ -207,7 +210,7 @@ def test_stock_xarray_zarr_engine_decodes_like_the_source(name):
 
     group = stock_zarr_group(_refs(FIXTURES / name))
     ours = xr.open_dataset(group.store, engine="zarr", zarr_format=3, consolidated=False)
-    source = xr.open_dataset(FIXTURES / name)
+    source = closed(xr.open_dataset(FIXTURES / name))
     assert set(source.variables) <= set(ours.variables)
     for key, expected in source.variables.items():
         got = ours[key]

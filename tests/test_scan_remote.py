@@ -10,7 +10,7 @@ import refgrid
 from acceptance import stock_zarr_group
 from ground_truth import ground_truth, restore, same
 from helpers import FIXTURES
-from refgrid.scan import source
+from refgrid.scanners import source
 from refgrid.writers.references import to_kerchunk
 
 FILES = ["monthly/chunk10/tas_200101.nc", "features/hdf5_filters.h5",

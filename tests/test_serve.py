@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -25,7 +26,8 @@ from zarr.storage import FsspecStore
 
 import refgrid
 from ground_truth import assert_like_source
-from helpers import FIXTURES
+from helpers import FIXTURES, closed
+from refgrid.serve.app import CATALOG
 from servers import start_http, start_refgrid_serve
 from test_combine import ARCHIVES, _files
 
@@ -47,7 +49,7 @@ def root(tmp_path_factory):
                       padded="encoded")
     chunk10 = refgrid.combine([refgrid.scan(f) for f in _files("monthly/chunk10")], "time")
     refgrid.write(chunk10, root / "parquet" / "monthly.parq", format="parquet")
-    xr.open_dataset(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc").to_zarr(
+    closed(xr.open_dataset(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")).to_zarr(
         root / "stores" / "january.zarr", zarr_format=3, consolidated=False)
     return root
 
@@ -68,8 +70,8 @@ def _get(url: str, headers: dict[str, str] | None = None,
 
 
 def _mfdataset(archive: str) -> xr.Dataset:
-    return xr.open_mfdataset(_files(archive), combine="nested", concat_dim="time",
-                             data_vars="minimal", compat="equals")
+    return closed(xr.open_mfdataset(_files(archive), combine="nested", concat_dim="time",
+                             data_vars="minimal", compat="equals"))
 
 
 # -- stock clients read every fixture dataset ------------------------------------------------
@@ -78,7 +80,7 @@ def _mfdataset(archive: str) -> xr.Dataset:
 def test_every_fixture_file_through_the_regular_view_with_stock_xarray(server, relative):
     url = f"{server.url}/{_name(relative)}/regular;unpack=true"
     ours = xr.open_dataset(fsspec.get_mapper(url), engine="zarr")
-    assert_like_source(ours, xr.open_dataset(FIXTURES / relative))
+    assert_like_source(ours, closed(xr.open_dataset(FIXTURES / relative)))
 
 
 @pytest.mark.parametrize("archive", ARCHIVES)
@@ -107,7 +109,7 @@ def test_the_native_view_reads_with_refgrids_engine_pointed_at_the_url(server, a
 @pytest.mark.parametrize("relative", NC_FILES)
 def test_every_fixture_file_through_the_native_view(server, relative):
     ours = xr.open_dataset(f"{server.url}/{_name(relative)}/native", engine="refgrid")
-    assert_like_source(ours, xr.open_dataset(FIXTURES / relative))
+    assert_like_source(ours, closed(xr.open_dataset(FIXTURES / relative)))
 
 
 def _stored(refs: dict, key: str) -> bytes:
@@ -143,14 +145,14 @@ def test_native_documents_and_chunks_pass_through_byte_for_byte(server, root):
 
 
 def test_parquet_references_and_zarr_stores_are_served(server):
-    expected = xr.open_mfdataset(_files("monthly/chunk10"), combine="nested",
-                                 concat_dim="time", data_vars="minimal")
+    expected = closed(xr.open_mfdataset(_files("monthly/chunk10"), combine="nested",
+                                 concat_dim="time", data_vars="minimal"))
     ours = xr.open_dataset(fsspec.get_mapper(f"{server.url}/parquet/monthly/regular"),
                            engine="zarr")
     np.testing.assert_array_equal(ours["tas"].values, expected["tas"].values)
     january = xr.open_dataset(fsspec.get_mapper(f"{server.url}/stores/january/regular"),
                               engine="zarr")
-    source = xr.open_dataset(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")
+    source = closed(xr.open_dataset(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"))
     np.testing.assert_array_equal(january["tas"].values, source["tas"].values)
 
 
@@ -298,35 +300,46 @@ def test_a_changed_source_is_an_error_naming_it_not_other_data(tmp_path):
             assert "changed since it was scanned" in json.loads(body)["error"]
 
 
-def test_concurrent_neighbouring_chunk_requests_share_batched_fetches(server):
-    from refgrid.serve.app import STATE
+def test_concurrent_neighbouring_chunk_requests_share_batched_fetches(http_server, tmp_path):
+    """Remote sources (50 ms away): the chunks of concurrent requests are fetched together
+    (local ones are one ``pread`` each, cheaper than a batch)."""
+    from faults import start_proxy
+    from refgrid.read.native import NativeView
 
+    proxies = start_proxy(http_server.url)
+    proxy = next(proxies)
+    urls = [f"{proxy.url}/fixtures/yearly/chunk73/{p.name}" for p in _files("yearly/chunk73")]
+    refgrid.write(refgrid.combine(urls, "time"), tmp_path / "remote.json")
+    proxy.reset(lambda n, method, path: "latency")
     calls: list[int] = []
-    fetch = refgrid.read.views.NativeView.fetch
+    fetch = NativeView.fetch
 
     def counting(self, path, flats):
         calls.append(len(flats))
         return fetch(self, path, flats)
 
-    url = f"{server.url}/archives/yearly_chunk73/native/tas/c/{{}}/0/0"
-    refgrid.read.views.NativeView.fetch = counting
+    NativeView.fetch = counting
     try:
-        server.app[STATE].batchers.clear()
+        for served in start_refgrid_serve(tmp_path, allow_sources=(proxy.url,)):
+            url = f"{served.url}/remote/native/tas/c/{{}}/0/0"
 
-        async def all_at_once():
-            fs = fsspec.filesystem("http", asynchronous=True, skip_instance_cache=True)
-            session = await fs.set_session()
-            try:
-                return await asyncio.gather(*(fs._cat_file(url.format(i % 3)) for i in range(60)))
-            finally:
-                await session.close()
+            async def all_at_once(url=url):
+                fs = fsspec.filesystem("http", asynchronous=True, skip_instance_cache=True)
+                session = await fs.set_session()
+                try:
+                    return await asyncio.gather(*(fs._cat_file(url.format(i % 3))
+                                                  for i in range(60)))
+                finally:
+                    await session.close()
 
-        bodies = asyncio.run(all_at_once())
+            bodies = asyncio.run(all_at_once())
+            concurrent = list(calls)
+            for i, body in enumerate(bodies):
+                assert body == _get(url.format(i % 3))[2]
     finally:
-        refgrid.read.views.NativeView.fetch = fetch
-    assert sum(calls) < 60 and len(calls) < 60
-    for i, body in enumerate(bodies):
-        assert body == _get(url.format(i % 3))[2]
+        NativeView.fetch = fetch
+        next(proxies, None)
+    assert 0 < len(concurrent) < 10 and sum(concurrent) < 20, concurrent
 
 
 def test_access_log_is_one_json_object_a_request(server, caplog):
@@ -409,6 +422,7 @@ def test_references_to_files_outside_the_allowed_sources_are_403_and_nothing_is_
                     assert named in json.loads(body)["error"]
             assert "outside the allowed sources" in _get(f"{served.url}/")[2].decode()
             assert _get(f"{served.url}/fine/native/tas/c/0/0/0")[0] == 200
+            assert _get(f"{served.url}/fine/regular/tas/c/0/0/0")[0] == 200  # assembled
         assert read and all(url.startswith(str(FIXTURES)) for url in read)  # the fine one
         assert len(other.counter) == 0
 
@@ -458,3 +472,38 @@ def test_without_aiohttp_the_serve_extra_is_named(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "aiohttp", None)
     with pytest.raises(refgrid.MissingExtraError, match="'serve' extra"):
         refgrid.serve.make_app(str(tmp_path))
+
+
+def test_chunks_are_read_on_the_services_threads_never_on_its_loop(root, monkeypatch):
+    """A chunk read (even one ``pread`` of a kept-open local file) runs on the service's
+    worker threads: a slow disk never stalls the loop that answers every other request."""
+    from refgrid.read.fetch import OpenFiles
+
+    threads = []
+    real = OpenFiles.pread
+
+    def recorded(self, url, offset, length):
+        threads.append(threading.current_thread().name)
+        return real(self, url, offset, length)
+
+    monkeypatch.setattr(OpenFiles, "pread", recorded)
+    for served in start_refgrid_serve(root, allow_sources=(str(FIXTURES),), workers=2):
+        for key in ("tas/c/4/0/0", "tas/c/5/0/0"):
+            assert _get(f"{served.url}/archives/monthly_chunk10/native/{key}")[0] == 200
+    assert threads and all(t.startswith("refgrid-serve") for t in threads), threads
+
+
+def test_a_replaced_dataset_gives_back_its_files(tmp_path):
+    target = tmp_path / "refs" / "tas.json"
+    refgrid.write(refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"), target)
+    for served in start_refgrid_serve(tmp_path / "refs", allow_sources=(str(FIXTURES),),
+                                      recheck=0.0):
+        assert _get(f"{served.url}/tas/native/tas/c/1/0/0")[0] == 200
+        catalog = served.app[CATALOG]
+        first = catalog.opened["tas"]
+        assert first.native.files._fds  # the source kept open for the next read
+        time.sleep(0.05)
+        refgrid.write(refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200102.nc"),
+                      target)
+        assert _get(f"{served.url}/tas/native/tas/c/1/0/0")[0] == 200
+        assert catalog.opened["tas"] is not first and not first.native.files._fds

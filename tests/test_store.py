@@ -13,19 +13,16 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from packaging.version import Version
 
 import refgrid
 from ground_truth import assert_like_source, ground_truth, restore, same
-from helpers import FIXTURES, data_files
+from helpers import FIXTURES, RECTILINEAR, closed, data_files, zarr_at_least
 from test_combine import ARCHIVES, _files
 
-RECTILINEAR = Version(zarr.__version__) >= Version("3.2")
 FILES = data_files(FIXTURES)
 RAW = {"mask_and_scale": False, "decode_times": False}
 
-
-PIPELINE = Version(zarr.__version__) >= Version("3.4")
+PIPELINE = zarr_at_least("3.4")
 
 
 @pytest.fixture(autouse=True, params=["zarr's pipeline", "refgrid's pipeline"])
@@ -46,8 +43,8 @@ def _archive(archive: str, tmp_path, padded: str = "encoded"):
 
 
 def _expected(archive: str, **kwargs) -> xr.Dataset:
-    return xr.open_mfdataset(_files(archive), combine="nested", concat_dim="time",
-                             data_vars="minimal", compat="equals", **kwargs)
+    return closed(xr.open_mfdataset(_files(archive), combine="nested", concat_dim="time",
+                             data_vars="minimal", compat="equals", **kwargs))
 
 
 # -- every fixture file, every archive -----------------------------------------------------
@@ -75,8 +72,10 @@ def test_every_fixture_file_through_zarr_equals_the_c_libraries(path):
 def _arrays(store):
     from refgrid.model.virtual import VirtualArray
 
-    return [(p, a) for p, a in store.view.arrays.items() if isinstance(a, VirtualArray)] \
-        or [(p, v.array) for p, v in store.view.arrays.items()]
+    served = getattr(store.view, "served", None)  # the regular view: the arrays it serves
+    if served is not None:
+        return [(p, v.array) for p, v in served.items()]
+    return [(p, a) for p, a in store.view.arrays.items() if isinstance(a, VirtualArray)]
 
 
 @pytest.mark.parametrize("archive", ARCHIVES)
@@ -112,11 +111,11 @@ def test_groups_are_read_as_a_tree(tmp_path):
     store = refgrid.open_store(refs) if RECTILINEAR else refgrid.open_store(refs,
                                                                              chunks="auto")
     tree = xr.open_datatree(store, engine="zarr", **RAW)
-    expected = xr.open_datatree(files[0], engine="netcdf4", **RAW)
+    expected = closed(xr.open_datatree(files[0], engine="netcdf4", **RAW))
     assert sorted(tree.groups) == sorted(expected.groups)
     for path in expected.groups:
         for name in expected[path].dataset.data_vars:
-            want = np.concatenate([xr.open_datatree(f, engine="netcdf4", **RAW)[path]
+            want = np.concatenate([closed(xr.open_datatree(f, engine="netcdf4", **RAW))[path]
                                    .dataset[name].values for f in files]) \
                 if "time" in expected[path].dataset[name].dims else \
                 expected[path].dataset[name].values
@@ -129,7 +128,7 @@ def test_inputs_of_every_kind(tmp_path):
     group = refgrid.scan(source)
     inputs = [source, refgrid.write(group, tmp_path / "r.json"),
               refgrid.write(group, tmp_path / "r.parq"), refgrid.to_kerchunk(group)]
-    xr.open_dataset(source).to_zarr(tmp_path / "s.zarr", zarr_format=3, consolidated=False)
+    closed(xr.open_dataset(source)).to_zarr(tmp_path / "s.zarr", zarr_format=3, consolidated=False)
     inputs.append(tmp_path / "s.zarr")
     with xr.open_dataset(source) as truth:
         for given in inputs:
@@ -172,7 +171,7 @@ def test_read_errors_are_named_never_a_fill_value(tmp_path):
     tas = zarr.open_group(store, mode="r")["tas"]
     later = files[1].stat().st_mtime + 5
     os.utime(files[1], (later, later))
-    with pytest.raises(refgrid.ReadError, match=r"array 'tas', chunk tas/c/1/0/0: .*"
+    with pytest.raises(refgrid.ReadError, match=r"array 'tas', chunk tas/c/1/0/0 \(.*\): .*"
                                                  r"tas_200102\.nc: the source changed"):
         tas[...]
     store = refgrid.open_store(refs, chunks=chunks)
@@ -198,6 +197,27 @@ def test_the_store_pickles_and_reads_on_a_local_cluster(tmp_path, monkeypatch):
         np.testing.assert_allclose(ds["tas"].mean("time").compute().values,
                                    expected.mean(axis=0), rtol=1e-6)  # summed in chunks
         np.testing.assert_array_equal(ds["tas"].values, expected)
+
+
+@pytest.mark.parametrize("chunks, match", [
+    ({"time": 10**12}, "would be 8,000,000,000,000 bytes, more than the limit"),
+    ({"time": "abc"}, "lengths are integers >= 1"), ({"time": None}, "lengths are integers"),
+    ({"time": 0}, "lengths are integers"), ({"time": 2.7}, "lengths are integers"),
+    ({"time": True}, "lengths are integers"), ({"tiem": 10}, "no dimension 'tiem'")])
+def test_view_chunks_that_cannot_be_served_are_refused_when_the_store_is_opened(chunks, match):
+    """A chunk larger than the limits allowed was allocated at the first read (MemoryError)."""
+    with pytest.raises(refgrid.ArgumentError, match=match):
+        refgrid.open_store(FIXTURES / "yearly" / "chunk73" / "tas_2000.nc", chunks=chunks)
+
+
+def test_the_size_under_a_node_adds_its_documents_and_chunks():
+    from zarr.core.sync import sync
+
+    store = refgrid.open_store(FIXTURES / "yearly" / "chunk73" / "tas_2000.nc",
+                               chunks={"time": 100})
+    keys = [k for k in store.view.all_keys() if k.startswith("tas/")]
+    assert sync(store.getsize_prefix("tas")) == sum(sync(store.getsize(k)) for k in keys)
+    assert len(keys) > 2
 
 
 def test_a_bad_input_is_an_error_when_the_store_is_opened(tmp_path):
@@ -303,6 +323,42 @@ def test_more_sources_than_are_kept_open_read_the_same(tmp_path):
     assert len(store.view.files._fds) <= 2
 
 
+def test_closing_while_a_read_is_under_way_waits_for_it(tmp_path, monkeypatch):
+    """close() during a pread leaves the descriptor open until the read ends: the read
+    never meets it closed, nor reused by the next file opened."""
+    import threading
+
+    from refgrid.read import fetch
+
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"abcdef")
+    files = fetch.OpenFiles()
+    assert files.pread(str(path), 0, 2) == b"ab"  # kept open
+    fd = files._fds[str(path)]
+    inside, release = threading.Event(), threading.Event()
+    real = os.pread
+
+    def slow(fd_, length, offset):
+        inside.set()
+        release.wait(10)
+        return real(fd_, length, offset)
+
+    monkeypatch.setattr(fetch.os, "pread", slow)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(files.pread(str(path), 2, 2)))
+    reader.start()
+    assert inside.wait(10)
+    files.close()
+    os.fstat(fd)  # still open: the read holds it
+    release.set()
+    reader.join(10)
+    assert got == [b"cd"]
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    monkeypatch.setattr(fetch.os, "pread", real)
+    assert files.pread(str(path), 4, 2) == b"ef" and not files._fds  # opened per read now
+
+
 def test_the_files_kept_open_are_bounded_in_the_process(config, tmp_path, monkeypatch):
     """However many stores are open, the process keeps at most KEEP_OPEN files open; a
     store closed (or collected) gives its share back. (refgrid's pipeline reads a selection
@@ -340,11 +396,12 @@ def test_a_short_read_of_a_kept_file_is_a_named_error(tmp_path):
     store = refgrid.open_store(refs, verify_sources=False,
                                chunks="native" if RECTILINEAR else "auto")
     tas = zarr.open_group(store, mode="r")["tas"]
-    np.testing.assert_array_equal(tas[:3], xr.open_dataset(files[0], **RAW)["tas"].values[:3])
+    first = closed(xr.open_dataset(files[0], **RAW))["tas"].values
+    np.testing.assert_array_equal(tas[:3], first[:3])
     manifest = group["tas"].manifest
     with open(files[1], "r+b") as f:
         f.truncate(int(manifest.offset[4, 0, 0]) + 1)
-    with pytest.raises(refgrid.ReadError, match=r"short read from .*tas_200102\.nc bytes"):
+    with pytest.raises(refgrid.ReadError, match=r"tas_200102\.nc bytes \d+-\d+\): short read"):
         tas[...]
     copy = pickle.loads(pickle.dumps(store))
     assert copy == store and copy.verify_sources is False

@@ -10,15 +10,15 @@
 
 ``import refgrid`` loads only the error classes: each public name below is imported the
 first time it is used, so a script, a CLI start or xarray's discovery of the engine does not
-pay for h5py, zarr, pyarrow or pandas it may never need.
+pay for h5py, zarr, pyarrow or pandas it may never need. No module is named after a public
+function (``refgrid.scan`` is a function; the scanners are :mod:`refgrid.scanners`), so
+importing a module never replaces a public name.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from refgrid.errors import (
     AccessError,
@@ -31,6 +31,7 @@ from refgrid.errors import (
     GroupError,
     MissingExtraError,
     ModelError,
+    NotFoundError,
     ReadError,
     RefgridError,
     ScanError,
@@ -39,29 +40,29 @@ from refgrid.errors import (
 
 if TYPE_CHECKING:
     from refgrid.archive import batch
-    from refgrid.combine import combine
+    from refgrid.combining import combine
     from refgrid.core.bounds import Limits, limits, set_limits
     from refgrid.explore import plot as plot
     from refgrid.explore.advise import ChunkAdvice, advise_chunks
     from refgrid.grid.rectilinear import RectilinearGrid
-    from refgrid.materialize import materialize
+    from refgrid.materializing import materialize
     from refgrid.model.manifest import ChunkManifest
     from refgrid.model.virtual import VirtualArray, VirtualGroup
     from refgrid.read.mapper import get_mapper
     from refgrid.read.pipeline import zarr_config
     from refgrid.read.store import open_store
-    from refgrid.scan import scan
+    from refgrid.scanners import scan
     from refgrid.writers import to_kerchunk, write
 
 __version__ = "0.1.0"
 
 _LAZY = {"advise_chunks": "refgrid.explore.advise", "ChunkAdvice": "refgrid.explore.advise",
-         "batch": "refgrid.archive", "materialize": "refgrid.materialize",
+         "batch": "refgrid.archive", "materialize": "refgrid.materializing",
          "Limits": "refgrid.core.bounds", "limits": "refgrid.core.bounds",
-         "set_limits": "refgrid.core.bounds", "combine": "refgrid.combine",
+         "set_limits": "refgrid.core.bounds", "combine": "refgrid.combining",
          "RectilinearGrid": "refgrid.grid.rectilinear", "ChunkManifest": "refgrid.model.manifest",
          "VirtualArray": "refgrid.model.virtual", "VirtualGroup": "refgrid.model.virtual",
-         "get_mapper": "refgrid.read.mapper", "scan": "refgrid.scan",
+         "get_mapper": "refgrid.read.mapper", "scan": "refgrid.scanners",
          "open_store": "refgrid.read.store", "zarr_config": "refgrid.read.pipeline",
          "to_kerchunk": "refgrid.writers", "write": "refgrid.writers"}
 """Public name → the module defining it."""
@@ -70,7 +71,7 @@ _MODULES = {"plot": "refgrid.explore.plot"}
 """Public module names → where the module lives (``from refgrid import plot``)."""
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _MODULES:
         value = importlib.import_module(_MODULES[name])
     elif name in _LAZY:
@@ -84,20 +85,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY, *_MODULES})
 
-
-class _Package(types.ModuleType):
-    """The package, keeping its functions over same-named modules: importing
-    ``refgrid.scan.hdf5`` (or ``refgrid.combine``) would otherwise rebind ``refgrid.scan``
-    to the subpackage (the import system sets each submodule on its parent), and
-    ``refgrid.scan(path)`` would then call a module."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and name in _LAZY:
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "AccessError",
@@ -113,6 +100,7 @@ __all__ = [
     "Limits",
     "MissingExtraError",
     "ModelError",
+    "NotFoundError",
     "ReadError",
     "RectilinearGrid",
     "RefgridError",

@@ -7,18 +7,24 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from refgrid.errors import DirectoryError, RefgridError, ScanError
 
 if TYPE_CHECKING:
-    from refgrid.scan import OnError
+    from icechunk import Repository
+
+    from refgrid.model.virtual import VirtualGroup
+    from refgrid.scanners import OnError
+    from refgrid.writers import Padded, Saved
+    from refgrid.writers.references import Format
 
 
-def _storage_options(pairs: tuple[str, ...]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
+def _storage_options(pairs: tuple[str, ...]) -> dict[str, object]:
+    """``KEY=VALUE`` pairs: each value parsed as JSON where it is JSON, else the text."""
+    options: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
@@ -66,7 +72,7 @@ def cli_words(message: str) -> str:
 class _Commands(click.Group):
     """Every failure is one line on stderr and exit status 1 (``--debug``: the traceback)."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
@@ -107,7 +113,7 @@ padded_option = click.option(
          "only refgrid reads.")
 
 
-def _echo_rewrite(saved: Any) -> None:
+def _echo_rewrite(saved: Saved) -> None:
     if saved.rewrite is not None:
         click.echo(f"  {saved.rewrite}")
 
@@ -129,7 +135,7 @@ def _echo_rewrite(saved: Any) -> None:
 @timeout_option
 @storage_option
 def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline_threshold: int,
-         format_: Any, allowed: tuple[str, ...], timeout: float | None,
+         format_: Format | None, allowed: tuple[str, ...], timeout: float | None,
          storage: tuple[str, ...]) -> None:
     """Scan one HDF5/NetCDF4 file (local path or fsspec URL) into references.
 
@@ -176,7 +182,8 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
 @timeout_option
 @storage_option
 def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overlap: bool,
-            stack_others: bool, recode: bool, show_report: bool, format_: Any, padded: Any,
+            stack_others: bool, recode: bool, show_report: bool, format_: Format | None,
+            padded: Padded,
             allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
     """Scan files (paths or URLs) and combine them along a dimension of irregular length.
 
@@ -213,7 +220,7 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
             click.echo(f"  {line}")
 
 
-def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]:
+def _scan(sources: list[str], timeout: float | None, **kwargs: object) -> list[VirtualGroup]:
     """``refgrid.scan`` of each source in worker processes, each scan stopped after
     ``timeout`` seconds: a damaged HDF5 file can make libhdf5 loop forever, and only a
     process can be stopped. Files are scanned in parallel, results kept in order."""
@@ -226,7 +233,7 @@ def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]
     failures: list[RefgridError] = []
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         pending = [(s, pool.apply_async(_scan_here, (s, kwargs))) for s in sources]
-        groups = []
+        groups: list[VirtualGroup] = []
         for source, result in pending:
             try:
                 outcome, value = result.get(limit)
@@ -235,9 +242,9 @@ def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]
                     source, None, f"the scan took longer than {limit:g} s and was stopped "
                     "(--timeout raises the limit)")
             if outcome == "error":
-                failures.append(value)
+                failures.append(cast(RefgridError, value))
             else:
-                groups.append(value)
+                groups.append(cast("VirtualGroup", value))
     if len(failures) == 1 and len(sources) == 1:
         raise failures[0]
     if failures:  # every one, as batch lists them
@@ -247,11 +254,12 @@ def _scan(sources: list[str], timeout: float | None, **kwargs: Any) -> list[Any]
     return groups
 
 
-def _scan_here(source: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
+def _scan_here(source: str, kwargs: dict[str, object]
+               ) -> tuple[str, VirtualGroup | RefgridError]:
     import refgrid
 
-    try:
-        return "ok", refgrid.scan(source, **kwargs)
+    try:  # scan's keywords and storage options: checked by scan, not by mypy
+        return "ok", refgrid.scan(source, **cast("dict[str, Any]", kwargs))
     except RefgridError as e:
         return "error", e
 
@@ -297,7 +305,7 @@ def _scan_here(source: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
 def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: str | None,
           workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
           allow_overlap: bool, recode: bool, quiet: bool, file_timeout: float | None,
-          format_: Any, padded: Any, to_icechunk: bool, message: str | None,
+          format_: Format | None, padded: Padded, to_icechunk: bool, message: str | None,
           allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
     """Convert a whole archive: scan every file on dask, combine, write references.
 
@@ -317,7 +325,7 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
     from refgrid.core.util import import_extra
 
     import_extra("dask", "batch", "refgrid batch")  # before any repository is created
-    target: Any = output
+    target: Path | Repository = output
     try:
         if to_icechunk:
             from refgrid.core.inputs import expand
@@ -374,10 +382,11 @@ def inspect(source: str, as_json: bool, allowed: tuple[str, ...],
     """
     from refgrid.core.reprs import group_summary, group_text
     from refgrid.explore.axes import time_ranges
-    from refgrid.scan import scan as scan_input
+    from refgrid.scanners import scan as scan_input
 
     options = _storage_options(storage)
-    group = scan_input(source, allowed_sources=allowed or None, **options)
+    group = scan_input(source, allowed_sources=allowed or None,
+                       **cast("dict[str, Any]", options))  # checked by scan, not by mypy
     spans = time_ranges(group, options)
     if as_json:
         click.echo(json.dumps({**group_summary(group), "time_ranges": spans}, indent=1))
@@ -408,7 +417,7 @@ def advise(source: str, size: str, access: tuple[str, ...], variable: str | None
       refgrid advise demo-output/tas_2001.json --size 1MiB --access time=1 --access lat,lon=3
     """
     from refgrid.explore.advise import advise_chunks
-    from refgrid.scan import scan as scan_input
+    from refgrid.scanners import scan as scan_input
 
     patterns: dict[str | tuple[str, ...], float] = {}
     for item in access:
@@ -464,7 +473,7 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
       refgrid materialize demo-output/tas_2001.json tas.zarr --chunks time:30
       python -c "import xarray as xr; print(xr.open_zarr('tas.zarr'))"
     """
-    from refgrid.materialize import materialize as copy
+    from refgrid.materializing import materialize as copy
 
     lengths: str | dict[str, int] = chunks
     if chunks != "auto":
@@ -549,7 +558,7 @@ def demo(fixtures: Path | None, out: Path) -> None:
         click.echo(f"Scanning {sources[0].parent} (daily data, monthly files):")
         written = run(sources, out, echo=click.echo)
     except (RefgridError, FileNotFoundError, AssertionError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(str(e)) from e
     year = written[-1].resolve()
     click.echo(f"""
 Wrote {len(written) - 1} per-file reference files to {out.resolve()}/monthly and the combined

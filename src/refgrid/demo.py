@@ -18,14 +18,17 @@ import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from refgrid.combine import combine
+from refgrid.combining import combine
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.scan import scan
+from refgrid.scanners import scan
 from refgrid.writers import write
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def inputs(fixtures: Path | None, out: Path, echo: Callable[[str], object] = print
@@ -123,7 +126,7 @@ def _verify_combined(sources: list[Path], refs: Path) -> None:
             raise AssertionError(f"{refs}: {name} differs from the sources joined along time")
 
 
-def _as_xarray(source: Path) -> Any:
+def _as_xarray(source: Path) -> xr.Dataset:
     """One fixture file as h5py reads it, CF-decoded by xarray (no netCDF library needed)."""
     import h5py
     import xarray as xr

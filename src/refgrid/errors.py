@@ -33,6 +33,11 @@ class ScanError(RefgridError):
         return type(self), (self.url, self.variable, self.reason)  # errors cross processes too
 
 
+class NotFoundError(ScanError, FileNotFoundError):
+    """The input or a source file does not exist: a ``FileNotFoundError`` too, as zarr's
+    stores and xarray's engines raise for a missing path."""
+
+
 class FormatError(ScanError):
     """A file whose format refgrid does not recognise or that is malformed."""
 

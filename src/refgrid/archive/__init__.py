@@ -13,11 +13,10 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from refgrid.archive.assemble import combine_records
 from refgrid.archive.deadline import GUARD, importing_script, note_unguarded
@@ -27,9 +26,10 @@ from refgrid.archive.task import Failed, ScanJob, Scanned
 from refgrid.core.bounds import current
 from refgrid.core.inputs import expand
 from refgrid.core.sources import SourceIdentity, identity_difference
-from refgrid.core.util import import_extra
+from refgrid.core.tasks import progress_bar, showing
+from refgrid.core.typed import StorageOptions, Untyped
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
-from refgrid.scan.source import Source
+from refgrid.scanners.source import Source
 from refgrid.writers import (
     DEFAULT_PADDED,
     PADDED_CHOICES,
@@ -40,6 +40,11 @@ from refgrid.writers import (
 )
 from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for
 from refgrid.writers.references import FORMATS, Format
+
+if TYPE_CHECKING:
+    from icechunk import Repository
+
+    from refgrid.model.virtual import VirtualGroup
 
 TIMED_OUT = "timed-out"
 """The work directory's folder where workers note the files whose scans timed out."""
@@ -109,10 +114,10 @@ def _shown(path: Path) -> str:
 
 def batch(
     sources: str | Iterable[str],
-    output: str | os.PathLike[str],
+    output: str | os.PathLike[str] | Repository,
     *,
     concat_dim: str = "time",
-    scheduler: Any = None,
+    scheduler: str | Untyped | None = None,
     workers: int | None = None,
     work_dir: str | os.PathLike[str] | None = None,
     on_error: Literal["raise", "report"] = "report",
@@ -123,7 +128,7 @@ def batch(
     padded: Padded = DEFAULT_PADDED,
     message: str | None = None,
     allowed_sources: list[str] | None = None,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: StorageOptions | None = None,
     file_timeout: float | None = None,
 ) -> BatchResult:
     """Convert an archive: scan every file ``sources`` name, combine along ``concat_dim``,
@@ -156,6 +161,7 @@ def batch(
     if on_error not in ("raise", "report"):
         raise ArgumentError(f"on_error must be 'raise' or 'report', not {on_error!r}")
     repository = None if isinstance(output, str | os.PathLike) else output
+    path = cast("str | os.PathLike[str]", output)  # where repository is None
     if importing_script():
         _unguarded(output, work_dir)
     if repository is not None:
@@ -164,11 +170,11 @@ def batch(
                                 "are recorded)")
         check_icechunk_options(format, padded)
         target = Path(work_dir) / "icechunk"
-    elif "://" in os.fspath(output):
-        raise ArgumentError(f"the output {os.fspath(output)} must be a local path (the "
+    elif "://" in os.fspath(path):
+        raise ArgumentError(f"the output {os.fspath(path)} must be a local path (the "
                             "sources may be remote)")
     else:
-        target = Path(output)
+        target = Path(path)
     chosen = format or ("json" if target.name.endswith(".json") else "parquet")
     if chosen not in FORMATS:
         raise ArgumentError(f"format must be one of {', '.join(FORMATS)}, not {chosen!r}")
@@ -182,7 +188,7 @@ def batch(
     if file_timeout is not None and not file_timeout > 0:
         raise ArgumentError(f"file_timeout must be a positive number of seconds, not "
                             f"{file_timeout!r}")
-    show = _show_progress(progress)
+    show = showing(progress)
     work = Path(work_dir) if work_dir is not None else target.with_name(target.name + ".parts")
     with _leaving_no_empty(work), Journal(work) as journal:
         todo, reused, changed, failed = _plan(listed, journal, options)
@@ -234,15 +240,7 @@ def _leaving_no_empty(work: Path) -> Iterator[None]:
         raise
 
 
-def _show_progress(progress: bool | None) -> bool:
-    """Whether to draw the progress bar: asked for, or stderr is a terminal wide enough to
-    draw one (an IDE's console can report 0 columns)."""
-    if progress is not None:
-        return progress
-    return sys.stderr.isatty() and shutil.get_terminal_size((0, 0)).columns >= 40
-
-
-def _unguarded(output: Any, work_dir: str | os.PathLike[str] | None) -> None:
+def _unguarded(output: object, work_dir: str | os.PathLike[str] | None) -> None:
     """(In a worker importing the script.) Tell the batch why its worker ends, and end."""
     if isinstance(output, str | os.PathLike) and "://" not in os.fspath(output):
         target = Path(output)
@@ -253,7 +251,7 @@ def _unguarded(output: Any, work_dir: str | os.PathLike[str] | None) -> None:
 
 
 def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
-          options: dict[str, Any]) -> tuple[list[tuple[str, SourceIdentity | None]], int,
+          options: dict[str, object]) -> tuple[list[tuple[str, SourceIdentity | None]], int,
                                             list[str], list[FailedFile]]:
     """Which files to scan (those not recorded, and those changed since they were), how
     many records are reused, what changed, and the files whose identity cannot be had."""
@@ -280,9 +278,10 @@ def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
 
 
 def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: Journal,
-          scheduler: Any, workers: int | None, on_error: str, show: bool) -> list[FailedFile]:
+          scheduler: str | Untyped | None, workers: int | None, on_error: str,
+          show: bool) -> list[FailedFile]:
     failed: list[FailedFile] = []
-    bar = _bar(len(todo), "scanning", show)
+    bar = progress_bar(len(todo), "scanning", "file", show)
 
     def on_result(outcomes: list[Scanned | Failed]) -> None:
         for outcome in outcomes:  # every scanned file of the task is recorded, then a raise
@@ -292,38 +291,26 @@ def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: 
                 failed.append(FailedFile(outcome.url, outcome.error, outcome.message))
         if on_error == "raise" and failed:
             raise ScanError(failed[0].url, None, f"{failed[0].error}: {failed[0].message}")
-        if bar is not None:
-            bar.update(len(outcomes))
-            if failed:
-                bar.set_postfix(failed=len(failed), refresh=False)
+        bar.update(len(outcomes))
+        if failed:
+            bar.set_postfix(failed=len(failed), refresh=False)
 
     try:
         run(todo, job, on_result, scheduler=scheduler, workers=workers)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return failed
 
 
-def _combine(journal: Journal, urls: list[str], concat_dim: str, overlap: Any, codecs: Any,
-             options: dict[str, Any], show: bool) -> Any:
-    bar = _bar(len(urls), "combining", show)
+def _combine(journal: Journal, urls: list[str], concat_dim: str,
+             overlap: Literal["error", "allow"], codecs: Literal["error", "recode"],
+             options: dict[str, object], show: bool) -> VirtualGroup:
+    bar = progress_bar(len(urls), "combining", "file", show)
     try:
         return combine_records(journal, urls, concat_dim, overlap=overlap, codecs=codecs,
-                               storage_options=options,
-                               advance=bar.update if bar is not None else lambda n: None)
+                               storage_options=options, advance=bar.update)
     finally:
-        if bar is not None:
-            bar.close()
-
-
-def _bar(total: int, what: str, show: bool) -> Any:
-    if not show or not total:
-        return None
-    tqdm = import_extra("tqdm.auto", "batch", "the batch progress bar").tqdm
-    # redrawn at every update: the count shown is what is recorded, even after a kill
-    return tqdm(total=total, desc=what, unit="file", file=sys.stderr, dynamic_ncols=True,
-                mininterval=0, miniters=1)
+        bar.close()
 
 
 def _save(result: BatchResult) -> None:
@@ -341,7 +328,7 @@ def _save(result: BatchResult) -> None:
         finally:
             temporary.unlink(missing_ok=True)
     except OSError as e:
-        raise BatchError(f"cannot write the batch report {path}: {e}") from None
+        raise BatchError(f"cannot write the batch report {path}: {e}") from e
 
 
 __all__ = ["BatchResult", "FailedFile", "batch"]

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
-from refgrid.combine import combine
+from refgrid.combining import combine
 from refgrid.core.cf import decode_times, is_time_units
+from refgrid.core.typed import JSON, JSONScalar
 from refgrid.errors import BatchError, CombineError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 SLICE_FILES = 2000
 
@@ -31,7 +35,7 @@ SLICE_FILES = 2000
 def combine_records(journal: Journal, urls: Sequence[str], concat_dim: str, *,
              overlap: Literal["error", "allow"] = "error",
              codecs: Literal["error", "recode"] = "error",
-             storage_options: dict[str, Any] | None = None,
+             storage_options: dict[str, object] | None = None,
              advance: Callable[[int], None] = lambda n: None) -> VirtualGroup:
     """The combined dataset of the recorded ``urls``; ``advance(n)`` after n more files."""
     ordered = order(journal, urls)
@@ -58,19 +62,21 @@ def order(journal: Journal, urls: Sequence[str]) -> list[str]:
     """``urls`` in concat-coordinate order; files without a first value (an empty or no
     coordinate) last, in the given order, as the combine places them."""
     firsts = {url: journal.entries[url].header.get("first") for url in urls}
-    by_units: dict[tuple[Any, Any], list[str]] = {}
+    by_units: dict[tuple[JSON, JSON], list[str]] = {}
     for url, first in firsts.items():
         if first is not None:
             by_units.setdefault((first[1], first[2]), []).append(url)
-    instants: dict[str, Any] = {}
+    instants: dict[str, SupportsRichComparison] = {}
     for (units, calendar), members in by_units.items():
-        values = np.asarray([firsts[url][0] for url in members])  # type: ignore[index]
+        # members have a first value: a number, string or date (see task._first)
+        values = np.asarray([cast("list[JSONScalar]", firsts[url])[0] for url in members])
         if is_time_units(units):
             try:
-                values = decode_times(values, units, calendar)
+                # is_time_units: a string; the calendar is passed on as the file wrote it
+                values = decode_times(values, units, cast(str, calendar))
             except Exception as e:
                 raise CombineError(f"cannot decode the times of {members[0]} ({units!r}, "
-                                   f"{calendar!r}): {e}") from None
+                                   f"{calendar!r}): {e}") from e
         instants.update(zip(members, values, strict=True))
     filled = [url for url in urls if url in instants]
     try:
@@ -78,7 +84,7 @@ def order(journal: Journal, urls: Sequence[str]) -> list[str]:
     except TypeError as e:
         raise CombineError(f"cannot order the files by their first {e}: their concat "
                            "coordinates are of kinds that do not compare (calendars or types "
-                           "differ)") from None
+                           "differ)") from e
     return filled + [url for url in urls if url not in instants]
 
 

@@ -110,8 +110,9 @@ def importing_script() -> bool:
     if multiprocessing.current_process().name == "MainProcess":
         return False
     frame = sys._getframe(1)
-    while frame is not None:  # the script, imported by the worker under this name
-        if frame.f_globals.get("__name__") == "__mp_main__":
+    while frame is not None:  # the script's own top level, run by the worker's import of it
+        if frame.f_globals.get("__name__") == "__mp_main__" and \
+                frame.f_code.co_name == "<module>":
             return True
         frame = frame.f_back  # type: ignore[assignment]
     return False

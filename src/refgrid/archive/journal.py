@@ -17,15 +17,16 @@ from __future__ import annotations
 import fcntl
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, NotRequired, TypedDict
+from typing import IO, NotRequired, TypedDict
 
 import orjson
 
 from refgrid.archive.record import FORMAT
 from refgrid.core.sources import SourceIdentity
+from refgrid.core.typed import JSON
 from refgrid.errors import BatchError
 from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for
 
@@ -36,7 +37,7 @@ LOCK = "lock"
 class Header(TypedDict):
     url: str
     identity: SourceIdentity
-    first: NotRequired[list[Any]]
+    first: NotRequired[list[JSON]]
     """``[value, units, calendar]``: the concat coordinate's first value, to order files."""
     format: NotRequired[int]
     bytes: NotRequired[int]
@@ -60,7 +61,7 @@ class Journal:
             directory.mkdir(parents=True, exist_ok=True)
             self._lock = open(directory / LOCK, "a+b")  # noqa: SIM115 - held until close
         except OSError as e:
-            raise BatchError(f"cannot use the work directory {directory}: {e}") from None
+            raise BatchError(f"cannot use the work directory {directory}: {e}") from e
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -75,7 +76,7 @@ class Journal:
             self._in: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - held until close
         except OSError as e:
             self._lock.close()
-            raise BatchError(f"cannot use the batch records {self.path}: {e}") from None
+            raise BatchError(f"cannot use the batch records {self.path}: {e}") from e
 
     def __enter__(self) -> Journal:
         return self
@@ -125,7 +126,7 @@ class Journal:
             self._out.write(head + record + b"\n")
             self._out.flush()
         except OSError as e:
-            raise BatchError(f"cannot write the batch records {self.path}: {e}") from None
+            raise BatchError(f"cannot write the batch records {self.path}: {e}") from e
         self.entries[header["url"]] = Entry(header, offset, len(record))
 
     def record(self, url: str) -> bytes:
@@ -181,7 +182,7 @@ def _scan_records(f: IO[bytes]) -> Iterator[Entry | None]:
         yield Entry(header, offset, length) if usable else None
 
 
-def _crc(header: Any, record: bytes) -> int:
+def _crc(header: Mapping[str, object], record: bytes) -> int:
     """The CRC of a record and its header (all but the CRC itself): a damaged URL or
     identity never attributes a record to another file."""
     fields = {k: v for k, v in header.items() if k != "crc"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from typing import Any
+from typing import Any, TypeAlias
 
 from refgrid.errors import BatchError, RefgridError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
@@ -28,6 +28,9 @@ SAFE_GLOBALS = frozenset({
     ("numpy.core.numeric", "_frombuffer"),
 })
 """What pickles of numpy arrays, dtypes and scalars name: nothing that runs other code."""
+Plain: TypeAlias = dict[str, Any]
+"""A node as a record holds it (dicts, lists, strings, numbers, numpy arrays and scalars):
+loaded data that mypy cannot check; the model's constructors validate it."""
 
 
 def dumps(group: VirtualGroup, digests: dict[str, str]) -> bytes:
@@ -42,17 +45,17 @@ def loads(data: bytes, where: str) -> tuple[VirtualGroup, dict[str, str]]:
     except (RefgridError, pickle.UnpicklingError, KeyError, TypeError, ValueError,
             EOFError, AttributeError, IndexError) as e:
         raise BatchError(f"{where}: the record is damaged ({type(e).__name__}: {e}); delete "
-                         "it, or the work directory, to scan the file again") from None
+                         "it, or the work directory, to scan the file again") from e
 
 
 class _Plain(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         if (module, name) not in SAFE_GLOBALS:
             raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
         return super().find_class(module, name)
 
 
-def _group(group: VirtualGroup) -> dict[str, Any]:
+def _group(group: VirtualGroup) -> Plain:
     return {"attrs": dict(group.attrs),
             "arrays": {name: _array(a) for name, a in group.arrays.items()},
             "groups": {name: _group(g) for name, g in group.groups.items()},
@@ -60,7 +63,7 @@ def _group(group: VirtualGroup) -> dict[str, Any]:
             "sources": {url: dict(identity) for url, identity in group.sources.items()}}
 
 
-def _array(array: VirtualArray) -> dict[str, Any]:
+def _array(array: VirtualArray) -> Plain:
     m = array.manifest
     return {"name": array.name, "dims": list(array.dims), "dtype": array.dtype,
             "fill": array.fill_value, "codecs": [dict(c) for c in array.codecs],
@@ -70,14 +73,14 @@ def _array(array: VirtualArray) -> dict[str, Any]:
             "length": m.length, "inline": [[list(k), v] for k, v in m.inline.items()]}
 
 
-def _rebuild_group(plain: dict[str, Any]) -> VirtualGroup:
+def _rebuild_group(plain: Plain) -> VirtualGroup:
     return VirtualGroup(
         plain["attrs"], {name: _rebuild_array(a) for name, a in plain["arrays"].items()},
         {name: _rebuild_group(g) for name, g in plain["groups"].items()},
         tuple(ReportEntry(*entry) for entry in plain["report"]), plain["sources"])
 
 
-def _rebuild_array(plain: dict[str, Any]) -> VirtualArray:
+def _rebuild_array(plain: Plain) -> VirtualArray:
     grid = RectilinearGrid(tuple(AxisChunks.of(d, logical, encoded, int(empty))
                                  for d, (logical, encoded, empty) in enumerate(plain["axes"])))
     manifest = ChunkManifest(plain["paths"], plain["path_id"], plain["offset"],

@@ -13,6 +13,7 @@ is run again one file at a time, so only the file that hangs is given up.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import multiprocessing
 import os
@@ -21,15 +22,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from refgrid.archive.deadline import GUARD, UNGUARDED, read_notes
 from refgrid.archive.task import Failed, ScanJob, Scanned, scan_files
-from refgrid.core.bounds import current
-from refgrid.core.network import STALL_ATTEMPTS
+from refgrid.core.bounds import STALL_ATTEMPTS, current
 from refgrid.core.sources import SourceIdentity
+from refgrid.core.tasks import cluster, scheduler_kind
+from refgrid.core.typed import Untyped
 from refgrid.core.util import import_extra
-from refgrid.errors import ArgumentError, BatchError
+from refgrid.errors import BatchError
 
 Files = list[tuple[str, SourceIdentity | None]]
 OnResult = Callable[[list[Scanned | Failed]], None]
@@ -47,36 +49,28 @@ def tasks_of(files: Files, workers: int) -> list[Files]:
     return [files[k:k + size] for k in range(0, len(files), size)]
 
 
-def run(files: Files, job: ScanJob, on_result: OnResult, *, scheduler: Any = None,
+def run(files: Files, job: ScanJob, on_result: OnResult, *,
+        scheduler: str | Untyped | None = None,
         workers: int | None = None) -> None:
     """Scan ``files``, calling ``on_result`` with each task's outcomes as it finishes.
 
-    ``scheduler``: ``None`` (dask's process scheduler on this machine, ``workers``
-    processes, default one per core), ``"synchronous"`` (in this process: for debugging),
-    an address such as ``"tcp://10.0.0.5:8786"``, or a ``distributed.Client``.
+    ``scheduler`` (:mod:`refgrid.core.tasks`): ``None`` (dask's process scheduler on this
+    machine, ``workers`` processes, default one per core), ``"synchronous"`` (in this
+    process: for debugging), an address such as ``"tcp://10.0.0.5:8786"``, or a
+    ``distributed.Client``.
     """
+    kind = scheduler_kind(scheduler)
     if not files:
         return
-    if scheduler is None or scheduler == "processes":
+    if kind == "local":
         _run_local(files, job, on_result, workers or os.cpu_count() or 1)
-    elif scheduler == "synchronous":  # in this process: each file in a thread of its own
+    elif kind == "synchronous":  # in this process: each file in a thread of its own
         behind: list[threading.Thread] = []
         for task in tasks_of(files, 1):
             on_result([_within(file, job, behind) for file in task])
-    elif isinstance(scheduler, str):
-        distributed = import_extra("distributed", "batch", "batch conversion on a dask cluster")
-        try:
-            client = distributed.Client(scheduler, timeout="30s")
-        except OSError as e:
-            raise ArgumentError(f"cannot connect to the dask scheduler {scheduler}: {e}") \
-                from None
-        with client:
-            _run_distributed(client, files, job, on_result)
-    elif type(scheduler).__name__ == "Client":
-        _run_distributed(scheduler, files, job, on_result)
     else:
-        raise ArgumentError(f"scheduler must be None, 'synchronous', a scheduler address or a "
-                            f"distributed.Client, not {scheduler!r:.80}")
+        with cluster(scheduler, "batch conversion on a dask cluster") as client:
+            _run_distributed(client, files, job, on_result)
 
 
 def _run_local(files: Files, job: ScanJob, on_result: OnResult, workers: int) -> None:
@@ -88,10 +82,10 @@ def _run_local(files: Files, job: ScanJob, on_result: OnResult, workers: int) ->
 
     done: set[int] = set()
 
-    def posttask(key: Any, result: Any, *_: Any) -> None:
+    def posttask(key: object, result: object, *_: object) -> None:
         if isinstance(key, str) and key.startswith("refgrid-scan-"):
             done.add(int(key.rsplit("-", 1)[1]))
-            on_result(result)
+            on_result(cast("list[Scanned | Failed]", result))  # what scan_files returned
 
     pending = list(enumerate(tasks_of(files, workers)))
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads
@@ -105,14 +99,14 @@ def _run_local(files: Files, job: ScanJob, on_result: OnResult, workers: int) ->
                         task, job, dask_key_name=f"refgrid-scan-{k}") for k, task in wave]
                     dask.compute(*jobs, scheduler="processes", pool=pool)
                 return
-            except BrokenProcessPool:
+            except BrokenProcessPool as e:
                 if job.notes and (Path(job.notes) / UNGUARDED).exists():
                     (Path(job.notes) / UNGUARDED).unlink(missing_ok=True)
-                    raise BatchError(GUARD) from None
+                    raise BatchError(GUARD) from e
                 late = read_notes(Path(job.notes)) if job.notes else {}
                 if not late:
                     raise BatchError("a batch worker process died while scanning (killed, "
-                                     "or crashed inside a library)") from None
+                                     "or crashed inside a library)") from e
         on_result([timed_out(url, seconds) for url, seconds in late.items()])
         pending = [(k, [f for f in task if f[0] not in late]) for k, task in pending
                    if k not in done]
@@ -137,7 +131,8 @@ def _within(file: tuple[str, SourceIdentity | None], job: ScanJob,
     def scan() -> None:
         outcome.extend(scan_files([file], replace(job, file_timeout=None)))
 
-    worker = threading.Thread(target=scan, name=f"refgrid-scan {file[0]}", daemon=True)
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(scan,),
+                              name=f"refgrid-scan {file[0]}", daemon=True)  # the caller's limits
     worker.start()
     worker.join(job.file_timeout)
     if worker.is_alive() or not outcome:
@@ -169,7 +164,7 @@ def _waves(numbered: list[tuple[int, Files]]) -> Iterator[list[tuple[int, Files]
         yield numbered[k:k + WAVE_TASKS]
 
 
-def _run_distributed(client: Any, files: Files, job: ScanJob, on_result: OnResult) -> None:
+def _run_distributed(client: Untyped, files: Files, job: ScanJob, on_result: OnResult) -> None:
     distributed = import_extra("distributed", "batch", "batch conversion on a dask cluster")
     workers = max(1, len(client.scheduler_info().get("workers", {})))
     tasks = tasks_of(files, workers)

@@ -12,15 +12,16 @@ import hashlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from refgrid.archive.deadline import deadline
 from refgrid.archive.journal import Header
 from refgrid.archive.record import dumps
-from refgrid.combine import with_inline_coordinates
+from refgrid.combining import with_inline_coordinates
 from refgrid.core.sources import SourceIdentity, is_local
+from refgrid.core.typed import JSON
 from refgrid.errors import RefgridError, ScanError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 
@@ -30,7 +31,7 @@ class ScanJob:
     """How every file of a batch is scanned (sent to the workers once per task)."""
 
     concat_dim: str
-    storage_options: dict[str, Any]
+    storage_options: dict[str, object]
     allowed_sources: list[str] | None = None
     file_timeout: float | None = None
     """Seconds one file's scan may take in a worker process (None: no deadline)."""
@@ -70,12 +71,14 @@ def _scan_one(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned |
 
 
 def _scanned(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned:
-    from refgrid.scan import scan
-    from refgrid.scan.source import Source
+    from refgrid.scanners import scan
+    from refgrid.scanners.source import Source
 
     recorded = known if known is not None else Source.of(url, job.storage_options).identity
     with _fetched_whole(url, recorded, job):
-        group = scan(url, allowed_sources=job.allowed_sources, **job.storage_options)
+        # scan's **storage_options would be checked against its other keywords
+        group = scan(url, allowed_sources=job.allowed_sources,
+                     **cast("dict[str, Any]", job.storage_options))
         group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
         record = dumps(group, _digests(group, job))
         first = _first(group, job.concat_dim)
@@ -90,7 +93,7 @@ def _fetched_whole(url: str, recorded: SourceIdentity, job: ScanJob
     """A small remote file fetched in one request and held while the worker scans and reads
     it (the scan alone would make three or four, and each read of a variable one more)."""
     from refgrid.core.sources import held_file
-    from refgrid.scan.source import WHOLE_FILE_LIMIT, Source
+    from refgrid.scanners.source import WHOLE_FILE_LIMIT, Source
 
     if is_local(url) or recorded["size"] > WHOLE_FILE_LIMIT:
         return nullcontext()
@@ -121,7 +124,7 @@ def values_digest(values: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _first(group: VirtualGroup, dim: str) -> list[Any] | None:
+def _first(group: VirtualGroup, dim: str) -> list[JSON] | None:
     """``[first value, units, calendar]`` of the file's outermost concat coordinate."""
     from refgrid.read.array import read
 

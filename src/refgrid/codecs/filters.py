@@ -161,25 +161,38 @@ ARRAY_TO_ARRAY = frozenset({"numcodecs.delta", "numcodecs.bitround", "numcodecs.
                             "numcodecs.quantize", "numcodecs.packbits", "numcodecs.astype"})
 """numcodecs filters that transform arrays (Zarr v2 ``filters``), as zarr 3 names them."""
 NATIVE_HEADS = frozenset({"bytes", "vlen-utf8", "vlen-bytes"})
+TRANSPOSE = "transpose"
+"""Zarr v3's array→array codec: a chunk stored with its axes permuted (``order``)."""
 
 
 @dataclass(frozen=True)
 class Pipeline:
-    """A codec list split the Zarr v3 way: array→array filters, the array→bytes codec (the
-    head), bytes→bytes compressors. A head other than ``bytes``/``vlen-*`` is a numcodecs codec
-    that decodes bytes to an array itself (kerchunk's GRIB or image codecs, say)."""
+    """A codec list split the Zarr v3 way: array→array codecs (``transpose`` first, then
+    numcodecs filters), the array→bytes codec (the head), bytes→bytes compressors. A head
+    other than ``bytes``/``vlen-*`` is a numcodecs codec that decodes bytes to an array itself
+    (kerchunk's GRIB or image codecs, say)."""
 
     filters: tuple[CodecJSON, ...]
     head: CodecJSON
     compressors: tuple[CodecJSON, ...]
+    order: tuple[int, ...] | None = None
+    """The axes' order in stored chunks (``transpose`` codecs composed; None: as is)."""
 
     @classmethod
     def of(cls, codecs: Sequence[CodecJSON]) -> Pipeline:
-        k = next((k for k, c in enumerate(codecs) if c["name"] not in ARRAY_TO_ARRAY),
+        names = [c["name"] for c in codecs]
+        t = next((t for t, name in enumerate(names) if name != TRANSPOSE), len(codecs))
+        if TRANSPOSE in names[t:]:
+            raise ValueError(f"a transpose after other codecs ({names}) is not supported")
+        order: tuple[int, ...] | None = None
+        for codec in codecs[:t]:
+            step = tuple(int(i) for i in codec.get("configuration", {})["order"])
+            order = step if order is None else tuple(order[i] for i in step)
+        k = next((k for k in range(t, len(codecs)) if names[k] not in ARRAY_TO_ARRAY),
                  len(codecs))
         if k == len(codecs):
-            raise ValueError(f"no array→bytes codec in {[c['name'] for c in codecs]}")
-        return cls(tuple(codecs[:k]), codecs[k], tuple(codecs[k + 1:]))
+            raise ValueError(f"no array→bytes codec in {names}")
+        return cls(tuple(codecs[t:k]), codecs[k], tuple(codecs[k + 1:]), order)
 
     @property
     def endian(self) -> str | None:

@@ -10,11 +10,14 @@ nothing imported. A v2 codec is not told the chunk's size, so the writer records
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numcodecs.abc
 
 from refgrid.codecs.pipeline import byte_codec
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 SIZED = ("refgrid.lzf", "refgrid.szip", "refgrid.lz4h5", "refgrid.bitshuffle",
          "refgrid.shuffle")
@@ -27,19 +30,19 @@ class _SizedCodec(numcodecs.abc.Codec):
 
     codec_id: str
 
-    def __init__(self, nbytes: int, **configuration: Any) -> None:
+    def __init__(self, nbytes: int, **configuration: object) -> None:
         self.nbytes = int(nbytes)
         self.configuration = configuration
         self._codec = byte_codec({"name": self.codec_id, "configuration": configuration})
 
-    def encode(self, buf: Any) -> bytes:
+    def encode(self, buf: Buffer) -> bytes:
         return self._codec.encode(bytes(memoryview(buf).cast("B")))
 
-    def decode(self, buf: Any, out: Any = None) -> Any:
+    def decode(self, buf: Buffer, out: Buffer | None = None) -> Buffer:
         decoded = self._codec.decode(bytes(memoryview(buf).cast("B")), self.nbytes)
         return numcodecs.compat.ndarray_copy(decoded, out) if out is not None else decoded
 
-    def get_config(self) -> dict[str, Any]:
+    def get_config(self) -> dict[str, object]:
         return {"id": self.codec_id, "nbytes": self.nbytes, **self.configuration}
 
 

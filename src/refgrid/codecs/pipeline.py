@@ -15,7 +15,7 @@ import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import imagecodecs
 import numcodecs
@@ -24,25 +24,26 @@ import numpy as np
 
 from refgrid.codecs.bounded import Bound, bounded_numcodec, header_size, limit_for
 from refgrid.codecs.filters import NATIVE_HEADS, CodecJSON, Pipeline, stored_dtype
+from refgrid.core.typed import Bytes, Untyped, as_buffer
 
 # -- byte-level codecs for the filters zarr lacks --------------------------------------------
 
-def lzf_decode(data: bytes, nbytes: int) -> bytes:
-    return bytes(imagecodecs.lzf_decode(data, out=nbytes))
+def lzf_decode(data: Bytes, nbytes: int) -> bytes:
+    return bytes(imagecodecs.lzf_decode(as_buffer(data), out=nbytes))
 
 
 def lzf_encode(data: bytes) -> bytes:
     return bytes(imagecodecs.lzf_encode(data))
 
 
-def szip_decode(data: bytes, config: Mapping[str, int], limit: int) -> bytes:
+def szip_decode(data: Bytes, config: Mapping[str, int], limit: int) -> bytes:
     """HDF5's szip: the decoded size, stated in its 4-byte header, checked against
     ``limit`` and decoded into exactly that (a larger buffer is returned whole)."""
     header_size(data, limit, 0, "<I")
     (nbytes,) = struct.unpack_from("<I", data, 0)
     return bytes(imagecodecs.szip_decode(
-        data, config["options_mask"], config["pixels_per_block"], config["bits_per_pixel"],
-        config["pixels_per_scanline"], header=True, out=nbytes))
+        as_buffer(data), config["options_mask"], config["pixels_per_block"],
+        config["bits_per_pixel"], config["pixels_per_scanline"], header=True, out=nbytes))
 
 
 def szip_encode(data: bytes, config: Mapping[str, int]) -> bytes:
@@ -51,12 +52,12 @@ def szip_encode(data: bytes, config: Mapping[str, int]) -> bytes:
         config["pixels_per_scanline"], header=True))
 
 
-def lz4h5_decode(data: bytes, limit: int) -> bytes:
+def lz4h5_decode(data: Bytes, limit: int) -> bytes:
     """HDF5's lz4 framing: the total decoded size first (8 bytes), checked against ``limit``
     and decoded into exactly that (its block loop needs the exact size)."""
     header_size(data, limit, 0, ">Q")
     (nbytes,) = struct.unpack_from(">Q", data, 0)
-    return bytes(imagecodecs.lz4h5_decode(data, out=nbytes))
+    return bytes(imagecodecs.lz4h5_decode(as_buffer(data), out=nbytes))
 
 
 def lz4h5_encode(data: bytes) -> bytes:
@@ -80,12 +81,23 @@ def _bitshuffle_blocks(nelems: int, block: int) -> tuple[list[int], int]:
     return sizes, last % _BSHUF_MULT
 
 
-def bitshuffle_decode(data: bytes, config: Mapping[str, Any], nbytes: int) -> bytes:
+class BitshuffleConfig(TypedDict):
+    """The configuration of ``refgrid.bitshuffle`` (from HDF5's filter 32008)."""
+
+    itemsize: int
+    blocksize: int
+    """Elements per block; 0: bitshuffle's default for the item size."""
+    compression: str | None
+    """``lz4``, ``zstd``, or None (shuffled only)."""
+
+
+def bitshuffle_decode(data: Bytes, config: BitshuffleConfig, nbytes: int) -> bytes:
     """Undo the HDF5 bitshuffle filter (32008), its block framing included."""
     itemsize, compression = int(config["itemsize"]), config["compression"]
     if compression is None:
         block = _bitshuffle_block_elems(itemsize, int(config["blocksize"]))
-        return bytes(imagecodecs.bitshuffle_decode(data, itemsize=itemsize, blocksize=block))
+        return bytes(imagecodecs.bitshuffle_decode(as_buffer(data), itemsize=itemsize,
+                                                   blocksize=block))
     header_size(data, nbytes, 0, ">Q")
     total, block_bytes = struct.unpack(">QI", data[:12])
     sizes, tail = _bitshuffle_blocks(total // itemsize, block_bytes // itemsize)
@@ -93,14 +105,14 @@ def bitshuffle_decode(data: bytes, config: Mapping[str, Any], nbytes: int) -> by
     pos, out = 12, bytearray()
     for n in sizes:
         (size,) = struct.unpack(">I", data[pos:pos + 4])
-        raw = decompress(data[pos + 4:pos + 4 + size], out=n * itemsize)
+        raw = decompress(as_buffer(data[pos + 4:pos + 4 + size]), out=n * itemsize)
         out += imagecodecs.bitshuffle_decode(raw, itemsize=itemsize, blocksize=n)
         pos += 4 + size
     out += data[pos:pos + tail * itemsize]
     return bytes(out)
 
 
-def bitshuffle_encode(data: bytes, config: Mapping[str, Any]) -> bytes:
+def bitshuffle_encode(data: bytes, config: BitshuffleConfig) -> bytes:
     itemsize, compression = int(config["itemsize"]), config["compression"]
     block = _bitshuffle_block_elems(itemsize, int(config["blocksize"]))
     if compression is None:
@@ -117,7 +129,7 @@ def bitshuffle_encode(data: bytes, config: Mapping[str, Any]) -> bytes:
     return bytes(out)
 
 
-def hdf5_shuffle_decode(data: bytes, elementsize: int) -> bytes:
+def hdf5_shuffle_decode(data: Bytes, elementsize: int) -> bytes:
     """Unshuffle one chunk like HDF5 (see :func:`unshuffle`)."""
     return unshuffle(np.frombuffer(data, np.uint8).reshape(1, -1), elementsize).tobytes()
 
@@ -144,12 +156,12 @@ def unshuffle(chunks: np.ndarray, elementsize: int) -> np.ndarray:
 class ByteCodec:
     """A bytes→bytes codec usable without zarr (refgrid's reader and scan-time re-encoding)."""
 
-    decode: Callable[[bytes, int], bytes]
+    decode: Callable[[Bytes, int], bytes]
     """``decode(data, limit)``: never more than ``limit`` bytes (:mod:`.bounded`)."""
     encode: Callable[[bytes], bytes]
 
 
-ZARR_V3_COMPRESSORS: dict[str, Callable[[Mapping[str, Any]], numcodecs.abc.Codec]] = {
+ZARR_V3_COMPRESSORS: dict[str, Callable[[Mapping[str, object]], numcodecs.abc.Codec]] = {
     "zstd": lambda c: numcodecs.Zstd(level=c.get("level", 0)),
     "gzip": lambda c: numcodecs.GZip(level=c.get("level", 5)),
     "blosc": lambda c: numcodecs.Blosc(cname=c.get("cname", "zstd"),
@@ -218,12 +230,24 @@ class ChunkCodec:
         self._head = None if self.head_name in NATIVE_HEADS else numcodec(pipeline.head)
         self._filters = [numcodec(c) for c in pipeline.filters]
         self._numcodecs = pipeline.numcodecs_decoded
+        self.order = pipeline.order
+        """Stored axes order (a ``transpose`` codec), None: as the array's."""
 
-    def to_array(self, data: Any, shape: Sequence[int]) -> np.ndarray:
-        """The values of one decompressed chunk, shaped like its encoded ``shape``."""
+    def to_array(self, data: Bytes, shape: Sequence[int]) -> np.ndarray:
+        """The values of one decompressed chunk, shaped like its encoded ``shape`` (a
+        transposed chunk read in its stored order, then its axes put back)."""
+        if self.order is None:
+            return self._stored_values(data, shape)
+        if len(self.order) != len(shape) or sorted(self.order) != list(range(len(shape))):
+            raise ValueError(f"transpose order {list(self.order)} does not permute "
+                             f"{len(shape)} axes")
+        stored = self._stored_values(data, [shape[i] for i in self.order])
+        return stored.transpose(np.argsort(self.order))
+
+    def _stored_values(self, data: Bytes, shape: Sequence[int]) -> np.ndarray:
         count = math.prod(shape)
         if self._numcodecs:
-            decoded: Any = data if self._head is None else self._head.decode(data)
+            decoded: Untyped = data if self._head is None else self._head.decode(data)
             for codec in reversed(self._filters):
                 decoded = codec.decode(decoded)
             values = np.asarray(decoded) if isinstance(decoded, np.ndarray) else np.frombuffer(
@@ -247,7 +271,7 @@ class ChunkCodec:
             return "variable"
         return "scaled" if self._numcodecs else "exact"
 
-    def decode(self, data: Any, shape: Sequence[int]) -> np.ndarray:
+    def decode(self, data: Bytes, shape: Sequence[int]) -> np.ndarray:
         """Decode one stored chunk (fletcher32 checksums are verified by its decoder); no
         stage produces more than the chunk can hold."""
         limit = limit_for(math.prod(shape) * self.dtype.itemsize, self.bound)
@@ -257,7 +281,8 @@ class ChunkCodec:
 
     def encode(self, array: np.ndarray) -> bytes:
         """Encode one chunk (already in its stored dtype and byte order)."""
-        data: Any = np.ascontiguousarray(array)
+        data: Untyped = np.ascontiguousarray(array if self.order is None else
+                                         array.transpose(self.order))
         for codec in self._filters:
             data = codec.encode(data)
         if self._head is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from zarr.abc.codec import BytesBytesCodec
 from zarr.core.common import JSON, parse_named_configuration
@@ -33,7 +33,7 @@ class _RefgridCodec(BytesBytesCodec):
 
     codec_name: ClassVar[str]
     is_fixed_size = False
-    configuration: dict[str, Any] = field(default_factory=dict)
+    configuration: dict[str, JSON] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, JSON]) -> Self:

@@ -6,7 +6,7 @@ of memory or time. The defaults admit every real archive seen (10^7 chunks per a
 of a few hundred MiB); raise them for larger ones:
 
     refgrid.set_limits(max_chunks=10**9)            # for the rest of the process
-    with refgrid.limits(max_chunk_bytes=2**34): ...  # for a block
+    with refgrid.limits(max_chunk_bytes=2**34): ...  # for a block, in this thread or task
 
 or with the environment variables ``REFGRID_MAX_CHUNKS``, ``REFGRID_MAX_CHUNK_BYTES``,
 ``REFGRID_MAX_VARIABLE_CHUNK_BYTES``, ``REFGRID_MAX_REFERENCES``, ``REFGRID_MAX_URL_LENGTH``
@@ -20,10 +20,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from refgrid.errors import ArgumentError
+
+STALL_ATTEMPTS = 2
+"""Attempts of a remote request that timed out (:mod:`refgrid.core.network`): a server that
+stalled once mostly stalls again, and each attempt costs a whole ``read_timeout``, where a
+503 answers at once."""
 
 
 @dataclass(frozen=True)
@@ -65,32 +71,40 @@ def _from_environment() -> Limits:
     return Limits(**changes)
 
 
-_current = _from_environment()
+_default = _from_environment()
+"""The process's limits: the environment's, changed by :func:`set_limits`."""
+_block: ContextVar[Limits | None] = ContextVar("refgrid_limits", default=None)
+"""The limits of an enclosing ``with limits(...)`` block: a context variable, so a block
+holds for its own thread or asyncio task (and the work refgrid's thread pools do for it,
+which runs in a copy of its context), never for another thread's."""
 
 
 def current() -> Limits:
-    """The limits in force."""
-    return _current
+    """The limits in force here."""
+    return _block.get() or _default
 
 
 def set_limits(**changes: Any) -> Limits:
-    """Change limits for the rest of the process; returns the previous ones."""
-    global _current
-    previous = _current
-    try:
-        _current = replace(_current, **changes)
-    except TypeError as e:
-        raise ArgumentError(f"unknown limit: {e}; limits are "
-                            f"{[f.name for f in fields(Limits)]}") from None
+    """Change limits for the rest of the process (every thread); returns the previous ones."""
+    global _default
+    previous = _default
+    _default = _changed(_default, changes)
     return previous
 
 
 @contextmanager
 def limits(**changes: Any) -> Iterator[Limits]:
-    """Change limits inside a ``with`` block."""
-    global _current
-    previous = set_limits(**changes)
+    """Change limits inside a ``with`` block, for this thread or task only."""
+    token = _block.set(_changed(current(), changes))
     try:
-        yield _current
+        yield current()
     finally:
-        _current = previous
+        _block.reset(token)
+
+
+def _changed(base: Limits, changes: dict[str, Any]) -> Limits:
+    try:
+        return replace(base, **changes)
+    except TypeError as e:
+        raise ArgumentError(f"unknown limit: {e}; limits are "
+                            f"{[f.name for f in fields(Limits)]}") from e

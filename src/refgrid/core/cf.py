@@ -4,7 +4,7 @@ attributes that change decoded values.
 A number in a NetCDF file is a value only together with its metadata: ``12`` is noon of
 2001-02-01 in ``hours since 2001-02-01`` and 2001-01-13 in ``days since 2001-01-01``. When files
 are combined, every variable whose meaning depends on per-file metadata must be re-encoded to
-one encoding or refused (:mod:`refgrid.combine`); this module says which variables those are,
+one encoding or refused (:mod:`refgrid.combining`); this module says which variables those are,
 as xarray decides it, and converts times exactly or not at all.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeGuard, cast
 
 import numpy as np
 
@@ -34,11 +34,11 @@ _CALENDARS = {"": "standard", "gregorian": "standard", "365_day": "noleap",
 """CF calendar names that mean the same calendar."""
 
 
-def is_time_units(units: Any) -> bool:
+def is_time_units(units: object) -> TypeGuard[str]:
     return isinstance(units, str) and TIME_MARK in units
 
 
-def calendar_name(calendar: Any) -> str:
+def calendar_name(calendar: object) -> str:
     """The canonical name of a CF calendar (absent: ``standard``)."""
     name = str(calendar or "").strip().lower()
     return _CALENDARS.get(name, name)
@@ -48,7 +48,7 @@ TimeEncoding = tuple[str, str]
 """``(units, calendar)`` of a time variable, the calendar by its canonical name."""
 
 
-def time_encodings(arrays: Mapping[str, Mapping[str, Any]]) -> dict[str, TimeEncoding]:
+def time_encodings(arrays: Mapping[str, Mapping[str, object]]) -> dict[str, TimeEncoding]:
     """The variables of one group whose values are CF times, with the units and calendar a
     reader decodes them with: their own ``units``, or — for the ``bounds`` and
     ``climatology`` variables of a time variable — that variable's units and calendar where
@@ -63,20 +63,22 @@ def time_encodings(arrays: Mapping[str, Mapping[str, Any]]) -> dict[str, TimeEnc
                 effective[target].setdefault("units", attrs["units"])
                 if "calendar" in attrs:
                     effective[target].setdefault("calendar", attrs["calendar"])
-    return {name: (attrs["units"], calendar_name(attrs.get("calendar")))
+    return {name: (cast(str, attrs["units"]), calendar_name(attrs.get("calendar")))
             for name, attrs in effective.items() if is_time_units(attrs.get("units"))}
 
 
-def decode_times(values: np.ndarray, units: str, calendar: str) -> np.ndarray:
+def decode_times(values: np.ndarray, units: str, calendar: object) -> np.ndarray:
     """CF times decoded as xarray decodes them (datetime64, or cftime objects for other
     calendars and far dates). Quietly: xarray warns when dates beyond 2262 come back as
-    cftime objects, which is a matter of representation here, not of the values."""
+    cftime objects, which is a matter of representation here, not of the values.
+    ``calendar`` as an attribute holds it: xarray refuses one that names no calendar."""
     from xarray.coding.times import decode_cf_datetime
     from xarray.coding.variables import SerializationWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SerializationWarning)
-        return np.asarray(decode_cf_datetime(np.asarray(values), units, calendar))
+        return np.asarray(decode_cf_datetime(np.asarray(values), units,
+                                             cast("str | None", calendar)))
 
 
 def encode_times(dates: np.ndarray, units: str, calendar: str, dtype: np.dtype) -> np.ndarray:
@@ -84,9 +86,11 @@ def encode_times(dates: np.ndarray, units: str, calendar: str, dtype: np.dtype) 
     saying why not (the values need a fraction an integer cannot hold, or more digits than
     the type has, or a date the calendar lacks)."""
     from xarray.coding.times import encode_cf_datetime
+    from xarray.coding.variables import SerializationWarning
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # xarray warns where it would change the units
+    with warnings.catch_warnings():  # xarray warns where it would change the units
+        warnings.simplefilter("error", SerializationWarning)
+        warnings.filterwarnings("error", "Times can't be serialized", UserWarning)
         try:
             numbers, used, _ = encode_cf_datetime(dates, units, calendar, np.dtype("float64"))
         except Exception as e:
@@ -109,7 +113,7 @@ def _first_inexact(numbers: np.ndarray, stored: np.ndarray) -> str:
     return repr(float(numbers.reshape(-1)[odd[0]])) if len(odd) else "?"
 
 
-def stored_mask(values: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+def stored_mask(values: np.ndarray, attrs: Mapping[str, object]) -> np.ndarray:
     """Where ``values`` hold no value: the ``_FillValue`` or ``missing_value``, or NaN."""
     mask = np.zeros(values.shape, bool)
     if values.dtype.kind in "fc":

@@ -26,11 +26,19 @@ import json
 import math
 import struct
 import warnings
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 import numpy as np
-from zarr.dtype import VariableLengthBytes, VariableLengthUTF8, parse_dtype
+import numpy.typing as npt
+from zarr.core.dtype import TBaseDType, TBaseScalar
+from zarr.dtype import VariableLengthBytes, VariableLengthUTF8, ZDType, parse_dtype
+
+from refgrid.core.typed import JSON, Attributes
+
+if TYPE_CHECKING:
+    from zarr.core.common import JSON as ZarrJSON
+    from zarr.core.dtype.common import DTypeSpec_V3
 
 BOOKKEEPING_PREFIX = "_refgrid_"
 """The prefix of refgrid's bookkeeping attributes."""
@@ -54,7 +62,7 @@ def _flat_compound(dtype: np.dtype) -> bool:
     return len(orders - {"|"}) <= 1 and packed and sum(sizes) == dtype.itemsize
 
 
-def storable(dtype: np.dtype) -> tuple[np.dtype, dict[str, Any]]:
+def storable(dtype: np.dtype) -> tuple[np.dtype, Attributes]:
     """The dtype to store ``dtype`` as in Zarr v3, and attributes that describe the original."""
     if dtype.fields is None or _flat_compound(dtype):
         return dtype, {}
@@ -83,23 +91,29 @@ def zarr_records(records: np.dtype) -> np.dtype | None:
     return np.dtype(fields)
 
 
-def original_dtype(attrs: Mapping[str, Any], stored: np.dtype) -> np.dtype:
+def original_dtype(attrs: Mapping[str, object], stored: np.dtype) -> np.dtype:
     """Undo :func:`storable`: the record dtype recorded in ``attrs``, else ``stored``."""
-    descr = attrs.get(DTYPE_ATTR)
+    descr = cast("list[list[JSON]] | None", attrs.get(DTYPE_ATTR))  # as storable wrote it
     if descr is None:
         return stored
-    return np.lib.format.descr_to_dtype([_descr_field(entry) for entry in descr])
+    fields = [_descr_field(entry) for entry in descr]
+    # (numpy's stubs know flat descrs only; a nested record's type is a list of fields)
+    return np.lib.format.descr_to_dtype(cast("list[tuple[str, str]]", fields))
 
 
-def _descr_field(entry: list[Any]) -> tuple[Any, ...]:
+def _descr_field(entry: Sequence[object]) -> tuple[object, ...]:
     """One ``[name, type(, shape)]`` entry of a JSON round-tripped numpy descr, as a tuple."""
     name, kind, *shape = entry
     if isinstance(kind, list):
         kind = [_descr_field(e) for e in kind]
-    return (name, kind, tuple(shape[0])) if shape else (name, kind)
+    return (name, kind, tuple(cast("list[int]", shape[0]))) if shape else (name, kind)
 
 
-def zarr_dtype(dtype: np.dtype, zarr_format: Literal[2, 3] = 3) -> Any:
+ZarrDType = ZDType[TBaseDType, TBaseScalar] | VariableLengthUTF8 | VariableLengthBytes
+"""What :func:`zarr_dtype` gives (zarr's variable-length types are not its generic type)."""
+
+
+def zarr_dtype(dtype: np.dtype, zarr_format: Literal[2, 3] = 3) -> ZarrDType:
     """zarr's data type object for ``dtype``: Zarr v3 types carry no byte order (the
     ``bytes`` codec does), Zarr v2 types keep it."""
     if dtype == STRING or dtype.kind == "T":
@@ -113,14 +127,14 @@ def zarr_dtype(dtype: np.dtype, zarr_format: Literal[2, 3] = 3) -> Any:
                            zarr_format=zarr_format)
 
 
-def zarr_data_type(dtype: np.dtype) -> Any:
+def zarr_data_type(dtype: np.dtype) -> DTypeSpec_V3:
     """The ``data_type`` JSON of a Zarr v3 array holding ``dtype``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return zarr_dtype(dtype).to_json(zarr_format=3)
 
 
-def zarr_fill_value(dtype: np.dtype, value: Any) -> Any:
+def zarr_fill_value(dtype: np.dtype, value: object) -> ZarrJSON:
     """The ``fill_value`` JSON for ``value`` (the type's default when ``None``)."""
     zdtype = zarr_dtype(dtype)
     with warnings.catch_warnings():
@@ -141,7 +155,7 @@ ATTRIBUTE_TYPES_ATTR = "_refgrid_attribute_types"
 that xarray unpacks to float32, as it does for the source file)."""
 
 
-def attribute_types(values: Mapping[str, Any]) -> dict[str, str]:
+def attribute_types(values: Mapping[str, object]) -> dict[str, str]:
     """``{name: dtype}`` of the numeric attributes that are not int64/float64/bool."""
     types = {}
     for name, value in values.items():
@@ -151,17 +165,17 @@ def attribute_types(values: Mapping[str, Any]) -> dict[str, str]:
     return types
 
 
-def restore_attribute_types(attrs: Mapping[str, Any]) -> dict[str, Any]:
+def restore_attribute_types(attrs: Mapping[str, object]) -> Attributes:
     """A copy of ``attrs`` with the numpy types recorded by :func:`attribute_types` restored
     (and their record removed)."""
     out = dict(attrs)
-    types = out.pop(ATTRIBUTE_TYPES_ATTR, None) or {}
+    types = cast("dict[str, str]", out.pop(ATTRIBUTE_TYPES_ATTR, None) or {})
     for name, kind in types.items():
         if name in out:
             value = np.asarray(out[name])
             if np.dtype(kind).kind == "c":  # stored as [real, imag] pairs
                 value = value.astype(np.float64).reshape(-1, 2).view(np.complex128)[:, 0]
-                value = value.reshape(np.shape(out[name])[:-1])
+                value = value.reshape(np.asarray(out[name]).shape[:-1])
             value = value.astype(kind)
             out[name] = value[()] if value.ndim == 0 else value
     return out
@@ -175,28 +189,40 @@ per variable ``zlib``, ``complevel``, ``shuffle``, ``fletcher32``, ``szip``, ``z
 source reports another type than the stored one; per group ``unlimited_dims``."""
 
 
-def variable_encoding(attrs: Mapping[str, Any], dtype: np.dtype | type,
-                      shape: tuple[int, ...]) -> dict[str, Any]:
+class StoredEncoding(TypedDict, total=False):
+    """The entries of ``_refgrid_encoding`` refgrid reads back (the others pass through)."""
+
+    dtype: str
+    enum: dict[str, int]
+    enum_name: str
+    chunksizes: Sequence[int] | None
+    unlimited_dims: list[str]
+
+
+def variable_encoding(attrs: Mapping[str, object], dtype: np.dtype | type,
+                      shape: tuple[int, ...]) -> dict[str, object]:
     """A variable's xarray ``encoding`` from its stored ``_refgrid_encoding`` (``dtype``:
     the type the reader gives the values)."""
-    stored = dict(attrs.get(ENCODING_ATTR) or {})
+    found = cast("Mapping[str, object]", attrs.get(ENCODING_ATTR) or {})
+    stored = cast("StoredEncoding", dict(found))
     if "dtype" in stored:  # the source reports a type other than the stored one
         dtype = np.dtype(stored.pop("dtype"))
     enum, enum_name = stored.pop("enum", None), stored.pop("enum_name", None)
     if enum is not None:
         dtype = np.dtype(dtype, metadata={"enum": dict(enum), "enum_name": enum_name})
-    if stored.get("chunksizes") is not None:
-        stored["chunksizes"] = tuple(stored["chunksizes"])
+    chunksizes = stored.get("chunksizes")
+    if chunksizes is not None:
+        stored["chunksizes"] = tuple(chunksizes)
     return {"dtype": dtype, **stored, "original_shape": shape}
 
 
-def dataset_encoding(attrs: Mapping[str, Any]) -> dict[str, Any]:
+def dataset_encoding(attrs: Mapping[str, object]) -> dict[str, object]:
     """A group's xarray ``encoding``: its unlimited dimensions, as a set."""
-    stored = attrs.get(ENCODING_ATTR) or {}
+    stored = cast("StoredEncoding", attrs.get(ENCODING_ATTR) or {})
     return {"unlimited_dims": set(stored.get("unlimited_dims", ()))}
 
 
-def zarr_attributes(attrs: Mapping[str, Any], dtype: np.dtype) -> dict[str, Any]:
+def zarr_attributes(attrs: Mapping[str, object], dtype: np.dtype) -> Attributes:
     """``attrs`` as written into a ``zarr.json``: a float, complex or bytes ``_FillValue``
     encoded as xarray encodes it for Zarr v3 (base64 of little-endian float64), which is how
     xarray's zarr engine decodes it — a plain float there fails to open."""
@@ -214,7 +240,7 @@ def zarr_attributes(attrs: Mapping[str, Any], dtype: np.dtype) -> dict[str, Any]
     return out
 
 
-def model_attributes(attrs: Mapping[str, Any], dtype: np.dtype) -> dict[str, Any]:
+def model_attributes(attrs: Mapping[str, object], dtype: np.dtype) -> Attributes:
     """The inverse of :func:`zarr_attributes` (plain values, as other writers leave them,
     pass through)."""
     out = dict(attrs)
@@ -238,29 +264,28 @@ def _b64_float(value: float) -> str:
     return base64.standard_b64encode(struct.pack("<d", float(value))).decode()
 
 
-def vlen_element(attrs: Mapping[str, Any]) -> np.dtype | None:
+def vlen_element(attrs: Mapping[str, object]) -> np.dtype | None:
     """The element type of variable-length sequences stored as bytes, if they are."""
     kind = attrs.get(VLEN_DTYPE_ATTR)
-    return None if kind is None else np.dtype(kind)
+    return None if kind is None else np.dtype(cast("npt.DTypeLike", kind))
 
 
-def reader_attrs(attrs: Mapping[str, Any], *, records_typed: bool = False) -> dict[str, Any]:
+def reader_attrs(attrs: Mapping[str, object], *, records_typed: bool = False
+                 ) -> dict[str, Any]:
     """The attributes a refgrid reader shows for stored ``attrs``: numeric types restored;
-    ``_refgrid_encoding`` dropped (readers report it as encoding); ``_refgrid_dtype`` and
-    ``_refgrid_vlen_dtype`` dropped where the reader gives the values their types
-    (``records_typed``: records, and sequences as arrays)."""
-    out = restore_attribute_types(attrs)
-    out.pop(ENCODING_ATTR, None)
-    if records_typed:
-        out.pop(DTYPE_ATTR, None)
-        out.pop(VLEN_DTYPE_ATTR, None)
-    return out
+    refgrid's bookkeeping dropped (``_refgrid_encoding`` readers report as encoding, the
+    store layout a Zarr input had), but for ``_refgrid_dtype`` and ``_refgrid_vlen_dtype``
+    where the reader cannot give the values their types (not ``records_typed``: records, and
+    sequences as arrays), which say how to."""
+    kept = () if records_typed else (DTYPE_ATTR, VLEN_DTYPE_ATTR)
+    return {name: value for name, value in restore_attribute_types(attrs).items()
+            if not name.startswith(BOOKKEEPING_PREFIX) or name in kept}
 
 
-def split_bookkeeping(attrs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_bookkeeping(attrs: Mapping[str, object]) -> tuple[Attributes, Attributes]:
     """``attrs`` as stock readers should see them, and refgrid's bookkeeping apart."""
-    plain: dict[str, Any] = {}
-    kept: dict[str, Any] = {}
+    plain: Attributes = {}
+    kept: Attributes = {}
     for name, value in attrs.items():
         (kept if name.startswith(BOOKKEEPING_PREFIX) else plain)[name] = value
     return plain, kept

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from refgrid.core.sources import (
     SourceIdentity,
@@ -18,6 +17,7 @@ from refgrid.core.sources import (
     identity_of,
     is_local,
 )
+from refgrid.core.typed import StorageOptions, Untyped
 from refgrid.errors import ArgumentError, DirectoryError, RefgridError
 
 GLOB_CHARACTERS = "*?["
@@ -27,17 +27,17 @@ def is_pattern(source: str) -> bool:
     return any(ch in source for ch in GLOB_CHARACTERS)
 
 
-def expand(sources: Iterable[str], storage_options: Mapping[str, Any] | None = None
+def expand(sources: Iterable[str], storage_options: StorageOptions | None = None
            ) -> dict[str, SourceIdentity | None]:
     """Every file the sources name, in order (each pattern's matches sorted, duplicates
     dropped), with its identity where a listing gave it without a request (``None``: ask
-    the file, through :attr:`refgrid.scan.source.Source.identity`). ``@FILE`` names a text
+    the file, through :attr:`refgrid.scanners.source.Source.identity`). ``@FILE`` names a text
     file of sources, one per line (blank lines and lines starting with ``#`` are skipped).
     Local paths become absolute."""
     return expand_counting(sources, storage_options)[0]
 
 
-def expand_counting(sources: Iterable[str], storage_options: Mapping[str, Any] | None = None
+def expand_counting(sources: Iterable[str], storage_options: StorageOptions | None = None
                     ) -> tuple[dict[str, SourceIdentity | None], dict[str, int]]:
     """:func:`expand`, and the files named more than once with how many times (a user who
     gives the same file twice is told it was used once)."""
@@ -69,12 +69,12 @@ def _with_lists(sources: Iterable[str]) -> Iterable[str]:
             with open(source[1:], encoding="utf-8") as f:
                 lines = f.read().splitlines()
         except (OSError, UnicodeDecodeError) as e:
-            raise ArgumentError(f"cannot read the list of sources {source[1:]}: {e}") from None
+            raise ArgumentError(f"cannot read the list of sources {source[1:]}: {e}") from e
         yield from (line.strip() for line in lines
                     if line.strip() and not line.lstrip().startswith("#"))
 
 
-def _glob(pattern: str, options: dict[str, Any]) -> dict[str, SourceIdentity]:
+def _glob(pattern: str, options: StorageOptions) -> dict[str, SourceIdentity]:
     local = is_local(pattern)
     target = os.path.abspath(pattern.removeprefix("file://")) if local else pattern
     try:
@@ -83,7 +83,7 @@ def _glob(pattern: str, options: dict[str, Any]) -> dict[str, SourceIdentity]:
     except RefgridError:
         raise
     except Exception as e:
-        raise ArgumentError(f"cannot expand {pattern!r}: {type(e).__name__}: {e}") from None
+        raise ArgumentError(f"cannot expand {pattern!r}: {type(e).__name__}: {e}") from e
     prefix = "" if local else pattern.split("://", 1)[0] + "://"
     files = {(p if p.startswith(prefix) else prefix + p): info
              for p, info in listing.items() if info.get("type") != "directory"}
@@ -92,7 +92,7 @@ def _glob(pattern: str, options: dict[str, Any]) -> dict[str, SourceIdentity]:
     return {url: _listed_identity(url, files[url]) for url in sorted(files)}
 
 
-def _listed_identity(url: str, info: Mapping[str, Any]) -> SourceIdentity:
+def _listed_identity(url: str, info: Mapping[str, Untyped]) -> SourceIdentity:
     if is_local(url):  # a stat, as the scanner records it
         return identity_of(url)
     return identity_from_info(info)

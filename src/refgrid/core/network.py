@@ -5,7 +5,7 @@ failures do not fail a scan or a read.
 ``connect_timeout``, ``read_timeout``, ``attempts``, ``retry_seconds``) to the storage options
 of an ``http(s)://`` or ``s3://`` URL, where the caller has not set them:
 
-* HTTP: aiohttp's connect and socket-read timeouts, and :func:`retrying`, an aiohttp client
+* HTTP: aiohttp's connect and socket-read timeouts, and :class:`Retrying`, an aiohttp client
   middleware that retries a GET or HEAD on 429/500/502/503/504, a reset connection, a body cut
   short or a timeout (a timeout once only: :data:`STALL_ATTEMPTS`), with exponential backoff,
   within ``retry_seconds``; the body is read
@@ -22,17 +22,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import cast
 
 import aiohttp
 
-from refgrid.core.bounds import current
+from refgrid.core.bounds import STALL_ATTEMPTS, current
+from refgrid.core.typed import StorageOptions
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 IDEMPOTENT = frozenset({"GET", "HEAD"})
-STALL_ATTEMPTS = 2
-"""Attempts of a request that timed out: a server that stalled once mostly stalls again, and
-each attempt costs a whole timeout, where a 503 answers at once."""
+
 FIRST_DELAY = 0.1
 """Seconds before the first retry; doubled for each further one."""
 
@@ -59,54 +59,66 @@ def _what(error: BaseException, timeouts: tuple[float, float]) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-async def retrying(request: aiohttp.ClientRequest,
-                   handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
-    """aiohttp client middleware: a GET or HEAD retried on transient failures."""
-    if request.method not in IDEMPOTENT:
-        return await handler(request)
-    limits = current()
-    timeouts = (limits.connect_timeout, limits.read_timeout)
-    started, delay, attempt = time.monotonic(), FIRST_DELAY, 0
-    while True:
-        attempt += 1
-        try:
-            response = await handler(request)
-            if response.status not in TRANSIENT_STATUS:
-                if response.status < 300:
-                    await response.read()  # a reset mid-body is retried here
-                return response
-            problem, status = f"HTTP {response.status} {response.reason}", response.status
-            response.release()
-        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
-            problem, status = _what(e, timeouts), None
-            stalled = isinstance(e, TimeoutError | aiohttp.ServerTimeoutError)
-        else:
-            stalled = False
-        elapsed = time.monotonic() - started
-        allowed = min(limits.attempts, STALL_ATTEMPTS) if stalled else limits.attempts
-        if attempt >= allowed or elapsed + delay > limits.retry_seconds:
-            raise RequestFailed(f"{request.method} {request.url}: {problem} ({attempt} "
-                                f"attempt{'s' if attempt > 1 else ''} over {elapsed:.1f} s)",
-                                status)
-        await asyncio.sleep(delay)
-        delay *= 2
+@dataclass(frozen=True)
+class Retrying:
+    """aiohttp client middleware: a GET or HEAD retried on transient failures, with the
+    limits in force where its filesystem was made (the middleware runs on fsspec's event loop
+    thread, outside the caller's ``with refgrid.limits(...)``). A frozen dataclass: equal
+    limits make equal storage options, so fsspec reuses its filesystem instances."""
+
+    attempts: int
+    retry_seconds: float
+    timeouts: tuple[float, float]
+    """Connect and read timeouts, for messages."""
+
+    async def __call__(self, request: aiohttp.ClientRequest,
+                       handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+        if request.method not in IDEMPOTENT:
+            return await handler(request)
+        started, delay, attempt = time.monotonic(), FIRST_DELAY, 0
+        while True:
+            attempt += 1
+            try:
+                response = await handler(request)
+                if response.status not in TRANSIENT_STATUS:
+                    if response.status < 300:
+                        await response.read()  # a reset mid-body is retried here
+                    return response
+                problem, status = f"HTTP {response.status} {response.reason}", response.status
+                response.release()
+            except (TimeoutError, aiohttp.ClientConnectionError,
+                    aiohttp.ClientPayloadError) as e:
+                problem, status = _what(e, self.timeouts), None
+                stalled = isinstance(e, TimeoutError | aiohttp.ServerTimeoutError)
+            else:
+                stalled = False
+            elapsed = time.monotonic() - started
+            allowed = min(self.attempts, STALL_ATTEMPTS) if stalled else self.attempts
+            if attempt >= allowed or elapsed + delay > self.retry_seconds:
+                raise RequestFailed(f"{request.method} {request.url}: {problem} ({attempt} "
+                                    f"attempt{'s' if attempt > 1 else ''} over "
+                                    f"{elapsed:.1f} s)", status)
+            await asyncio.sleep(delay)
+            delay *= 2
 
 
-def with_defaults(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
+def with_defaults(url: str, storage_options: StorageOptions) -> dict[str, object]:
     """``storage_options`` with refgrid's timeouts and retries for ``url``'s protocol added
     where the caller set none."""
     options = dict(storage_options)
     protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
     limits = current()
     if protocol in ("http", "https"):
-        client = dict(options.get("client_kwargs") or {})
+        client = dict(cast("Mapping[str, object]", options.get("client_kwargs") or {}))
         client.setdefault("timeout", aiohttp.ClientTimeout(
             total=None, connect=limits.connect_timeout, sock_connect=limits.connect_timeout,
             sock_read=limits.read_timeout))
-        client.setdefault("middlewares", (retrying,))
+        client.setdefault("middlewares", (Retrying(
+            limits.attempts, limits.retry_seconds,
+            (limits.connect_timeout, limits.read_timeout)),))
         options["client_kwargs"] = client
     elif protocol in ("s3", "s3a"):
-        config = dict(options.get("config_kwargs") or {})
+        config = dict(cast("Mapping[str, object]", options.get("config_kwargs") or {}))
         config.setdefault("connect_timeout", limits.connect_timeout)
         config.setdefault("read_timeout", limits.read_timeout)
         config.setdefault("retries", {"max_attempts": limits.attempts, "mode": "standard"})

@@ -2,7 +2,8 @@
 picture, and the JSON of ``refgrid inspect --json``.
 
 The model classes display themselves through this module (their :class:`Displayed` base),
-so it takes their objects as they come (duck-typed) rather than importing the model back.
+so it takes their objects as they come (duck-typed: the protocols below say what it reads)
+rather than importing the model back.
 
 Every number is computed from the manifest's numpy columns at once, so a summary of an array
 of 10^7 chunks costs milliseconds.
@@ -11,17 +12,103 @@ of 10^7 chunks costs milliseconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
-from typing import Any, ClassVar, TypedDict
+from typing import ClassVar, Protocol, TypedDict, TypeGuard
 
 import numpy as np
 
-from refgrid.core.sources import source_count
+from refgrid.core.sources import SourceIdentity, source_count
 
 HTML_STYLE = ("<style>.refgrid-repr table{border-collapse:collapse}.refgrid-repr td,"
               ".refgrid-repr th{padding:1px 8px;text-align:left}"
               ".refgrid-repr summary{cursor:pointer}</style>")
+
+
+class Manifest(Protocol):
+    """What a summary reads of a :class:`refgrid.model.manifest.ChunkManifest`."""
+
+    @property
+    def paths(self) -> Sequence[str]: ...
+    @property
+    def path_id(self) -> np.ndarray: ...
+    @property
+    def length(self) -> np.ndarray: ...
+    @property
+    def inline(self) -> Mapping[tuple[int, ...], bytes]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def missing(self) -> np.ndarray: ...
+    @property
+    def unsized(self) -> np.ndarray: ...
+
+
+class Axis(Protocol):
+    """What a summary reads of one :class:`refgrid.grid.rectilinear.AxisChunks`."""
+
+    @property
+    def logical(self) -> np.ndarray: ...
+    @property
+    def encoded(self) -> np.ndarray: ...
+    @property
+    def nchunks(self) -> int: ...
+
+
+class Grid(Protocol):
+    """What a summary reads of a :class:`refgrid.grid.rectilinear.RectilinearGrid`."""
+
+    @property
+    def axes(self) -> Sequence[Axis]: ...
+    @property
+    def is_regular(self) -> bool: ...
+    @property
+    def nchunks(self) -> int: ...
+    @property
+    def chunk_counts(self) -> tuple[int, ...]: ...
+    def svg(self, dims: Sequence[str] | None = None, title: str | None = None) -> str: ...
+
+
+class Array(Protocol):
+    """What a summary reads of a :class:`refgrid.model.virtual.VirtualArray`."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def dims(self) -> tuple[str, ...]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    @property
+    def value_dtype(self) -> np.dtype: ...
+    @property
+    def codecs(self) -> Sequence[Mapping[str, object]]: ...
+    @property
+    def grid(self) -> Grid: ...
+    @property
+    def manifest(self) -> Manifest: ...
+
+
+class Group(Protocol):
+    """What a summary reads of a :class:`refgrid.model.virtual.VirtualGroup`."""
+
+    @property
+    def sources(self) -> Mapping[str, SourceIdentity]: ...
+    def walk(self) -> Iterable[tuple[str, object]]: ...
+
+
+class Entry(Protocol):
+    """What a report shows of a :class:`refgrid.model.virtual.ReportEntry`."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def variable(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
 
 
 class ArraySummary(TypedDict):
@@ -61,7 +148,7 @@ def size(nbytes: int | float) -> str:
     return f"{value:.1f} PiB"
 
 
-def manifest_counts(manifest: Any) -> tuple[int, int, int, int, int]:
+def manifest_counts(manifest: Manifest) -> tuple[int, int, int, int, int]:
     """``(stored, missing, inline, referenced bytes, inline bytes)``."""
     stored = manifest.path_id >= 0
     return (int(stored.sum()), int(manifest.missing.sum()), len(manifest.inline),
@@ -69,16 +156,16 @@ def manifest_counts(manifest: Any) -> tuple[int, int, int, int, int]:
             sum(len(b) for b in manifest.inline.values()))
 
 
-def padded_count(grid: Any) -> int:
+def padded_count(grid: Grid) -> int:
     """Chunks inside the array that decode to more than their extent."""
     return sum(int((a.encoded[:-1] != a.logical[:-1]).sum()) for a in grid.axes)
 
 
-def grid_kind(grid: Any) -> str:
+def grid_kind(grid: Grid) -> str:
     return "regular" if grid.is_regular else "rectilinear"
 
 
-def array_summary(array: Any) -> ArraySummary:
+def array_summary(array: Array) -> ArraySummary:
     manifest = array.manifest
     _, missing, inline, referenced, inline_bytes = manifest_counts(manifest)
     used = np.unique(manifest.path_id[manifest.path_id >= 0])
@@ -94,15 +181,15 @@ def array_summary(array: Any) -> ArraySummary:
         "referenced_bytes": referenced, "inline_bytes": inline_bytes, "files": len(used)}
 
 
-def _arrays(group: Any) -> list[tuple[str, Any]]:
+def _arrays(group: Group) -> list[tuple[str, Array]]:
     return [(p, n) for p, n in group.walk() if _is_array(n)]
 
 
-def _is_array(node: object) -> bool:
+def _is_array(node: object) -> TypeGuard[Array]:
     return hasattr(node, "manifest")  # (the model is not imported here: it imports us)
 
 
-def group_summary(group: Any) -> GroupSummary:
+def group_summary(group: Group) -> GroupSummary:
     arrays = {p: array_summary(a) for p, a in _arrays(group)}
     return {"arrays": arrays,
             "groups": [p for p, g in group.walk() if not _is_array(g)],
@@ -146,11 +233,11 @@ def _stored(s: ArraySummary) -> str:
     return ", ".join(parts)
 
 
-def array_text(array: Any) -> str:
+def array_text(array: Array) -> str:
     return f"<refgrid.VirtualArray {array_line(array.name, array_summary(array))}>"
 
 
-def group_text(group: Any) -> str:
+def group_text(group: Group) -> str:
     s = group_summary(group)
     lines = [f"<refgrid.VirtualGroup> {len(s['arrays'])} arrays, {size(s['bytes'])} "
              f"({size(s['referenced_bytes'])} referenced) from {files_text(s['sources'])}"]
@@ -162,7 +249,7 @@ def files_text(n: int) -> str:
     return f"{n:,} source file{'s' if n != 1 else ''}"
 
 
-def manifest_text(manifest: Any) -> str:
+def manifest_text(manifest: Manifest) -> str:
     stored, missing, inline, referenced, inline_bytes = manifest_counts(manifest)
     return (f"<refgrid.ChunkManifest {manifest.shape}: {stored:,} stored in "
             f"{len(manifest.paths):,} files ({size(referenced)}), {missing:,} missing, "
@@ -171,7 +258,7 @@ def manifest_text(manifest: Any) -> str:
 
 # -- HTML ----------------------------------------------------------------------------------
 
-def grid_html(grid: Any, dims: Any = None) -> str:
+def grid_html(grid: Grid, dims: Sequence[str] | None = None) -> str:
     return f'<div class="refgrid-repr">{grid.svg(dims)}</div>'
 
 
@@ -186,14 +273,14 @@ HEADER = ("<tr><th>array</th><th>dims</th><th>dtype</th><th>chunks</th><th>codec
           "<th>size</th><th>referenced</th></tr>")
 
 
-def array_html(array: Any) -> str:
+def array_html(array: Array) -> str:
     s = array_summary(array)
     return (f'{HTML_STYLE}<div class="refgrid-repr"><b>refgrid.VirtualArray</b>'
             f"<table>{HEADER}{_array_rows(array.name, s)}</table>"
             f"{array.grid.svg(array.dims, array.name)}</div>")
 
 
-def group_html(group: Any) -> str:
+def group_html(group: Group) -> str:
     s = group_summary(group)
     pictures = "".join(
         f"<details><summary>{escape(p)}: chunk grid</summary>{a.grid.svg(a.dims, p)}"
@@ -205,21 +292,23 @@ def group_html(group: Any) -> str:
             f"</table>{pictures}</div>")
 
 
-def manifest_html(manifest: Any) -> str:
+def manifest_html(manifest: Manifest) -> str:
     return f'<div class="refgrid-repr"><code>{escape(manifest_text(manifest))}</code></div>'
 
 
-def text(kind: str, obj: Any) -> str:
+def text(kind: str, obj: object) -> str:
     """The text repr of a model object of ``kind`` (array, group, manifest)."""
-    texts: dict[str, Callable[[Any], str]] = {"array": array_text, "group": group_text,
-                                              "manifest": manifest_text}
+    # (each takes the object of its own kind)
+    texts: dict[str, Callable[..., str]] = {"array": array_text, "group": group_text,
+                                            "manifest": manifest_text}
     return texts[kind](obj)
 
 
-def html(kind: str, obj: Any) -> str:
+def html(kind: str, obj: object) -> str:
     """The HTML repr of a model object of ``kind`` (array, group, manifest, grid)."""
-    pages: dict[str, Callable[[Any], str]] = {"array": array_html, "group": group_html,
-                                              "manifest": manifest_html, "grid": grid_html}
+    # (each takes the object of its own kind)
+    pages: dict[str, Callable[..., str]] = {"array": array_html, "group": group_html,
+                                            "manifest": manifest_html, "grid": grid_html}
     return pages[kind](obj)
 
 
@@ -236,11 +325,11 @@ class Displayed:
         return html(self._display, self)
 
 
-def report_lines(entries: Any, shown: int = 3) -> list[str]:
+def report_lines(entries: Iterable[Entry], shown: int = 3) -> list[str]:
     """A scan or combine report for people: one line per variable and action, the files it
     concerns counted and a few named (an attribute that differs in 11 files is one line, not
     11), the first reason given."""
-    grouped: dict[tuple[str, str], list[Any]] = {}
+    grouped: dict[tuple[str, str], list[Entry]] = {}
     for entry in entries:
         grouped.setdefault((entry.variable, entry.action), []).append(entry)
     lines = []

@@ -15,7 +15,7 @@ check costs no round trip of its own.
 
 Held files: a batch worker scans a small remote file and then reads its concat coordinate and
 the variables it digests. Fetched once with :func:`held_file`, the file serves the scan's
-metadata reads (:class:`~refgrid.scan.source.Source`) and those chunk reads
+metadata reads (:class:`~refgrid.scanners.source.Source`) and those chunk reads
 (:mod:`refgrid.read.fetch`) from memory: one request per file instead of one per step.
 """
 
@@ -27,13 +27,14 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import fsspec
 from fsspec.core import url_to_fs
 
+from refgrid.core.typed import StorageOptions, Untyped
 from refgrid.core.util import thread_pool
-from refgrid.errors import MissingExtraError, ReadError
+from refgrid.errors import MissingExtraError, NotFoundError, ReadError, ScanError
 
 SOURCES_KEY = "refgrid"
 """Top-level key of JSON references (and of parquet's ``.zmetadata``) holding refgrid's own
@@ -49,13 +50,13 @@ that refgrid's readers resolve beside the references wherever they now lie, so r
 and sidecar copied or moved together still read."""
 
 
-def section(container: Any) -> Mapping[str, Any]:
+def section(container: object) -> Mapping[str, object]:
     """refgrid's section of a reference set (or ``.zmetadata``), empty if it has none."""
     found = container.get(SOURCES_KEY) if isinstance(container, Mapping) else None
     return found if isinstance(found, Mapping) else {}
 
 
-def sidecar_directory(container: Any, url: str) -> str | None:
+def sidecar_directory(container: object, url: str) -> str | None:
     """Where the sidecar the section names lies now: beside ``url``, the references."""
     name = section(container).get(SIDECAR_KEY)
     if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or \
@@ -98,7 +99,7 @@ def source_count(sources: Mapping[str, SourceIdentity]) -> int:
     return sum(1 for identity in sources.values() if not identity.get("rewritten"))
 
 
-def filesystem(url: str, storage_options: Mapping[str, Any] | None = None
+def filesystem(url: str, storage_options: StorageOptions | None = None
                ) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem serving ``url`` and the path within it, with refgrid's timeouts and
     retries for remote protocols (:mod:`refgrid.core.network`). Local files need nothing
@@ -114,23 +115,47 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None
     except ImportError as e:
         protocol = url.split("://", 1)[0] if "://" in url else "file"
         raise MissingExtraError("remote", f"reading {protocol}:// URLs ({url})",
-                                e.name or str(e)) from None
+                                e.name or str(e)) from e
 
 
 def not_found(error: FileNotFoundError) -> str:
     """``"file not found"``, or what really failed: fsspec reports any failure of an HTTP
     ``info`` (a 503 after every retry, a timeout) as a missing file, the cause chained."""
     cause = error.__cause__
-    if cause is not None and not isinstance(cause, FileNotFoundError):
+    if _failed(cause):
         return f"cannot read: {cause}"
     return "file not found"
+
+
+def _failed(cause: BaseException | None) -> bool:
+    """Whether the cause fsspec chained to a ``FileNotFoundError`` is a failure rather than
+    an absence: a timeout or connection error, or an HTTP status other than 404/410 (an
+    absence is a 404, S3's ``NoSuchKey``, a memory filesystem's ``KeyError``, ...)."""
+    if cause is None or isinstance(cause, FileNotFoundError | KeyError):
+        return False
+    if isinstance(cause, OSError | TimeoutError):  # aiohttp's connection errors are OSErrors
+        return True
+    status = getattr(cause, "status", None)
+    if status is None:  # botocore: response["ResponseMetadata"]["HTTPStatusCode"]
+        meta = getattr(cause, "response", None)
+        status = meta.get("ResponseMetadata", {}).get("HTTPStatusCode") \
+            if isinstance(meta, dict) else None
+    return isinstance(status, int) and status not in (404, 410)
+
+
+def absent(url: str, error: FileNotFoundError) -> ScanError:
+    """The error for ``url`` that fsspec or the OS reported missing: a
+    :class:`~refgrid.errors.NotFoundError` when it is, else what really failed."""
+    reason = not_found(error)
+    return NotFoundError(url, None, reason) if reason == "file not found" else \
+        ScanError(url, None, reason)
 
 
 def is_local(url: str) -> bool:
     return "://" not in url or url.startswith("file://")
 
 
-def identity_of(url: str, storage_options: Mapping[str, Any] | None = None) -> SourceIdentity:
+def identity_of(url: str, storage_options: StorageOptions | None = None) -> SourceIdentity:
     """The identity of the file at ``url`` now (one ``stat`` or ``HEAD``)."""
     if is_local(url):
         stat = os.stat(url.removeprefix("file://"))
@@ -139,7 +164,7 @@ def identity_of(url: str, storage_options: Mapping[str, Any] | None = None) -> S
     return identity_from_info(fs.info(path))
 
 
-def identity_from_info(info: Mapping[str, Any]) -> SourceIdentity:
+def identity_from_info(info: Mapping[str, Untyped]) -> SourceIdentity:
     """The identity of a remote file from fsspec's ``info`` (or a ``glob``/``find`` listing
     with ``detail=True``, which gives the same fields without a request per file)."""
     out: SourceIdentity = {"size": int(info["size"])}
@@ -152,7 +177,7 @@ def identity_from_info(info: Mapping[str, Any]) -> SourceIdentity:
     return out
 
 
-def stored_identities(container: Any, sidecar: str | None = None
+def stored_identities(container: object, sidecar: str | None = None
                       ) -> dict[str, SourceIdentity]:
     """The table stored in a reference set's top level (or ``.zmetadata``), kept only where
     it has the expected shape; files of the sidecar named where it lies now (``sidecar``)."""
@@ -178,7 +203,7 @@ def identity_difference(was: SourceIdentity, now: SourceIdentity) -> str:
                      if key in before and key in after and before[key] != after[key])
 
 
-def _shown(key: str, value: Any) -> str:
+def _shown(key: str, value: object) -> str:
     if key == "mtime" and isinstance(value, int | float):
         when = datetime.fromtimestamp(value, UTC)
         return when.strftime("%Y-%m-%d %H:%M:%S") + (f".{when.microsecond // 1000:03d}"
@@ -196,20 +221,27 @@ def _nothing() -> None:
     pass
 
 
+class _CheckState(TypedDict):
+    """A :class:`SourceCheck` as pickled: what it checks, not what it has checked."""
+
+    recorded: dict[str, SourceIdentity]
+    storage_options: dict[str, object]
+
+
 class SourceCheck:
     """Checks each recorded source once, the first time a read touches it."""
 
     def __init__(self, recorded: Mapping[str, SourceIdentity],
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+                 storage_options: StorageOptions | None = None) -> None:
         self.recorded = dict(recorded)
         self.storage_options = dict(storage_options or {})
         self.checked: set[str] = set()
         self.lock = threading.Lock()
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> _CheckState:
         return {"recorded": self.recorded, "storage_options": self.storage_options}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: _CheckState) -> None:
         self.__init__(state["recorded"], state["storage_options"])  # type: ignore[misc]
 
     def forget(self) -> None:
@@ -252,9 +284,9 @@ class SourceCheck:
             reason = not_found(e)
             if reason == "file not found":
                 return  # the read that follows names the missing file and the chunk
-            raise ReadError(f"{url}: cannot check the source: {reason}") from None
+            raise ReadError(f"{url}: cannot check the source: {reason}") from e
         except OSError as e:
-            raise ReadError(f"{url}: cannot check the source: {e}") from None
+            raise ReadError(f"{url}: cannot check the source: {e}") from e
         changed = identity_difference(expected, now)
         if changed:
             raise ReadError(f"{url}: the source changed since it was scanned ({changed}); "

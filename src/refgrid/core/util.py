@@ -4,20 +4,25 @@ and read-only mappings in frozen dataclasses that still pickle."""
 
 from __future__ import annotations
 
+import contextvars
 import gc
 import importlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from types import MappingProxyType
-from typing import Any, Generic, TypeVar, overload
+from types import MappingProxyType, ModuleType
+from typing import Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from refgrid.errors import MissingExtraError
 
+T = TypeVar("T")
+Owner = TypeVar("Owner")
+P = ParamSpec("P")
 
-def import_extra(module: str, extra: str, what: str) -> Any:
+
+def import_extra(module: str, extra: str, what: str) -> ModuleType:
     """``module``, imported; ``what`` needs it, and ``pip install 'refgrid[extra]'`` has it.
 
     ``import refgrid`` stays light, and a missing one is a
@@ -25,21 +30,31 @@ def import_extra(module: str, extra: str, what: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise MissingExtraError(extra, what, e.name or module) from None
+        raise MissingExtraError(extra, what, e.name or module) from e
 
 
-_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
+class ContextPool(ThreadPoolExecutor):
+    """A thread pool whose tasks run in a copy of the submitter's context: work refgrid hands
+    to its threads on a caller's behalf keeps that caller's ``with refgrid.limits(...)``
+    (a context variable), whichever thread picks it up. ``loop.run_in_executor`` submits
+    through here too."""
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        run: Callable[Concatenate[Callable[P, T], P], T] = contextvars.copy_context().run
+        return super().submit(run, fn, *args, **kwargs)
+
+
+_pools: dict[str, tuple[int, ContextPool]] = {}
 _pools_lock = threading.Lock()
 
 
-def thread_pool(name: str, workers: int) -> ThreadPoolExecutor:
+def thread_pool(name: str, workers: int) -> ContextPool:
     """The process-wide pool called ``name`` (its threads are named after it), made on first
     use and anew in a forked child (whose threads are gone)."""
     with _pools_lock:
         found = _pools.get(name)
         if found is None or found[0] != os.getpid():
-            found = _pools[name] = (os.getpid(), ThreadPoolExecutor(workers,
-                                                                    thread_name_prefix=name))
+            found = _pools[name] = (os.getpid(), ContextPool(workers, thread_name_prefix=name))
         return found[1]
 
 
@@ -65,25 +80,22 @@ class FrozenPickle:
     dataset they ship: such fields are plain dicts in the pickle, wrapped again when loaded.
     """
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {k: dict(v) if isinstance(v, MappingProxyType) else v
                 for k, v in self.__dict__.items()}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         for k, v in state.items():
             object.__setattr__(self, k, MappingProxyType(v) if isinstance(v, dict) else v)
 
 
-T = TypeVar("T")
-
-
-class lazy(Generic[T]):
+class lazy(Generic[Owner, T]):
     """``functools.cached_property`` without Python 3.11's lock: there, one lock per class
     attribute is held while *any* instance computes it, so a source's identity waiting on a
     stalled server blocked the scans of every other file in the process. Two threads may
     compute the same value once each; both get an equal value."""
 
-    def __init__(self, compute: Callable[[Any], T]) -> None:
+    def __init__(self, compute: Callable[[Owner], T]) -> None:
         self.compute = compute
         self.name = compute.__name__
         self.__doc__ = compute.__doc__
@@ -92,12 +104,12 @@ class lazy(Generic[T]):
         self.name = name
 
     @overload
-    def __get__(self, instance: None, owner: type | None = None) -> lazy[T]: ...
+    def __get__(self, instance: None, owner: type | None = None) -> lazy[Owner, T]: ...
 
     @overload
-    def __get__(self, instance: object, owner: type | None = None) -> T: ...
+    def __get__(self, instance: Owner, owner: type | None = None) -> T: ...
 
-    def __get__(self, instance: object | None, owner: type | None = None) -> T | lazy[T]:
+    def __get__(self, instance: Owner | None, owner: type | None = None) -> T | lazy[Owner, T]:
         if instance is None:
             return self
         value = self.compute(instance)

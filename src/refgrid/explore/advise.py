@@ -27,7 +27,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -182,7 +182,8 @@ def advise_chunks(target: VirtualArray | VirtualGroup | Sequence[int],
     return replace(advice, target_bytes=target_bytes)
 
 
-def _array(target: Any, variable: str | None) -> VirtualArray | None:
+def _array(target: VirtualArray | VirtualGroup | Sequence[int],
+           variable: str | None) -> VirtualArray | None:
     if isinstance(target, VirtualArray):
         return target
     if isinstance(target, VirtualGroup):

@@ -4,7 +4,7 @@ are decoded by xarray's CF time decoder, as ``xr.open_dataset`` would decode the
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 
@@ -20,7 +20,7 @@ class TimeRange(TypedDict):
     steps: int
 
 
-def time_ranges(group: VirtualGroup, storage_options: dict[str, Any] | None = None
+def time_ranges(group: VirtualGroup, storage_options: dict[str, object] | None = None
                 ) -> dict[str, TimeRange]:
     """Each 1-d array with CF time units (``days since ...``): its first and last dates."""
     out: dict[str, TimeRange] = {}

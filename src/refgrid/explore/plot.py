@@ -7,7 +7,7 @@ Every function draws into ``ax`` (a new figure when None) and returns the Axes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 
-def _axes(ax: Any, size: tuple[float, float]) -> Axes:
+def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
     if ax is not None:
         return ax
     pyplot = import_extra("matplotlib.pyplot", "plot", "refgrid.explore.plot")
@@ -39,7 +39,8 @@ def _dim(array: VirtualArray, dim: str | None) -> int:
     return array.dims.index(dim)
 
 
-def chunk_lengths(array: VirtualArray, dim: str | None = None, ax: Any = None) -> Axes:
+def chunk_lengths(array: VirtualArray, dim: str | None = None,
+                  ax: Axes | None = None) -> Axes:
     """A histogram of the chunk lengths along ``dim`` (default: the first dimension)."""
     d = _dim(array, dim)
     axis = array.grid.axes[d]
@@ -63,7 +64,7 @@ def file_boundaries(array: VirtualArray, dim: int = 0) -> np.ndarray:
     return array.grid.axes[dim].bounds[change]
 
 
-def time_axis(array: VirtualArray, dim: str | None = None, ax: Any = None) -> Axes:
+def time_axis(array: VirtualArray, dim: str | None = None, ax: Axes | None = None) -> Axes:
     """The chunks along ``dim`` (default: the first dimension) as a strip: chunk edges,
     source file boundaries (dashed) and padded chunks (marked)."""
     d = _dim(array, dim)
@@ -91,7 +92,7 @@ def time_axis(array: VirtualArray, dim: str | None = None, ax: Any = None) -> Ax
     return ax
 
 
-def selection_cost(array: VirtualArray, ax: Any = None) -> Axes:
+def selection_cost(array: VirtualArray, ax: Axes | None = None) -> Axes:
     """Chunks and stored bytes a time series (one point, the whole first dimension) and a
     map (one step of the first dimension, the rest whole) touch, side by side."""
     if array.grid.ndim < 2:
@@ -126,7 +127,7 @@ def selection_cost(array: VirtualArray, ax: Any = None) -> Axes:
 def selection_numbers(array: VirtualArray, series: bool) -> tuple[int, int]:
     """``(chunks, stored bytes)`` of a time series at the first point (``series``) or a map
     at the first step."""
-    index: tuple[Any, ...] = (slice(None),) + (0,) * (array.grid.ndim - 1) if series else \
+    index: tuple[slice | int, ...] = (slice(None),) + (0,) * (array.grid.ndim - 1) if series else \
         (0,) + (slice(None),) * (array.grid.ndim - 1)
     ids = array.manifest.path_id[index]
     lengths = array.manifest.length[index]

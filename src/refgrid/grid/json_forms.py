@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict, TypeGuard, cast
 
 import numpy as np
 
@@ -20,7 +20,7 @@ EdgeSpec = int | list[int | list[int]]
 
 
 class ChunkGridConfiguration(TypedDict, total=False):
-    chunk_shape: list[Any]
+    chunk_shape: list[EdgeSpec]
     """``regular``: one integer per dimension; ``rectangular``: an integer or a list each."""
     kind: str
     chunk_shapes: list[EdgeSpec]
@@ -35,21 +35,22 @@ class ChunkGridJSON(TypedDict):
     must_understand: NotRequired[bool]
 
 
-def parse_chunk_grid(doc: Mapping[str, Any] | str, shape: Sequence[int]) -> RectilinearGrid:
+def parse_chunk_grid(doc: Mapping[str, object] | str, shape: Sequence[int]) -> RectilinearGrid:
     """Build a grid from a ``chunk_grid`` document (or its JSON text) for ``shape``."""
     if isinstance(doc, str):
         try:
             doc = json.loads(doc)
         except json.JSONDecodeError as e:
-            raise GridError(f"a chunk grid document is not JSON: {e}") from None
+            raise GridError(f"a chunk grid document is not JSON: {e}") from e
     if not isinstance(doc, Mapping) or not isinstance(doc.get("configuration"), Mapping):
         raise GridError(f"a chunk grid needs 'name' and a 'configuration' object, got {doc!r:.120}")
-    name, config = doc.get("name"), doc["configuration"]
+    # (the configuration is a mapping: checked just above)
+    name, config = doc.get("name"), cast("Mapping[str, object]", doc["configuration"])
     if name == "regular":
         chunk_shape = _dims(config, "chunk_shape", shape, name)
         if not all(_is_int(c) for c in chunk_shape):
             raise GridError(f"regular chunk_shape must be a list of integers, got {chunk_shape!r}")
-        return RectilinearGrid.regular(shape, chunk_shape)
+        return RectilinearGrid.regular(shape, cast("list[int]", chunk_shape))
     if name == "rectilinear":
         if config.get("kind") != "inline":
             raise GridError(f"rectilinear grid kind {config.get('kind')!r} is not supported "
@@ -149,7 +150,8 @@ def _rectangular_dim(dim: int, axis: AxisChunks) -> EdgeSpec:
     return axis.logical.tolist()
 
 
-def _dims(config: Mapping[str, Any], key: str, shape: Sequence[int], name: str) -> list[Any]:
+def _dims(config: Mapping[str, object], key: str, shape: Sequence[int], name: str
+          ) -> list[object]:
     specs = config.get(key)
     if not isinstance(specs, list):
         raise GridError(f"{name} grid configuration needs a list {key!r}, got {specs!r:.120}")
@@ -159,7 +161,7 @@ def _dims(config: Mapping[str, Any], key: str, shape: Sequence[int], name: str) 
     return specs
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: object) -> TypeGuard[int | np.integer]:
     return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
 
@@ -167,7 +169,7 @@ MAX_EDGE = 2**62
 """The longest chunk edge accepted (lengths are summed in int64 without overflow)."""
 
 
-def _expand(dim: int, spec: Any, what: str, rle_allowed: bool, *, reach: int | None = None,
+def _expand(dim: int, spec: object, what: str, rle_allowed: bool, *, reach: int | None = None,
             count: int | None = None) -> tuple[np.ndarray, int]:
     """Edge lengths from a list of lengths (with ``[length, repeat]`` runs if allowed),
     expanded only as far as needed — until they cover ``reach`` elements or number ``count``
@@ -212,7 +214,8 @@ def _expand(dim: int, spec: Any, what: str, rle_allowed: bool, *, reach: int | N
     return out, declared
 
 
-def _parse_axis(dim: int, length: int, spec: Any, encoded_spec: Any, rle: bool) -> AxisChunks:
+def _parse_axis(dim: int, length: int, spec: object, encoded_spec: object, rle: bool
+                ) -> AxisChunks:
     if _is_int(spec):
         if not 1 <= spec <= MAX_EDGE:
             raise GridError(f"dimension {dim}: chunk length {spec} must be >= 1 and <= 2**62")

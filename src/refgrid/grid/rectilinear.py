@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from refgrid.core.bounds import current as current_limits
 from refgrid.core.reprs import Displayed
@@ -88,7 +89,7 @@ class AxisChunks:
             self.encoded, other.encoded)
 
     @classmethod
-    def of(cls, dim: int, logical: Any, encoded: Any | None = None,
+    def of(cls, dim: int, logical: npt.ArrayLike, encoded: npt.ArrayLike | None = None,
            empty_chunk: int = 1) -> AxisChunks:
         """Validated chunk lengths of dimension ``dim`` (logical >= 1, encoded >= logical)."""
         lengths = _as_lengths(logical, f"chunk lengths of dimension {dim}")
@@ -123,7 +124,7 @@ def check_chunk_count(counts: Sequence[int]) -> None:
                         f"limit of {limit} (refgrid.set_limits(max_chunks=...) raises it)")
 
 
-def _as_lengths(values: Any, what: str) -> np.ndarray:
+def _as_lengths(values: npt.ArrayLike, what: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise GridError(f"{what} must be a 1-d sequence of integers, got {values!r:.80}")
@@ -218,8 +219,10 @@ class RectilinearGrid(Displayed):
         """Chunk start positions along ``dim``, followed by the dimension's length."""
         return self.axes[dim].bounds
 
-    def locate(self, dim: int, index: int | np.ndarray) -> tuple[Any, Any]:
-        """Map index/indices along ``dim`` to (chunk, offset within the chunk), vectorised."""
+    def locate(self, dim: int, index: int | np.ndarray
+               ) -> tuple[int, int] | tuple[np.ndarray, np.ndarray]:
+        """Map index/indices along ``dim`` to (chunk, offset within the chunk), vectorised
+        (ints for a scalar index)."""
         axis = self.axes[dim]
         idx = np.asarray(index, dtype=np.int64)
         idx = np.where(idx < 0, idx + axis.length, idx)
@@ -245,7 +248,7 @@ class RectilinearGrid(Displayed):
     def encoded_chunk_shape(self, coords: Sequence[int]) -> tuple[int, ...]:
         return tuple(int(a.encoded[c]) for a, c in zip(self.axes, coords, strict=True))
 
-    def select(self, selection: Any) -> GridSelection:
+    def select(self, selection: object) -> GridSelection:
         """An orthogonal selection, per axis: the chunks it touches (see selection.py)."""
         indices = normalize_selection(selection, self.shape)
         return GridSelection(tuple(AxisSelection.of(i, a)

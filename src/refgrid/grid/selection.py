@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -154,7 +154,7 @@ def as_slice(index: np.ndarray) -> Indexer:
     return slice(first, stop if stop >= 0 else None, step)
 
 
-def orthogonal_index(index: Sequence[Indexer], shape: Sequence[int]) -> tuple[Any, ...]:
+def orthogonal_index(index: Sequence[Indexer], shape: Sequence[int]) -> tuple[Indexer, ...]:
     """Per-axis ``index`` with numpy's orthogonal meaning (``np.ix_`` once two take arrays)."""
     if sum(isinstance(i, np.ndarray) for i in index) <= 1:
         return tuple(index)
@@ -215,7 +215,7 @@ class GridSelection:
                 yield (*head, self.axes[split].tile(along[first: first + step]), *inner)
 
 
-def normalize_selection(selection: Any, shape: Sequence[int]) -> tuple[AxisIndex, ...]:
+def normalize_selection(selection: object, shape: Sequence[int]) -> tuple[AxisIndex, ...]:
     """Expand ``selection`` to one normalised index per axis (numpy's rules, orthogonal)."""
     items = selection if isinstance(selection, tuple) else (selection,)
     n_ellipsis = sum(isinstance(i, EllipsisType) for i in items)
@@ -233,7 +233,7 @@ def normalize_selection(selection: Any, shape: Sequence[int]) -> tuple[AxisIndex
     return tuple(_normalize_axis(i, n, axis) for axis, (i, n) in enumerate(pairs))
 
 
-def _normalize_axis(index: Any, length: int, axis: int) -> AxisIndex:
+def _normalize_axis(index: object, length: int, axis: int) -> AxisIndex:
     if isinstance(index, slice):
         return index
     if isinstance(index, bool | np.bool_):

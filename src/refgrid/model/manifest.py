@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
+import numpy.typing as npt
 
 from refgrid.core.reprs import Displayed
 from refgrid.core.util import FrozenPickle
@@ -119,6 +120,15 @@ class ChunkManifest(Displayed, FrozenPickle):
         return ChunkManifest(self.paths, self.path_id[index], self.offset[index],
                              self.length[index], inline)
 
+    def reshaped(self, shape: Sequence[int]) -> ChunkManifest:
+        """The same chunks in C order on a grid of ``shape`` (as many chunks: axes of one
+        chunk added or removed), inline chunks renamed to match."""
+        shape = tuple(int(n) for n in shape)
+        inline = {chunk_coords(flat_index(c, self.shape), shape): data
+                  for c, data in self.inline.items()}
+        return ChunkManifest(self.paths, self.path_id.reshape(shape),
+                             self.offset.reshape(shape), self.length.reshape(shape), inline)
+
     @classmethod
     def concat(cls, manifests: Sequence[ChunkManifest], axis: int) -> ChunkManifest:
         """Join manifests along ``axis``, merging their URL tables."""
@@ -140,7 +150,7 @@ class ChunkManifest(Displayed, FrozenPickle):
         except ValueError as e:
             shapes = [m.shape for m in manifests]
             raise ModelError(f"cannot join manifests of chunk shapes {shapes} along axis "
-                             f"{axis}: {e}") from None
+                             f"{axis}: {e}") from e
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ChunkManifest):
@@ -152,3 +162,88 @@ class ChunkManifest(Displayed, FrozenPickle):
                 and dict(self.inline) == dict(other.inline))
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class ManifestBuilder:
+    """The one way manifest columns are made — by every scanner, by combine and by the
+    writers' rewrites: chunks start missing and are given a byte range, inline bytes, or
+    nothing; URLs are numbered as they come. Whole columns at once where a scanner has them
+    (:meth:`ranges`), a chunk at a time where it has not."""
+
+    def __init__(self, shape: Sequence[int]) -> None:
+        self.shape = tuple(int(n) for n in shape)
+        size = int(np.prod(self.shape)) if self.shape else 1
+        self.path_id = np.full(size, MISSING, np.int32)
+        self.offset = np.zeros(size, np.uint64)
+        self.length = np.zeros(size, np.uint64)
+        self.urls: dict[str, int] = {}
+        self.inline: dict[tuple[int, ...], bytes] = {}
+
+    @classmethod
+    def of(cls, manifest: ChunkManifest) -> ManifestBuilder:
+        """A builder holding a copy of ``manifest``, to change some of its chunks."""
+        out = cls(manifest.shape)
+        out.path_id[:] = manifest.path_id.reshape(-1)
+        out.offset[:] = manifest.offset.reshape(-1)
+        out.length[:] = manifest.length.reshape(-1)
+        out.urls = {url: k for k, url in enumerate(manifest.paths)}
+        out.inline = dict(manifest.inline)
+        return out
+
+    def url(self, url: str) -> int:
+        """The number of ``url`` in the table (added when new)."""
+        return self.urls.setdefault(url, len(self.urls))
+
+    def ranges(self, flat: npt.ArrayLike, path_id: npt.ArrayLike, offset: npt.ArrayLike,
+               length: npt.ArrayLike) -> None:
+        """Chunks ``flat`` (C-order indices) at byte ranges of the URLs ``path_id`` numbers."""
+        flat = np.asarray(flat, dtype=np.int64)
+        if self.inline and (self.path_id[flat] == INLINE).any():  # inlined before, now not
+            chosen = set(flat.tolist())
+            for coords in [c for c in self.inline if flat_index(c, self.shape) in chosen]:
+                del self.inline[coords]
+        self.path_id[flat] = path_id
+        self.offset[flat] = offset
+        self.length[flat] = length
+
+    def range(self, coords: tuple[int, ...], url: str, offset: int, length: int) -> None:
+        """One chunk at ``length`` bytes of ``url`` from ``offset``."""
+        flat = flat_index(coords, self.shape)
+        self.path_id[flat], self.offset[flat], self.length[flat] = self.url(url), offset, length
+        self.inline.pop(coords, None)
+
+    def inlined(self, coords: tuple[int, ...], data: bytes) -> None:
+        """One chunk whose bytes are at hand (inlined)."""
+        flat = flat_index(coords, self.shape)
+        self.path_id[flat], self.offset[flat], self.length[flat] = INLINE, 0, 0
+        self.inline[coords] = bytes(data)
+
+    def set_lengths(self, flat: npt.ArrayLike, length: npt.ArrayLike) -> None:
+        """The lengths of chunks ``flat``, referenced already (whole files, sized later)."""
+        self.length[np.asarray(flat, dtype=np.int64)] = length
+
+    def missing(self, flat: npt.ArrayLike) -> None:
+        """Chunks ``flat`` never written (the fill value)."""
+        flat = np.asarray(flat, dtype=np.int64).reshape(-1)
+        for k in flat[self.path_id[flat] == INLINE].tolist():
+            del self.inline[chunk_coords(k, self.shape)]
+        self.path_id[flat], self.offset[flat], self.length[flat] = MISSING, 0, 0
+
+    def build(self) -> ChunkManifest:
+        """The manifest (its columns are the builder's, made read-only: the builder is
+        spent); the URL table keeps only the URLs some chunk names."""
+        used = np.unique(self.path_id[self.path_id >= 0])
+        paths = list(self.urls)
+        if len(used) != len(paths):  # renumber: drop URLs no chunk names any more
+            remap = np.full(len(paths) + 2, MISSING, np.int32)
+            remap[used] = np.arange(len(used), dtype=np.int32)
+            remap[INLINE] = INLINE
+            ids = np.where(self.path_id >= 0, remap[np.maximum(self.path_id, 0)],
+                           self.path_id)
+            paths = [paths[k] for k in used.tolist()]
+        else:
+            ids = self.path_id
+        for column in (self.path_id, self.offset, self.length):
+            column.flags.writeable = False  # the manifest's now: a builder is used once
+        return ChunkManifest(tuple(paths), ids.reshape(self.shape), self.offset.reshape(
+            self.shape), self.length.reshape(self.shape), self.inline)

@@ -1,6 +1,6 @@
 """The in-memory model of a virtual dataset: arrays and groups over chunk manifests.
 
-Scanners produce it, :mod:`refgrid.combine` joins it, writers serialise it. Attributes are kept
+Scanners produce it, :mod:`refgrid.combining` joins it, writers serialise it. Attributes are kept
 exactly as the source has them (CF attributes included) so that xarray decodes the virtual
 dataset as it would decode the file. A scan never drops a variable quietly: what it could not
 represent as plain references is a :class:`ReportEntry` in the group's report.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class ReportEntry:
         return f"{self.url}: {self.variable}: {self.action}: {self.reason}"
 
 
-def same_value(a: Any, b: Any) -> bool:
+def same_value(a: object, b: object) -> bool:
     """Equality for attribute and fill values: NaN equals NaN, arrays compare element-wise."""
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
@@ -77,10 +77,10 @@ class VirtualArray(Displayed, FrozenPickle):
     Values are read as :attr:`value_dtype`."""
     grid: RectilinearGrid
     manifest: ChunkManifest
-    fill_value: Any = None
+    fill_value: object = None
     codecs: tuple[CodecJSON, ...] = ()
     """Zarr v3 codec pipeline (JSON), array→bytes codec first as Zarr lists it."""
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dims", tuple(self.dims))
@@ -125,7 +125,7 @@ class VirtualArray(Displayed, FrozenPickle):
         try:
             grid, chunks = self.grid.slice(axis, start, stop)
         except GridError as e:
-            raise ModelError(f"array {self.name!r}: {e}") from None
+            raise ModelError(f"array {self.name!r}: {e}") from e
         return replace(self, grid=grid, manifest=self.manifest.slice(axis, chunks))
 
     @classmethod
@@ -148,7 +148,7 @@ class VirtualArray(Displayed, FrozenPickle):
             grid = RectilinearGrid.concat([a.grid for a in arrays], axis)
         except GridError as e:
             raise ModelError(
-                f"cannot concatenate array {first.name!r} along {dim!r}: {e}") from None
+                f"cannot concatenate array {first.name!r} along {dim!r}: {e}") from e
         manifest = ChunkManifest.concat([a.manifest for a in arrays], axis)
         return replace(first, grid=grid, manifest=manifest)
 
@@ -181,7 +181,7 @@ class VirtualGroup(Displayed, FrozenPickle):
 
     _display = "group"
 
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Mapping[str, object] = field(default_factory=dict)
     arrays: Mapping[str, VirtualArray] = field(default_factory=dict)
     groups: Mapping[str, VirtualGroup] = field(default_factory=dict)
     report: tuple[ReportEntry, ...] = ()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast
 
 from refgrid.codecs.filters import CodecJSON, stored_dtype
 from refgrid.core.dtypes import (
@@ -27,33 +27,43 @@ from refgrid.core.dtypes import (
     zarr_data_type,
     zarr_fill_value,
 )
-from refgrid.core.keys import CHUNK_KEY_ENCODING, ChunkKeyEncodingJSON, document_key
+from refgrid.core.keys import (
+    DEFAULT_ENCODING,
+    ChunkKeyEncodingJSON,
+    KeyEncoding,
+    document_key,
+)
+from refgrid.core.typed import JSON, Attributes
 from refgrid.errors import FormatError, RefgridError
 from refgrid.grid.json_forms import ChunkGridJSON, emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import GridForm, RectilinearGrid
 from refgrid.model.manifest import ChunkManifest
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 
+if TYPE_CHECKING:
+    from zarr.core.common import JSON as ZarrJSON
+    from zarr.core.dtype.common import DTypeSpec_V3
+
 
 class ArrayDocument(TypedDict):
     zarr_format: Literal[3]
     node_type: Literal["array"]
     shape: list[int]
-    data_type: Any
+    data_type: DTypeSpec_V3
     chunk_grid: ChunkGridJSON
     chunk_key_encoding: ChunkKeyEncodingJSON
-    fill_value: Any
+    fill_value: ZarrJSON
     codecs: list[CodecJSON]
-    attributes: dict[str, Any]
-    dimension_names: list[str | None]
-    storage_transformers: NotRequired[list[Any]]
+    attributes: Attributes
+    dimension_names: NotRequired[list[str | None]]
+    storage_transformers: NotRequired[list[JSON]]
 
 
 class GroupDocument(TypedDict):
     zarr_format: Literal[3]
     node_type: Literal["group"]
-    attributes: dict[str, Any]
-    consolidated_metadata: NotRequired[dict[str, Any]]
+    attributes: Attributes
+    consolidated_metadata: NotRequired[dict[str, object]]
 
 
 Document = ArrayDocument | GroupDocument
@@ -61,24 +71,66 @@ ManifestFor = Callable[[str, RectilinearGrid], ChunkManifest]
 """(array path, its grid) → its manifest: how a scanner supplies chunk references."""
 
 
+KEY_ENCODING_ATTR = "_refgrid_chunk_key_encoding"
+"""An array's chunk key encoding where its source store's was not Zarr v3's default (a
+``v2`` or ``.``-separated store): its keys are written and served the same way."""
+DIMENSION_NAMES_ATTR = "_refgrid_dimension_names"
+"""An array's ``dimension_names`` where its source store left some out (``null``; the whole
+attribute ``null`` where the store had none): the model names them ``dim_0``..., which
+refgrid's engine shows, but documents keep the source's, so xarray's Zarr engine refuses an
+unnamed array as it would the store's."""
+ROOT_ARRAY_ATTR = "_refgrid_root_array"
+"""(On the root group.) The name under which the array that was a store's root is shown:
+documents and keys put it back at the root."""
+
+
+def key_encoding(array: VirtualArray) -> KeyEncoding:
+    """The chunk key encoding an array's keys are written and served in (the default where
+    what is recorded is none zarr defines: :func:`with_bookkeeping` drops such records)."""
+    found = array.attrs.get(KEY_ENCODING_ATTR)
+    try:
+        return KeyEncoding.from_json(found) if found is not None else DEFAULT_ENCODING
+    except ValueError:
+        return DEFAULT_ENCODING
+
+
+def dimension_names(array: VirtualArray) -> list[str | None] | None:
+    """The ``dimension_names`` of an array's document: as its source store had them (some
+    or all left out, None: none at all) where that is recorded for its dimensions, else
+    its dimensions."""
+    if DIMENSION_NAMES_ATTR not in array.attrs:
+        return list(array.dims)
+    names = array.attrs[DIMENSION_NAMES_ATTR]
+    if names is None:
+        return None
+    if isinstance(names, list) and len(names) == len(array.dims) and all(
+            n is None or isinstance(n, str) for n in names):
+        return list(names)
+    return list(array.dims)
+
+
 def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDocument:
     """The ``zarr.json`` of one array: regular grid when possible, rectilinear otherwise."""
-    return {
+    names = dimension_names(array)
+    doc: ArrayDocument = {
         "zarr_format": 3,
         "node_type": "array",
         "shape": list(array.shape),
         "data_type": zarr_data_type(array.dtype),
         "chunk_grid": emit_chunk_grid(array.grid, grid_form),
-        "chunk_key_encoding": CHUNK_KEY_ENCODING,
+        "chunk_key_encoding": key_encoding(array).to_json(),
         "fill_value": zarr_fill_value(array.dtype, array.fill_value),
         "codecs": [c.copy() for c in array.codecs],
         "attributes": zarr_attributes(split_bookkeeping(array.attrs)[0], array.value_dtype),
-        "dimension_names": list(array.dims),
         "storage_transformers": [],
     }
+    if names is not None:
+        doc["dimension_names"] = list(names)
+    return doc
 
 
-def consolidated(root: Mapping[str, Any], docs: Mapping[str, Document]) -> dict[str, Any]:
+def consolidated(root: Mapping[str, object], docs: Mapping[str, Document]
+                 ) -> dict[str, object]:
     """``root`` with every other node's document inlined (``docs``: node path → document,
     ``""`` the root, left out): zarr's consolidated metadata, so a store opens in one request.
     Ordered as zarr writes it, by depth then path (zarr 3.1 loses children otherwise)."""
@@ -95,7 +147,7 @@ def group_document(group: VirtualGroup) -> GroupDocument:
             "attributes": split_bookkeeping(group.attrs)[0]}
 
 
-Bookkeeping = dict[str, dict[str, Any]]
+Bookkeeping = dict[str, Attributes]
 """Node path (``""`` the root) → its ``_refgrid_*`` attributes."""
 
 
@@ -106,19 +158,20 @@ def bookkeeping(group: VirtualGroup) -> Bookkeeping:
     return {path: kept for path, kept in found.items() if kept}
 
 
-def with_bookkeeping(group: VirtualGroup, kept: Any) -> VirtualGroup:
+def with_bookkeeping(group: VirtualGroup, kept: object) -> VirtualGroup:
     """``group`` with the bookkeeping :func:`bookkeeping` collected put back (a section that
     is not a mapping of mappings, or names nodes the group lacks, is ignored: it only
     refines how refgrid shows the data)."""
     if not isinstance(kept, Mapping) or not kept:
         return group
 
-    def merged(node: Any, path: str) -> dict[str, Any]:
+    def merged(node: VirtualArray | VirtualGroup, path: str) -> Attributes:
         extra = kept.get(path)
         if not isinstance(extra, Mapping):
             return dict(node.attrs)
         return {**node.attrs, **{k: v for k, v in extra.items()
-                                 if isinstance(k, str) and k.startswith(BOOKKEEPING_PREFIX)}}
+                                 if isinstance(k, str) and k.startswith(BOOKKEEPING_PREFIX)
+                                 and _usable(node, k, v)}}
 
     def rebuilt(node: VirtualGroup, prefix: str) -> VirtualGroup:
         arrays = {name: replace(a, attrs=merged(a, prefix + name))
@@ -139,7 +192,51 @@ def documents(group: VirtualGroup, grid_form: GridForm = "auto") -> dict[str, Do
     return out
 
 
-def group_from_documents(docs: Mapping[str, Mapping[str, Any]], manifest_for: ManifestFor,
+def store_documents(group: VirtualGroup) -> dict[str, Document]:
+    """:func:`documents` as the store the group came from had them: a store whose root was
+    an array has that array's document at its root again (what a view re-serves; reference
+    writers keep the group that holds it)."""
+    root = root_array(group)
+    if root is not None:
+        return {document_key(""): array_document(root)}
+    return documents(group)
+
+
+def _usable(node: VirtualArray | VirtualGroup, name: str, value: object) -> bool:
+    """Whether a store-layout record read back from references fits ``node`` (references
+    are untrusted: a record that does not fit is dropped, and the node is served as refgrid
+    would serve it without one)."""
+    if name == KEY_ENCODING_ATTR:
+        try:
+            KeyEncoding.from_json(value)
+        except (ValueError, TypeError, AttributeError):
+            return False
+    elif name == DIMENSION_NAMES_ATTR and isinstance(node, VirtualArray):
+        return value is None or (isinstance(value, list) and len(value) == len(node.dims)
+                                 and all(n is None or isinstance(n, str) for n in value))
+    elif name == ROOT_ARRAY_ATTR and isinstance(node, VirtualGroup):
+        return isinstance(value, str) and set(node.arrays) == {value} and not node.groups
+    return True
+
+
+def root_array(group: VirtualGroup) -> VirtualArray | None:
+    """The array a group stands for where the store it came from was that array (and the
+    group holds only it: a group that was combined with others is served as a group)."""
+    name = group.attrs.get(ROOT_ARRAY_ATTR)
+    if not isinstance(name, str) or set(group.arrays) != {name} or group.groups:
+        return None
+    return group.arrays[name]
+
+
+def node_paths(group: VirtualGroup) -> dict[str, VirtualArray]:
+    """Every array by the path its documents and keys are at (``""``: the root array)."""
+    root = root_array(group)
+    if root is not None:
+        return {"": root}
+    return {path: node for path, node in group.walk() if isinstance(node, VirtualArray)}
+
+
+def group_from_documents(docs: Mapping[str, Mapping[str, object]], manifest_for: ManifestFor,
                          source: str) -> VirtualGroup:
     """The model of a tree of ``zarr.json`` documents (keyed by node path, ``""`` the root);
     ``manifest_for`` supplies each array's chunk references."""
@@ -149,7 +246,8 @@ def group_from_documents(docs: Mapping[str, Mapping[str, Any]], manifest_for: Ma
               for path, doc in docs.items() if doc.get("node_type") == "array"}
     if "" in arrays:  # a store that is one array: shown as a group holding it
         name = root_array_name(source)
-        return VirtualGroup(arrays={name: replace(arrays[""], name=name)})
+        return VirtualGroup(attrs={ROOT_ARRAY_ATTR: name},
+                            arrays={name: replace(arrays[""], name=name)})
     return _group("", docs, arrays)
 
 
@@ -160,23 +258,24 @@ def root_array_name(source: str) -> str:
     return stem or "data"
 
 
-def _group(path: str, docs: Mapping[str, Mapping[str, Any]],
+def _group(path: str, docs: Mapping[str, Mapping[str, object]],
            arrays: dict[str, VirtualArray]) -> VirtualGroup:
     prefix = f"{path}/" if path else ""
     children = [p for p in docs if p.startswith(prefix) and p != path
                 and "/" not in p[len(prefix):]]
     return VirtualGroup(
-        attrs=docs[path].get("attributes", {}),
+        attrs=cast("GroupDocument", docs[path]).get("attributes", {}),
         arrays={p[len(prefix):]: arrays[p] for p in children if p in arrays},
         groups={p[len(prefix):]: _group(p, docs, arrays) for p in children
                 if docs[p].get("node_type") == "group"},
     )
 
 
-def _array(path: str, doc: Mapping[str, Any], manifest_for: ManifestFor,
+def _array(path: str, found: Mapping[str, object], manifest_for: ManifestFor,
            source: str) -> VirtualArray:
     from zarr.core.dtype import get_data_type_from_json
 
+    doc = cast("ArrayDocument", found)  # as the format has it; what does not fails below
     try:
         shape = [int(n) for n in doc["shape"]]
         grid = parse_chunk_grid(doc["chunk_grid"], shape)
@@ -188,16 +287,22 @@ def _array(path: str, doc: Mapping[str, Any], manifest_for: ManifestFor,
             fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
         if codecs:
             dtype = stored_dtype(dtype, codecs)
-        names = doc.get("dimension_names") or [None] * len(shape)
+        given = doc.get("dimension_names")
+        names = given if given is not None else [None] * len(shape)
         if not isinstance(names, list) or len(names) != len(shape) or not all(
                 n is None or isinstance(n, str) for n in names):
             raise FormatError(source, path, f"dimension_names {names!r:.80} is not a list of "
                               f"{len(shape)} names")
         dims = tuple(n if n is not None else f"dim_{k}" for k, n in enumerate(names))
         attrs = model_attributes(doc.get("attributes") or {}, dtype)
+        if given is None or None in names:
+            attrs[DIMENSION_NAMES_ATTR] = None if given is None else list(names)
+        encoding = KeyEncoding.from_json(doc.get("chunk_key_encoding"))
+        if encoding != DEFAULT_ENCODING:
+            attrs[KEY_ENCODING_ATTR] = encoding.to_json()
         return VirtualArray(path.rsplit("/", 1)[-1], dims, dtype, grid,
                             manifest_for(path, grid), fill, codecs, attrs)
     except RefgridError:
         raise
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
-        raise FormatError(source, path, f"unusable zarr.json: {type(e).__name__}: {e}") from None
+        raise FormatError(source, path, f"unusable zarr.json: {type(e).__name__}: {e}") from e

@@ -16,18 +16,20 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import numpy as np
 
 from refgrid.core.bounds import current as current_limits
 from refgrid.core.keys import chunk_key
 from refgrid.core.sources import SourceCheck
+from refgrid.core.typed import Bytes, StorageOptions
 from refgrid.core.util import thread_pool
 from refgrid.errors import ReadError, RefgridError
 from refgrid.grid.selection import AxisTile, orthogonal_index
 from refgrid.model.manifest import INLINE, MISSING, UNSIZED, chunk_coords
 from refgrid.model.virtual import VirtualArray
+from refgrid.model.zarr_json import key_encoding
 from refgrid.read.decode import ChunkDecodeError, chunk_decoder
 from refgrid.read.fetch import FetchError, is_local, read_ranges
 
@@ -41,69 +43,85 @@ def _executor() -> ThreadPoolExecutor:
     return thread_pool("refgrid-read", WORKERS)
 
 
-def read_fill(array: VirtualArray) -> Any:
+def read_fill(array: VirtualArray) -> object:
     """What a missing chunk reads as: the fill value, else zero of the output type."""
     if array.fill_value is not None:
         return array.fill_value
     return np.zeros((), array.value_dtype)[()]
 
 
-def read(array: VirtualArray, selection: Any = ..., *,
-         storage_options: dict[str, Any] | None = None, path: str | None = None,
+def read(array: VirtualArray, selection: object = ..., *,
+         storage_options: StorageOptions | None = None, path: str | None = None,
          check: SourceCheck | None = None) -> np.ndarray:
     """``array[selection]`` (orthogonal indexing) read through the references; ``check``
     verifies each source file's identity before its first read."""
     return Reader(array, path or array.name, storage_options, check).read(selection)
 
 
+def chunk_error(array: VirtualArray, name: str, flat: int, reason: str) -> ReadError:
+    """The one way a chunk that cannot be read is named: the array (``name``), the chunk's
+    key, where its bytes are — ``URL bytes START-END``, ``URL, the whole file`` or ``inline
+    bytes`` — and the reason."""
+    manifest = array.manifest
+    key = chunk_key(name, chunk_coords(flat, manifest.shape), key_encoding(array))
+    pid = int(manifest.path_id.reshape(-1)[flat])
+    if pid == INLINE:
+        where = "inline bytes"
+    elif pid == MISSING:
+        where = "never written"
+    else:
+        url = manifest.paths[pid]
+        start, length = (int(c.reshape(-1)[flat]) for c in (manifest.offset, manifest.length))
+        where = f"{url}, the whole file" if length == UNSIZED else \
+            f"{url} bytes {start}-{start + length}"
+    return ReadError(f"array {name!r}, chunk {key} ({where}): {reason}")
+
+
 def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
-                 storage_options: dict[str, Any] | None,
-                 check: SourceCheck | None = None) -> list[Any]:
+                 storage_options: StorageOptions | None,
+                 check: SourceCheck | None = None) -> list[Bytes | None]:
     """The stored bytes of chunks ``flat`` (C-order indices of stored chunks), checked for
-    length; a missing file, a failed request or a short read is a :class:`ReadError` naming
-    the array (``name``), the chunk, the URL and the byte range. A chunk that is a whole file
+    length; a missing file, a changed source, a failed request or a short read is a
+    :class:`ReadError` naming the chunk (:func:`chunk_error`). A chunk that is a whole file
     of unknown size (:data:`~refgrid.model.manifest.UNSIZED`) and absent is None."""
     manifest = array.manifest
     offset, length = manifest.offset.reshape(-1)[flat], manifest.length.reshape(-1)[flat]
     path_id = manifest.path_id.reshape(-1)[flat]
-    checked = check.start(manifest.paths[int(i)] for i in np.unique(path_id[path_id >= 0])) \
-        if check is not None else None
     try:
+        checked = check.start(manifest.paths[int(i)] for i in np.unique(path_id[path_id >= 0])) \
+            if check is not None else None
         try:
             blobs = read_ranges(manifest.paths, path_id, offset, length, storage_options)
         finally:  # no bytes handed out, nor a failed read reported, before the check is done
             if checked is not None:
                 checked()
     except FetchError as e:
-        key = chunk_key(name, chunk_coords(int(flat[e.index]), manifest.shape))
-        span = f"bytes {int(offset[e.index])}-{int(offset[e.index] + length[e.index])}"
-        if e.missing:
-            raise ReadError(f"array {name!r}: source file not found: {e.url} (chunk {key}, "
-                            f"{span})") from None
-        raise ReadError(f"array {name!r}, chunk {key} ({e.url} {span}): {e.reason}") from None
+        reason = "source file not found" if e.missing else e.reason
+        raise chunk_error(array, name, int(flat[e.index]), reason) from e
+    except ReadError as e:  # a source that changed: name a chunk of it
+        named = next((k for k, i in enumerate(path_id.tolist())
+                      if i >= 0 and manifest.paths[i] in str(e)), 0)
+        raise chunk_error(array, name, int(flat[named]), str(e)) from e
     except RefgridError:
         raise
     except Exception as e:  # a URL no filesystem takes, ...: named, whatever it was
-        raise ReadError(f"array {name!r}: cannot fetch its chunks: {type(e).__name__}: "
-                        f"{e}") from None
+        raise chunk_error(array, name, int(flat[0]), f"cannot fetch: {type(e).__name__}: "
+                          f"{e}") from e
     got = np.fromiter((len(b) if b is not None else -1 for b in blobs), np.int64, len(blobs))
     short = np.flatnonzero((got != length.astype(np.int64)) & (length != UNSIZED))
     if len(short):
         j = int(short[0])
-        start, end = int(offset[j]), int(offset[j] + length[j])
-        key = chunk_key(name, chunk_coords(int(flat[j]), manifest.shape))
-        raise ReadError(f"array {name!r}, chunk {key}: short read from "
-                        f"{manifest.paths[int(path_id[j])]} bytes {start}-{end} ({got[j]} of "
-                        f"{end - start})")
+        raise chunk_error(array, name, int(flat[j]), f"short read ({got[j]} of "
+                          f"{int(length[j])} bytes)")
     return blobs
 
 
 class Reader:
     """What every read of one array shares: the array, its decoder, names for messages.
-    Kept by callers that read one array many times in small pieces (the mapper's view)."""
+    Kept by callers that read one array many times in small pieces (the views)."""
 
     def __init__(self, array: VirtualArray, name: str,
-                 storage_options: dict[str, Any] | None, check: SourceCheck | None) -> None:
+                 storage_options: StorageOptions | None, check: SourceCheck | None) -> None:
         self.array = array
         self.name = name
         self.storage_options = storage_options
@@ -118,11 +136,11 @@ class Reader:
                             f"the limit of {current_limits().max_chunk_bytes} "
                             "(refgrid.set_limits(max_chunk_bytes=...) raises it)")
         try:
-            self.decoder = chunk_decoder(array.codecs, array.dtype, first)
+            self.decoder = chunk_decoder(array.codecs, array.dtype)
         except Exception as e:  # a codec's own checks of its configuration raise anything
             names = [c.get("name") if isinstance(c, dict) else c for c in array.codecs]
             raise ReadError(f"array {name!r}: cannot decode codecs {names}: "
-                            f"{type(e).__name__}: {e}") from None
+                            f"{type(e).__name__}: {e}") from e
         self.slot_dtype = self.decoder.stored if self.decoder.plain else array.value_dtype
         self.fill = read_fill(array)
         manifest = array.manifest
@@ -130,7 +148,7 @@ class Reader:
         self.offset = manifest.offset.reshape(-1)
         self.length = manifest.length.reshape(-1)
 
-    def read(self, selection: Any = ...) -> np.ndarray:
+    def read(self, selection: object = ...) -> np.ndarray:
         """``array[selection]``, as :func:`read`."""
         chosen = self.array.grid.select(selection)
         out = np.empty(chosen.kept_shape, dtype=self.array.value_dtype)
@@ -152,24 +170,13 @@ class Reader:
                     future.cancel()
         return out.reshape(chosen.shape)
 
-    def key(self, flat: int) -> str:
-        return chunk_key(self.name, chunk_coords(flat, self.array.manifest.shape))
+    def fail(self, flat: int, error: Exception) -> NoReturn:
+        """Chunk ``flat`` does not decode: named, its cause chained (``--debug`` shows it)."""
+        reason = str(error) if isinstance(error, ChunkDecodeError) else \
+            f"{type(error).__name__}: {error}"  # (a batch's error names its cause already)
+        raise chunk_error(self.array, self.name, flat, f"does not decode: {reason}") from error
 
-    def span(self, flat: int) -> str:
-        pid = int(self.path_id[flat])
-        if pid == INLINE:
-            return "inline bytes"
-        if int(self.length[flat]) == UNSIZED:
-            return f"{self.array.manifest.paths[pid]}, the whole file"
-        return (f"{self.array.manifest.paths[pid]} bytes {int(self.offset[flat])}+"
-                f"{int(self.length[flat])}")
-
-    def fail(self, flat: int, error: Exception | str) -> NoReturn:
-        reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        raise ReadError(f"array {self.name!r}, chunk {self.key(flat)} ({self.span(flat)}) does "
-                        f"not decode: {reason}")
-
-    def fetch(self, flat: np.ndarray) -> list[Any]:
+    def fetch(self, flat: np.ndarray) -> list[Bytes | None]:
         return fetch_chunks(self.array, self.name, flat, self.storage_options, self.check)
 
     def prefetch(self, boxes: list[_Box]) -> None:
@@ -195,7 +202,7 @@ class _Box:
         self.stored = np.flatnonzero(self.path_id >= 0)
         ids = np.unique(self.path_id[self.stored]).tolist()
         self.remote = not all(is_local(manifest.paths[p]) for p in ids)
-        self.blobs: list[Any] | None = None
+        self.blobs: list[Bytes | None] | None = None
         encoded = [reader.array.grid.axes[a].encoded[t.chunks] for a, t in enumerate(tiles)]
         self.shapes = None if all((e == t.length).all() for e, t in zip(encoded, tiles,
                                                                         strict=True)) else \
@@ -229,49 +236,48 @@ class _Box:
             tiled[orthogonal_index([t.tiled for t in self.tiles], tiled.shape)]
 
     def decode(self) -> np.ndarray:
-        """Every chunk of the box decoded into its slot: ``(chunks, *tile)``."""
+        """Every chunk of the box decoded into its slot: ``(chunks, *tile)``, chunks of one
+        encoded shape decoded as one batch (:meth:`ChunkDecoder.decode_many`)."""
         reader = self.reader
-        n = len(self.flat)
+        manifest = reader.array.manifest
         stored_flat = self.flat[self.stored]
         blobs = self.blobs if self.blobs is not None else reader.fetch(stored_flat)
-        decoder = reader.decoder
         if any(b is None for b in blobs):  # whole chunk files that are absent: fill
             absent = np.array([b is None for b in blobs])
             self.path_id = self.path_id.copy()
             self.path_id[self.stored[absent]] = MISSING
-            self.stored, blobs = self.stored[~absent], [b for b in blobs if b is not None]
-            stored_flat = self.flat[self.stored]
-        if decoder.plain and self.shapes is None and len(self.stored):
-            nbytes = math.prod(self.tile) * decoder.stored.itemsize
-            try:
-                raw = decoder.decompress_many(blobs, nbytes)
-            except ChunkDecodeError as e:
-                reader.fail(int(stored_flat[e.index]), str(e))
-            values = raw.view(decoder.stored).reshape(len(self.stored), *self.tile)
-            if len(self.stored) == n:
-                return values
-            slots = self._slots()
-            slots[self.stored] = values
-        else:
-            slots = self._slots()
-            for k, blob in zip(self.stored.tolist(), blobs, strict=True):
-                self._place(slots, k, self._decode_one(k, blob))
-        manifest = reader.array.manifest
+            self.stored = self.stored[~absent]
+        data: dict[int, Bytes] = dict(zip(self.stored.tolist(),
+                                          (b for b in blobs if b is not None), strict=True))
         for k in np.flatnonzero(self.path_id == INLINE).tolist():
-            inline = manifest.inline[chunk_coords(int(self.flat[k]), manifest.shape)]
-            self._place(slots, k, self._decode_one(k, inline))
+            data[k] = manifest.inline[chunk_coords(int(self.flat[k]), manifest.shape)]
+        if self.shapes is None and len(data) == len(self.flat):  # every slot, one shape
+            order = sorted(data)
+            return self._decoded(order, [data[k] for k in order], self.tile)
+        slots = self._slots()
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for k in data:
+            groups.setdefault(self.shape(k), []).append(k)
+        for shape, members in groups.items():
+            values = self._decoded(members, [data[k] for k in members], shape)
+            if shape == self.tile:
+                slots[members] = values
+            else:  # a padded or edge chunk: its logical part
+                for k, block in zip(members, values, strict=True):
+                    self._place(slots, k, block)
         return slots
+
+    def _decoded(self, members: list[int], chunks: list[Bytes],
+                 shape: tuple[int, ...]) -> np.ndarray:
+        try:
+            return self.reader.decoder.decode_many(chunks, shape)
+        except ChunkDecodeError as e:
+            self.reader.fail(int(self.flat[members[e.index]]), e)
 
     def _slots(self) -> np.ndarray:
         slots = np.empty((len(self.flat), *self.tile), dtype=self.reader.slot_dtype)
         slots[self.path_id == MISSING] = self.reader.fill
         return slots
-
-    def _decode_one(self, k: int, data: Any) -> np.ndarray:
-        try:
-            return self.reader.decoder.decode(data, self.shape(k))
-        except Exception as e:
-            self.reader.fail(int(self.flat[k]), e)
 
     def _place(self, slots: np.ndarray, k: int, block: np.ndarray) -> None:
         region: tuple[int | slice, ...] = (k, *[slice(0, n) for n in block.shape])

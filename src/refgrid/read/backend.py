@@ -20,7 +20,7 @@ from xarray.backends import BackendEntrypoint
 if TYPE_CHECKING:
     from xarray import Dataset, DataTree
 
-    from refgrid.scan import Input
+    from refgrid.scanners import Input
 
 
 class RefgridBackendEntrypoint(BackendEntrypoint):
@@ -32,7 +32,7 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
                                "use_cftime", "concat_characters", "decode_coords",
                                "auto_complex", "allowed_sources", "verify_sources")
 
-    def guess_can_open(self, filename_or_obj: Any) -> bool:
+    def guess_can_open(self, filename_or_obj: object) -> bool:
         """refgrid's own outputs, by their first bytes (JSON references and parquet's
         ``.zmetadata`` begin with refgrid's section): ``xr.open_dataset("refs.json")`` needs
         no ``engine=``. Other references are JSON that many engines may claim: those are
@@ -45,7 +45,7 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         *,
         drop_variables: str | Iterable[str] | None = None,
         group: str | None = None,
-        storage_options: dict[str, Any] | None = None,
+        storage_options: dict[str, object] | None = None,
         mask_and_scale: bool = True,
         decode_times: bool = True,
         decode_timedelta: bool | None = None,
@@ -88,7 +88,7 @@ MARKER = b'{"refgrid":'
 """How refgrid's JSON references and parquet ``.zmetadata`` begin."""
 
 
-def owned_output(target: Any) -> bool:
+def owned_output(target: object) -> bool:
     """Whether ``target`` is a local path to references refgrid wrote (a read of a few
     bytes; nothing remote is asked, nothing imported)."""
     import os

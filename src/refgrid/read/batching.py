@@ -16,7 +16,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
-from typing import Any
 
 Fetch = Callable[[str, list[int]], list[bytes | None]]
 """``fetch(array path, flat chunk indices)`` → their bytes (None: a chunk file that is
@@ -79,7 +78,8 @@ class ChunkBatcher:
                 out.append(e)
         return out
 
-    def _done(self, path: str, flats: list[int], done: asyncio.Future[Any]) -> None:
+    def _done(self, path: str, flats: list[int],
+              done: asyncio.Future[list[bytes | BaseException | None]]) -> None:
         self.running -= 1
         error = done.exception() if not done.cancelled() else asyncio.CancelledError()
         results = [error] * len(flats) if error is not None else done.result()

@@ -13,20 +13,19 @@ served native view and the zarr store serve it as they are asked.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from refgrid.codecs.pipeline import ChunkCodec
-from refgrid.core.keys import chunk_key
 from refgrid.core.sources import SourceCheck
-from refgrid.errors import RefgridError, WriteError
+from refgrid.core.typed import Bytes, StorageOptions
+from refgrid.errors import ReadError, RefgridError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
 from refgrid.model.manifest import MISSING, chunk_coords
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.read.array import fetch_chunks
+from refgrid.read.array import chunk_error, fetch_chunks
 
 BATCH = 64
 """Chunks fetched per request round."""
@@ -74,8 +73,9 @@ def portable_grid(grid: RectilinearGrid) -> RectilinearGrid:
     return RectilinearGrid(tuple(axes))
 
 
-def cropped_chunks(path: str, array: VirtualArray, storage_options: Mapping[str, Any],
-                   check: SourceCheck | None) -> Iterator[tuple[tuple[int, ...], bytes]]:
+def cropped_chunks(path: str, array: VirtualArray, storage_options: StorageOptions,
+                   check: SourceCheck | None
+                   ) -> Iterator[tuple[tuple[int, ...], bytes | None]]:
     """Each padded interior chunk of ``array`` (not missing), decoded, cropped to its extent
     on :func:`portable_grid` and re-encoded with the array's codecs."""
     mask = padded_mask(array.grid).reshape(-1) & (array.manifest.path_id.reshape(-1) != MISSING)
@@ -93,11 +93,11 @@ class Cropper:
         try:
             self.codec = ChunkCodec(array.codecs, array.dtype)
         except Exception as e:  # a codec's own configuration checks raise anything
-            raise WriteError(f"array {path!r}: cannot re-encode its padded chunks: "
-                             f"{type(e).__name__}: {e}") from None
+            raise ReadError(f"array {path!r}: cannot decode its codecs to crop its padded "
+                            f"chunks: {type(e).__name__}: {e}") from e
 
-    def chunks(self, flats: np.ndarray, storage_options: Mapping[str, Any],
-               check: SourceCheck | None) -> Iterator[tuple[tuple[int, ...], bytes]]:
+    def chunks(self, flats: np.ndarray, storage_options: StorageOptions,
+               check: SourceCheck | None) -> Iterator[tuple[tuple[int, ...], bytes | None]]:
         """Padded chunks ``flats`` (C-order indexes of chunks that are not missing),
         cropped, fetched a batch at a time (sources checked) so memory holds one batch."""
         array, manifest = self.array, self.array.manifest
@@ -111,9 +111,10 @@ class Cropper:
             for f in flat.tolist():
                 coords = chunk_coords(f, manifest.shape)
                 data = blobs[f] if f in blobs else manifest.inline[coords]
-                yield coords, self._cropped(coords, data)
+                # a chunk file that is absent (a store never wrote it): no bytes to crop
+                yield coords, None if data is None else self._cropped(f, coords, data)
 
-    def _cropped(self, coords: tuple[int, ...], data: Any) -> bytes:
+    def _cropped(self, flat: int, coords: tuple[int, ...], data: Bytes) -> bytes:
         """One chunk's stored bytes decoded, cropped to its portable extent, re-encoded."""
         encoded_shape = self.array.grid.encoded_chunk_shape(coords)
         keep = tuple(slice(0, n) for n in self.grid.encoded_chunk_shape(coords))
@@ -123,6 +124,5 @@ class Cropper:
         except RefgridError:
             raise
         except Exception as e:  # codecs raise anything on bytes they cannot take
-            raise WriteError(f"array {self.path!r}, chunk {chunk_key(self.path, coords)}: "
-                             f"cannot rewrite the padded chunk: {type(e).__name__}: "
-                             f"{e}") from None
+            raise chunk_error(self.array, self.path, flat, f"cannot crop the padded chunk: "
+                              f"{type(e).__name__}: {e}") from e

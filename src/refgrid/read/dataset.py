@@ -29,14 +29,14 @@ from refgrid.core.sources import SourceCheck
 from refgrid.errors import ArgumentError, FormatError, GroupError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.read.array import Reader
-from refgrid.scan import Input, scan
+from refgrid.scanners import Input, scan
 
 
 class RefgridBackendArray(BackendArray):
     """A lazily indexed virtual array (outer indexing: one index per axis)."""
 
     def __init__(self, virtual: VirtualArray, path: str,
-                 storage_options: dict[str, Any] | None, check: SourceCheck | None) -> None:
+                 storage_options: dict[str, object] | None, check: SourceCheck | None) -> None:
         self.virtual = virtual
         """(Not ``array``: xarray's helpers walk an ``array`` attribute as a wrapped array.)"""
         self.read_options = (path, storage_options, check)
@@ -61,10 +61,10 @@ class RefgridBackendArray(BackendArray):
         return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.OUTER, self._read)
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {**self.__dict__, "reader": None}
 
-    def _read(self, key: tuple[Any, ...]) -> np.ndarray:
+    def _read(self, key: tuple[int | slice | np.ndarray, ...]) -> np.ndarray:
         if self.reader is None:
             self.reader = Reader(self.virtual, *self.read_options)
         values = self.reader.read(key)
@@ -83,7 +83,7 @@ def _sequences(values: np.ndarray, element: np.dtype) -> np.ndarray:
     return out
 
 
-def _variable(array: VirtualArray, path: str, storage_options: dict[str, Any] | None,
+def _variable(array: VirtualArray, path: str, storage_options: dict[str, object] | None,
               check: SourceCheck | None) -> Variable:
     """One variable with the attributes and encoding xarray's netCDF4 engine gives it."""
     backend_array = RefgridBackendArray(array, path, storage_options, check)
@@ -108,7 +108,7 @@ class OpenArgs(NamedTuple):
 
     drop_variables: str | Iterable[str] | None = None
     group: str | None = None
-    storage_options: dict[str, Any] | None = None
+    storage_options: dict[str, object] | None = None
     mask_and_scale: bool = True
     decode_times: bool = True
     decode_timedelta: bool | None = None
@@ -129,7 +129,8 @@ DATASET_ARGS = frozenset({"drop_variables", "group", "storage_options", "allowed
 def open_groups(source: Input, args: OpenArgs, subgroups: bool) -> dict[str, Dataset]:
     """The Dataset of ``args.group`` (key ``/``) and, with ``subgroups``, of every group
     below it (``/sub``, ...), from one scan of ``source``."""
-    scanned = scan(source, allowed_sources=args.allowed_sources, **(args.storage_options or {}))
+    options: dict[str, Any] = args.storage_options or {}  # scan's **storage_options: untyped
+    scanned = scan(source, allowed_sources=args.allowed_sources, **options)
     check = SourceCheck(scanned.sources, args.storage_options) \
         if args.verify_sources and scanned.sources else None
     root = _group(scanned, args.group, source)
@@ -159,7 +160,7 @@ def _dataset(node: VirtualGroup, path: str, args: OpenArgs,
     return ds
 
 
-def _group(root: VirtualGroup, group: Any, source: Input) -> VirtualGroup:
+def _group(root: VirtualGroup, group: object, source: Input) -> VirtualGroup:
     if group is not None and not isinstance(group, str):
         raise ArgumentError(f"group must be a string path, not {type(group).__name__}")
     where = os.fspath(source) if isinstance(source, str | os.PathLike) else "<references>"

@@ -10,11 +10,9 @@ the array's :class:`~refgrid.codecs.pipeline.ChunkCodec`.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import imagecodecs
 import numpy as np
@@ -22,6 +20,7 @@ import numpy as np
 from refgrid.codecs.bounded import Bound, inflate, limit_for
 from refgrid.codecs.filters import CodecJSON, Pipeline
 from refgrid.codecs.pipeline import ChunkCodec, byte_codec, hdf5_shuffle_decode, unshuffle
+from refgrid.core.typed import Bytes
 
 SIZE_KEEPING = frozenset({"numcodecs.shuffle", "refgrid.shuffle"})
 """Byte shuffles: decoded size equals encoded size."""
@@ -29,8 +28,11 @@ LIBDEFLATE_FROM = 2048
 """Decoded chunk size from which libdeflate beats zlib (its call costs ~1 µs more, its
 inflating ~30% less)."""
 
-Stage = Callable[[Any, int], Any]
-"""``stage(data, decoded_nbytes)``: one bytes→bytes decoding step."""
+Step = Callable[[Bytes], Bytes]
+"""One bytes→bytes decoding step of one chunk."""
+Stage = Callable[[int], Step]
+"""A decoding stage: given the decoded size of a batch's chunks, its step for each of them
+(its bounds worked out once a batch, not once a chunk)."""
 
 
 class ChunkDecodeError(ValueError):
@@ -48,13 +50,14 @@ class ChunkDecoder:
     for the batch and views the decompressed rows directly.
     """
 
-    def __init__(self, codecs: Sequence[CodecJSON], dtype: np.dtype, chunk_nbytes: int) -> None:
+    def __init__(self, codecs: Sequence[CodecJSON], dtype: np.dtype) -> None:
         pipeline = Pipeline.of(codecs)
         self.codec = ChunkCodec(codecs, dtype)
         self.dtype = dtype
         self.stored = self.codec.stored
-        self.plain = not pipeline.numcodecs_decoded and pipeline.head["name"] == "bytes"
-        """Decompressed bytes are the chunk's values in :attr:`stored` dtype."""
+        self.plain = not pipeline.numcodecs_decoded and pipeline.head["name"] == "bytes" \
+            and pipeline.order is None
+        """Decompressed bytes are the chunk's values in :attr:`stored` dtype and order."""
         compressors = list(pipeline.compressors)
         self.shuffle: int | None = None
         """Element size of a byte shuffle decoded last, batch-wise (None: no such step)."""
@@ -64,24 +67,27 @@ class ChunkDecoder:
         # shuffles (which keep the size) are decoded after it
         bound = self.codec.bound
         self.stages: list[Stage] = [_zlib_decoder(self.plain and all(
-            later["name"] in SIZE_KEEPING for later in compressors[:k]), chunk_nbytes, bound)
+            later["name"] in SIZE_KEEPING for later in compressors[:k]), bound)
             if c["name"] == "numcodecs.zlib" else _limited(byte_codec(c).decode, bound)
             for k, c in reversed(list(enumerate(compressors)))]
 
-    def decompress_many(self, chunks: Sequence[Any], nbytes: int) -> np.ndarray:
+    def decompress_many(self, chunks: Sequence[Bytes], nbytes: int) -> np.ndarray:
         """Chunks that all decompress to ``nbytes``, as a ``(len(chunks), nbytes)`` uint8
         array; a chunk that fails raises :class:`ChunkDecodeError` with its index."""
-        data: Sequence[Any] = chunks
+        data: Sequence[Bytes] = chunks
         for stage in self.stages:
+            step = stage(nbytes)
             try:
-                data = list(map(stage, data, itertools.repeat(nbytes)))
-            except Exception:  # find the chunk, for the message
-                for k, chunk in enumerate(data):
-                    try:
-                        stage(chunk, nbytes)
-                    except Exception as e:
-                        raise ChunkDecodeError(k, f"{type(e).__name__}: {e}") from None
-                raise
+                data = list(map(step, data))
+                continue
+            except Exception:  # found again below, once this exception (and the buffers
+                pass           # its frames hold) is freed
+            for k, chunk in enumerate(data):  # the failing chunk, for the message
+                try:
+                    step(chunk)
+                except Exception as e:
+                    raise ChunkDecodeError(k, f"{type(e).__name__}: {e}") from e
+            raise ChunkDecodeError(0, "does not decode consistently")
         sizes = np.fromiter(map(len, data), np.int64, len(data))
         wrong = np.flatnonzero(sizes != nbytes)
         if len(wrong):
@@ -90,45 +96,71 @@ class ChunkDecoder:
         raw = np.frombuffer(b"".join(data), np.uint8).reshape(len(data), nbytes)
         return raw if self.shuffle is None else unshuffle(raw, self.shuffle)
 
-    def decode(self, data: Any, shape: Sequence[int]) -> np.ndarray:
+    def decode_many(self, chunks: Sequence[Bytes], shape: tuple[int, ...]) -> np.ndarray:
+        """Chunks that all decode to ``shape`` (their encoded shape), as one batch: ``(len(
+        chunks), *shape)`` in the stored type where the bytes are the values (:attr:`plain`,
+        decompressed in one pass), else in the values' type. The one batch decoder of the
+        engine, the views and refgrid's zarr pipeline; a chunk that fails raises
+        :class:`ChunkDecodeError` with its index."""
+        if self.plain:
+            raw = self.decompress_many(chunks, math.prod(shape) * self.stored.itemsize)
+            return raw.view(self.stored).reshape(len(chunks), *shape)
+        out = np.empty((len(chunks), *shape), dtype=self.codec.dtype if
+                       self.codec.dtype.kind not in "OT" else object)
+        for k, data in enumerate(chunks):
+            try:
+                out[k, ...] = self.decode(data, shape)  # (a 0-d object chunk: its item)
+            except Exception as e:
+                raise ChunkDecodeError(k, f"{type(e).__name__}: {e}") from e
+        return out
+
+    def decode(self, data: Bytes, shape: Sequence[int]) -> np.ndarray:
         """Decode one stored chunk to its encoded ``shape``."""
         nbytes = math.prod(shape) * self.dtype.itemsize
         for stage in self.stages:
-            data = stage(data, nbytes)
+            data = stage(nbytes)(data)
         if self.shuffle is not None:
             data = hdf5_shuffle_decode(data, self.shuffle)
         return self.codec.to_array(data, shape)
 
 
-def _zlib_decoder(exact_stage: bool, nbytes: int, bound: Bound) -> Stage:
+def _zlib_decoder(exact_stage: bool, bound: Bound) -> Stage:
     """zlib (HDF5's deflate): libdeflate, into a buffer of exactly the decoded size (which
     also bounds it), for chunks that are not tiny when this stage's output size is exact;
     else the standard library, stopping at the chunk's limit (a zlib bomb is refused, not
     inflated)."""
-    if exact_stage and nbytes >= LIBDEFLATE_FROM:
-        return lambda data, size: imagecodecs.deflate_decode(data, out=size)
-    return _limited(inflate, bound)
+    inflating = _limited(inflate, bound)
+
+    def stage(size: int) -> Step:
+        if exact_stage and size >= LIBDEFLATE_FROM:
+            return functools.partial(imagecodecs.deflate_decode, out=size)
+        return inflating(size)
+    return stage
 
 
-def _limited(decode: Callable[[Any, int], bytes], bound: Bound) -> Stage:
+def _limited(decode: Callable[[Bytes, int], Bytes], bound: Bound) -> Stage:
     """A stage that produces at most what a chunk of ``size`` decoded bytes may hold."""
-    return lambda data, size: decode(data, limit_for(size, bound))
+    def stage(size: int) -> Step:
+        limit = limit_for(size, bound)
+        return lambda data: decode(data, limit)
+    return stage
 
 
 @functools.lru_cache(maxsize=256)
-def _decoder(codecs_json: str, dtype: np.dtype, chunk_nbytes: int) -> ChunkDecoder:
-    return ChunkDecoder(json.loads(codecs_json), dtype, chunk_nbytes)
+def _decoder(codecs_json: str, dtype: np.dtype) -> ChunkDecoder:
+    return ChunkDecoder(json.loads(codecs_json), dtype)
 
 
-def chunk_decoder(codecs: Sequence[CodecJSON], dtype: np.dtype,
-                  chunk_shape: Sequence[int]) -> ChunkDecoder:
-    """The (cached) decoder of an array's codec list, for chunks of about ``chunk_shape``."""
-    nbytes = math.prod(chunk_shape) * dtype.itemsize
-    return _decoder(json.dumps(list(codecs), sort_keys=True), dtype, nbytes)
+def chunk_decoder(codecs: Sequence[CodecJSON], dtype: np.dtype) -> ChunkDecoder:
+    """The (cached) decoder of an array's codec list."""
+    return _decoder(json.dumps(list(codecs), sort_keys=True), dtype)
 
 
 def decoded_by_zarr(codecs: Sequence[CodecJSON], dtype: np.dtype) -> bool:
     """Whether zarr's own pipeline decodes an array's chunks even when refgrid's pipeline
-    reads its store (strings, records, numcodecs filters: their values need zarr's own
-    conversions)."""
-    return not ChunkDecoder(codecs, dtype, 1).plain or dtype.kind in "OSUVT"
+    reads its store (strings, records, numcodecs filters, transposes: their values need
+    zarr's own conversions; codecs refgrid cannot build: zarr may know them)."""
+    try:
+        return not ChunkDecoder(codecs, dtype).plain or dtype.kind in "OSUVT"
+    except Exception:  # a codec's configuration checks raise anything: zarr decides
+        return True

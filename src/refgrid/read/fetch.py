@@ -15,11 +15,11 @@ import threading
 import warnings
 import weakref
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from refgrid.core.sources import filesystem, held, is_local, not_found
+from refgrid.core.typed import Bytes, StorageOptions
 from refgrid.model.manifest import UNSIZED
 
 LOCAL_GAP = 16 * 2**10
@@ -73,7 +73,7 @@ class _Requests:
     def first_member(self, r: int) -> int:
         return self.members[self.bounds[r]]
 
-    def serve(self, r: int, block: Any, out: list[Any]) -> None:
+    def serve(self, r: int, block: Bytes, out: list[Bytes | None]) -> None:
         """Hand out request ``r``'s bytes to the ranges it covers (short if ``block`` is)."""
         view, start = memoryview(block), self.starts[r]
         for j in range(self.bounds[r], self.bounds[r + 1]):
@@ -82,7 +82,8 @@ class _Requests:
 
 
 def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
-                length: np.ndarray, storage_options: dict[str, Any] | None = None) -> list[Any]:
+                length: np.ndarray, storage_options: StorageOptions | None = None
+                ) -> list[Bytes | None]:
     """The bytes of range ``k``: ``paths[path_id[k]]`` from ``offset[k]``, ``length[k]`` long
     — or, for a length of :data:`~refgrid.model.manifest.UNSIZED`, the whole file, None if
     there is none.
@@ -90,7 +91,7 @@ def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
     A range past the end of its file comes back short (callers check); a missing file or a
     failed request raises :class:`FetchError`.
     """
-    out: list[Any] = [b""] * len(path_id)
+    out: list[Bytes | None] = [b""] * len(path_id)
     whole = np.flatnonzero(length == UNSIZED)
     if len(whole):
         _read_whole(paths, path_id, whole, storage_options or {}, out)
@@ -117,7 +118,7 @@ def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
 
 
 def _read_whole(paths: Sequence[str], path_id: np.ndarray, members: np.ndarray,
-                storage_options: dict[str, Any], out: list[Any]) -> None:
+                storage_options: StorageOptions, out: list[Bytes | None]) -> None:
     """Whole files (a Zarr store's chunk files): each read once, concurrently where remote;
     an absent one is None (a chunk never written)."""
     remote: dict[str, list[int]] = {}
@@ -133,7 +134,7 @@ def _read_whole(paths: Sequence[str], path_id: np.ndarray, members: np.ndarray,
             except FileNotFoundError:
                 out[k] = None
             except (OSError, ValueError) as e:
-                raise FetchError(k, url, f"cannot read: {e}", False) from None
+                raise FetchError(k, url, f"cannot read: {e}", False) from e
         else:
             remote.setdefault(url, []).append(k)
     if not remote:
@@ -152,28 +153,28 @@ def _read_whole(paths: Sequence[str], path_id: np.ndarray, members: np.ndarray,
 
 
 def _read_local(url: str, members: np.ndarray, offset: np.ndarray, length: np.ndarray,
-                out: list[Any]) -> None:
+                out: list[Bytes | None]) -> None:
     requests = _Requests(members, offset, length, LOCAL_GAP)
     try:
         fd = os.open(url.removeprefix("file://"), os.O_RDONLY)
     except FileNotFoundError:
         raise FetchError(int(members[0]), url, "source file not found", True) from None
     except (OSError, ValueError) as e:  # ValueError: a NUL inside the path
-        raise FetchError(int(members[0]), url, f"cannot open: {e}", False) from None
+        raise FetchError(int(members[0]), url, f"cannot open: {e}", False) from e
     try:
         for r, (start, end) in enumerate(zip(requests.starts, requests.ends, strict=True)):
             try:
                 block = os.pread(fd, end - start, start)
             except OSError as e:
                 raise FetchError(requests.first_member(r), url,
-                                 f"cannot read bytes {start}-{end}: {e}", False) from None
+                                 f"cannot read bytes {start}-{end}: {e}", False) from e
             requests.serve(r, block, out)
     finally:
         os.close(fd)
 
 
 def _read_remote(files: list[tuple[str, np.ndarray]], offset: np.ndarray, length: np.ndarray,
-                 storage_options: dict[str, Any], out: list[Any]) -> None:
+                 storage_options: StorageOptions, out: list[Bytes | None]) -> None:
     fs, _ = filesystem(files[0][0], storage_options)
     paths, starts, ends, served = [], [], [], []
     for url, members in files:
@@ -195,7 +196,7 @@ def _read_remote(files: list[tuple[str, np.ndarray]], offset: np.ndarray, length
                                      requests.first_member(r)), out)
 
 
-def _the_range(block: Any, start: int, end: int, url: str, member: int) -> Any:
+def _the_range(block: Bytes, start: int, end: int, url: str, member: int) -> Bytes:
     """The bytes ``[start, end)`` of an answer: a server that ignores ``Range`` (as
     ``python -m http.server`` does) answers with the whole file, which is cut here; any other
     answer longer than asked is an error, never bytes taken for the range."""
@@ -228,42 +229,68 @@ class OpenFiles:
     """Local files kept open for reads of one chunk at a time (a store answering zarr's gets,
     where an ``open`` costs more than the ``pread``): the first files read stay open until
     :meth:`close` — at most ``keep`` here, :data:`KEEP_OPEN` in the process — and others are
-    opened per read. None is closed while the set is in use, so no read meets a descriptor
-    closed or reused under it."""
+    opened per read. :meth:`close` while reads are under way closes the files when the last
+    of them ends: no read meets a descriptor closed, or reused for another file, under it."""
 
     def __init__(self, keep: int = 64) -> None:
         self.keep = keep
         self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._busy = 0
+        """Reads under way on kept descriptors."""
+        self._closing = False
         self._finalizer = weakref.finalize(self, _close_all, self._fds)
 
     def pread(self, url: str, offset: int, length: int) -> bytes | None:
         """``length`` bytes of local ``url`` from ``offset`` (short past its end), or None if
         the file cannot be opened or read (the caller's general path names why)."""
-        fd = self._fds.get(url)
-        try:
+        with self._lock:
+            fd = self._fds.get(url)
             if fd is not None:
+                self._busy += 1
+        if fd is not None:
+            try:
                 return os.pread(fd, length, offset)
+            except OSError:
+                return None
+            finally:
+                self._release()
+        try:
             fd = os.open(url.removeprefix("file://"), os.O_RDONLY)
         except (OSError, ValueError):  # ValueError: a NUL inside the path
             return None
-        with _Kept.lock:
-            kept = url not in self._fds and len(self._fds) < self.keep \
-                and _Kept.count < KEEP_OPEN
+        with self._lock, _Kept.lock:
+            kept = not self._closing and url not in self._fds and \
+                len(self._fds) < self.keep and _Kept.count < KEEP_OPEN
             if kept:
                 self._fds[url] = fd
+                self._busy += 1
                 _Kept.count += 1
         try:
             return os.pread(fd, length, offset)
         except OSError:
             return None
         finally:
-            if not kept:
+            if kept:
+                self._release()
+            else:
                 os.close(fd)
 
+    def _release(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            last = self._closing and not self._busy
+        if last:
+            self._finalizer()
+
     def close(self) -> None:
-        """Close the files kept open; later reads open and close their file each time."""
-        self.keep = 0
-        self._finalizer()
+        """Close the files kept open (once the reads under way end); later reads open and
+        close their file each time."""
+        with self._lock:
+            self._closing = True
+            idle = not self._busy
+        if idle:
+            self._finalizer()
 
 
 def _close_all(fds: dict[str, int]) -> None:

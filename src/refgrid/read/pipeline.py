@@ -20,16 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from zarr.abc.codec import CodecPipeline
 from zarr.core.codec_pipeline import BatchedCodecPipeline
 
 if TYPE_CHECKING:
-    from refgrid.model.virtual import VirtualArray
-    from refgrid.read.views import NativeView
+    from zarr.abc.codec import Codec
+    from zarr.abc.store import ByteGetter, ByteSetter
+    from zarr.core.array_spec import ArraySpec
+    from zarr.core.buffer import Buffer, NDBuffer
+    from zarr.core.indexing import SelectorTuple
+
+    from refgrid.read.native import NativeView
 
 PATH = "refgrid.read.pipeline.RefgridCodecPipeline"
 """The value of zarr's ``codec_pipeline.path`` that selects this pipeline."""
@@ -37,14 +42,22 @@ WORKERS = 4
 """Threads one read is split over (decompression releases the GIL)."""
 SMALLEST_PART = 64
 """Chunks below which a read is not split further."""
+Read = tuple["ByteGetter", "ArraySpec", "SelectorTuple", "SelectorTuple", bool]
+"""What zarr hands a pipeline's ``read`` for each chunk: its getter, spec and selections."""
+Batch = list[Read]
+Write = tuple["ByteSetter", "ArraySpec", "SelectorTuple", "SelectorTuple", bool]
+"""What zarr hands a pipeline's ``write`` for each chunk: its setter, spec and selections."""
+Result = dict[str, str]
+"""zarr's ``GetResult`` (>= 3.4) of one chunk: ``{"status": "present" | "missing"}``."""
 
 
 @dataclass(frozen=True)
 class _Chunk:
     flat: int
-    spec: Any
-    chunk_selection: Any
-    out_selection: Any
+    coords: tuple[int, ...]
+    spec: ArraySpec
+    chunk_selection: SelectorTuple
+    out_selection: SelectorTuple
 
 
 class RefgridCodecPipeline(CodecPipeline):
@@ -54,10 +67,10 @@ class RefgridCodecPipeline(CodecPipeline):
         self.inner = inner
 
     @classmethod
-    def from_codecs(cls, codecs: Iterable[Any]) -> RefgridCodecPipeline:
+    def from_codecs(cls, codecs: Iterable[Codec]) -> RefgridCodecPipeline:
         return cls(BatchedCodecPipeline.from_codecs(codecs))
 
-    def evolve_from_array_spec(self, array_spec: Any) -> RefgridCodecPipeline:
+    def evolve_from_array_spec(self, array_spec: ArraySpec) -> RefgridCodecPipeline:
         return type(self)(self.inner.evolve_from_array_spec(array_spec))
 
     @property
@@ -68,140 +81,111 @@ class RefgridCodecPipeline(CodecPipeline):
     def supports_partial_encode(self) -> bool:
         return self.inner.supports_partial_encode
 
-    def validate(self, **kwargs: Any) -> None:
+    def validate(self, **kwargs: Any) -> None:  # chunk_grid's type differs in zarr 3.1 and 3.4
         self.inner.validate(**kwargs)
 
-    def compute_encoded_size(self, byte_length: int, array_spec: Any) -> int:
+    def compute_encoded_size(self, byte_length: int, array_spec: ArraySpec) -> int:
         return self.inner.compute_encoded_size(byte_length, array_spec)
 
-    async def decode(self, chunk_bytes_and_specs: Any) -> Any:
+    async def decode(self, chunk_bytes_and_specs: Iterable[tuple[Buffer | None, ArraySpec]]
+                     ) -> Iterable[NDBuffer | None]:
         return await self.inner.decode(chunk_bytes_and_specs)
 
-    async def encode(self, chunk_arrays_and_specs: Any) -> Any:
+    async def encode(self, chunk_arrays_and_specs: Iterable[tuple[NDBuffer | None, ArraySpec]]
+                     ) -> Iterable[Buffer | None]:
         return await self.inner.encode(chunk_arrays_and_specs)
 
-    async def write(self, batch_info: Any, value: Any, drop_axes: tuple[int, ...] = ()) -> None:
+    async def write(self, batch_info: Iterable[Write], value: NDBuffer,
+                    drop_axes: tuple[int, ...] = ()) -> None:
         await self.inner.write(batch_info, value, drop_axes)
 
-    def __iter__(self) -> Any:
-        return iter(self.inner)  # type: ignore[call-overload]
+    def __iter__(self) -> Iterator[Codec]:
+        return iter(cast("Iterable[Codec]", self.inner))  # zarr's are; its ABC does not say
 
-    async def read(self, batch_info: Any, out: Any, drop_axes: tuple[int, ...] = ()) -> Any:
-        batch = list(batch_info)
+    async def read(self, batch_info: Iterable[Read], out: NDBuffer,
+                   drop_axes: tuple[int, ...] = ()
+                   ) -> Any:  # zarr 3.1: None; >= 3.4: a GetResult per chunk
+        batch: Batch = list(batch_info)
         found = _refgrid_batch(batch)
         if found is None:
             return await self.inner.read(batch, out, drop_axes)
         from refgrid.core.util import thread_pool
 
-        view, path, array, chunks = found
+        view, path, chunks = found
         loop = asyncio.get_running_loop()
         pool = thread_pool("refgrid-pipeline", WORKERS)
-        blobs = await loop.run_in_executor(pool, _fetch, view, path, array, chunks)
+        blobs = await loop.run_in_executor(pool, _fetch, view, path, chunks)
         parts = max(1, min(WORKERS, len(chunks) // SMALLEST_PART))
         size = math.ceil(len(chunks) / parts)
         done = await asyncio.gather(*(
-            loop.run_in_executor(pool, _decode_part, path, array, chunks[k:k + size], blobs,
+            loop.run_in_executor(pool, _decode_part, view, path, chunks[k:k + size], blobs,
                                  out, drop_axes) for k in range(0, len(chunks), size)))
         return tuple(result for part in done for result in part)
 
 
-def _refgrid_batch(batch: list[Any]) -> tuple[NativeView, str, VirtualArray, list[_Chunk]] | None:
-    """The view, array and chunks of a read refgrid does itself (None: zarr's pipeline)."""
-    import sys
-
-    if "refgrid.read.store" not in sys.modules:  # no refgrid store made in this process
-        return None
-    from refgrid.core.keys import chunk_of_key
-    from refgrid.model.manifest import flat_index
-    from refgrid.read.decode import decoded_by_zarr
-    from refgrid.read.store import RefgridStore
-    from refgrid.read.views import NativeView
-
+def _refgrid_batch(batch: Batch) -> tuple[NativeView, str, list[_Chunk]] | None:
+    """The native view, array and chunks of a read refgrid does itself (None: zarr's
+    pipeline). A refgrid store says so by its ``native_view`` (no import of refgrid's readers
+    for other stores)."""
     if not batch:
         return None
-    first = batch[0][0]
-    store = getattr(first, "store", None)
-    if not isinstance(store, RefgridStore) or not isinstance(store.view, NativeView):
+    store = getattr(batch[0][0], "store", None)
+    view = getattr(store, "native_view", None)
+    if view is None:
         return None
-    view = store.view
-    chunks: list[_Chunk] = []
-    path = None
-    for getter, spec, chunk_selection, out_selection, _ in batch:
-        found = chunk_of_key(getattr(getter, "path", ""), view.arrays) \
-            if getattr(getter, "store", None) is store else None
-        if found is None or (path is not None and found[0] != path):
+    first = view.tree.locate(getattr(batch[0][0], "path", ""))
+    if first is None or first.array in view.unpacked or first.array in view.checked_arrays:
+        return None  # decoded by the view, or by zarr's own codecs (strings, filters): zarr
+    chunks: list[_Chunk] = []  # reads them through the store, which parses their keys
+    for k, (getter, spec, chunk_selection, out_selection, _) in enumerate(batch):
+        if getattr(getter, "store", None) is not store:
             return None
-        path = found[0]
-        array = view.arrays[path]
-        coords = tuple(int(c) for c in found[1].split("/")) if found[1] else ()
-        chunks.append(_Chunk(flat_index(coords, array.manifest.shape), spec, chunk_selection,
+        parsed = view.tree.locate(getattr(getter, "path", "")) if k else first  # (not held:
+        # filled here)
+        if parsed is None or parsed.array != first.array:
+            return None
+        chunks.append(_Chunk(parsed.flat, parsed.coords, spec, chunk_selection,
                              out_selection))
-    assert path is not None
-    if path in view.unpacked:
-        return None  # served unpacked: decoded by the view, read by zarr's pipeline
-    array = view.arrays[path]
-    if decoded_by_zarr(array.codecs, array.dtype):
-        return None  # strings, records, filters: zarr's pipeline (the store checks them)
-    return view, path, array, chunks
+    return view, first.array, chunks
 
 
-def _fetch(view: NativeView, path: str, array: VirtualArray, chunks: list[_Chunk]
-           ) -> dict[int, bytes | None]:
+def _fetch(view: NativeView, path: str, chunks: list[_Chunk]) -> dict[int, bytes | None]:
     """The stored bytes of ``chunks`` in one fetch: its ranges coalesced per file into as few
     requests as the runs of neighbouring chunks (blocking: on a worker thread)."""
-    from refgrid.core.keys import chunk_key
-    from refgrid.errors import ReadError
-    from refgrid.model.manifest import chunk_coords
-
-    manifest = array.manifest
-    kinds = manifest.path_id.reshape(-1)
+    kinds = view.arrays[path].manifest.path_id.reshape(-1)
     stored = [c.flat for c in chunks if kinds[c.flat] >= 0]
-    try:
-        return dict(zip(stored, view.fetch(path, stored), strict=True)) if stored else {}
-    except ReadError as e:  # a source changed, say: name a chunk of it, as zarr's reads do
-        if " chunk " in str(e):
-            raise
-        named = next((f for f in stored if manifest.paths[int(kinds[f])] in str(e)), stored[0])
-        raise ReadError(f"array {path!r}, chunk "
-                        f"{chunk_key(path, chunk_coords(named, manifest.shape))}: {e}") from e
+    return dict(zip(stored, view.fetch(path, stored), strict=True)) if stored else {}
 
 
-def _decode_part(path: str, array: VirtualArray, chunks: list[_Chunk],
-                 blobs: dict[int, bytes | None], out: Any, drop_axes: tuple[int, ...]
-                 ) -> list[Any]:
-    """Decode, crop and copy out ``chunks`` (blocking: on a worker thread). Chunks of one
-    stored shape are decompressed in one call of refgrid's batch decoder."""
-    from refgrid.core.keys import chunk_key
-    from refgrid.errors import ReadError
-    from refgrid.model.manifest import INLINE, MISSING, chunk_coords
-    from refgrid.read.decode import ChunkDecodeError, chunk_decoder
+def _decode_part(view: NativeView, path: str, chunks: list[_Chunk],
+                 blobs: dict[int, bytes | None], out: NDBuffer, drop_axes: tuple[int, ...]
+                 ) -> list[Result]:
+    """Decode, crop and copy out ``chunks`` (blocking: on a worker thread): chunks of one
+    stored shape decoded as one batch by refgrid's decoder (the engine's)."""
+    from refgrid.model.manifest import INLINE, MISSING
+    from refgrid.read.decode import ChunkDecodeError
 
+    array = view.arrays[path]
     manifest = array.manifest
     kinds = manifest.path_id.reshape(-1)
-    results: list[Any] = [{"status": "present"}] * len(chunks)
-    shapes: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}
+    reader = view.reader(path)
+    results: list[Result] = [{"status": "present"}] * len(chunks)
+    shapes: dict[tuple[int, ...], list[int]] = {}
     for k, chunk in enumerate(chunks):
         if kinds[chunk.flat] == MISSING or (kinds[chunk.flat] >= 0 and
                                             blobs[chunk.flat] is None):  # an absent file
             out[chunk.out_selection] = _fill(chunk.spec)
             results[k] = {"status": "missing"}
             continue
-        coords = chunk_coords(chunk.flat, manifest.shape)
-        shapes.setdefault(array.grid.encoded_chunk_shape(coords), []).append((k, coords))
+        shapes.setdefault(array.grid.encoded_chunk_shape(chunk.coords), []).append(k)
     for encoded, members in shapes.items():
-        decoder = chunk_decoder(array.codecs, array.dtype, encoded)
-        datas = [manifest.inline[coords] if kinds[chunks[k].flat] == INLINE else
-                 blobs[chunks[k].flat] for k, coords in members]
+        datas = [manifest.inline[chunks[k].coords] if kinds[chunks[k].flat] == INLINE else
+                 cast("bytes", blobs[chunks[k].flat]) for k in members]  # (absent: filled)
         try:
-            raw = decoder.decompress_many(datas, math.prod(encoded) * decoder.stored.itemsize)
+            values = reader.decoder.decode_many(datas, encoded)
         except ChunkDecodeError as e:
-            k, coords = members[e.index]
-            source = "inline" if kinds[chunks[k].flat] == INLINE else \
-                manifest.paths[int(kinds[chunks[k].flat])]
-            raise ReadError(f"array {path!r}, chunk {chunk_key(path, coords)} ({source}): "
-                            f"cannot decode: {e}") from None
-        values = raw.view(decoder.stored).reshape(len(members), *encoded)
-        for i, (k, _) in enumerate(members):
+            reader.fail(chunks[members[e.index]].flat, e)
+        for i, k in enumerate(members):
             chunk = chunks[k]
             selected = values[i][tuple(slice(0, n) for n in chunk.spec.shape)][
                 chunk.chunk_selection]  # padded chunks: cropped first
@@ -210,7 +194,7 @@ def _decode_part(path: str, array: VirtualArray, chunks: list[_Chunk],
     return results
 
 
-def _fill(spec: Any) -> Any:
+def _fill(spec: ArraySpec) -> object:
     """A missing chunk's value: the array's fill value, else its data type's default (as
     zarr's own pipeline fills)."""
     if spec.fill_value is not None:
@@ -218,7 +202,7 @@ def _fill(spec: Any) -> Any:
     return spec.dtype.default_scalar()
 
 
-def zarr_config() -> dict[str, Any]:
+def zarr_config() -> dict[str, object]:
     """The zarr configuration refgrid recommends, for ``zarr.config.set(...)``:
 
     * ``array.rectilinear_chunks``: rectilinear chunk grids on (zarr >= 3.2), what refgrid's
@@ -231,7 +215,7 @@ def zarr_config() -> dict[str, Any]:
     from packaging.version import Version
     from zarr.registry import register_pipeline
 
-    config: dict[str, Any] = {"array.rectilinear_chunks": True}
+    config: dict[str, object] = {"array.rectilinear_chunks": True}
     if Version(zarr.__version__) >= Version("3.4"):
         register_pipeline(RefgridCodecPipeline)  # also where no entry point is installed
         config["codec_pipeline.path"] = PATH

@@ -7,30 +7,22 @@ data.
         ds = xr.open_zarr(store, chunks={})                 # dask chunks: 31, 28, 31, ...
     ds = xr.open_zarr(refgrid.open_store("tas.json", chunks="auto"))  # regular, zarr 3.1
 
-The store answers keys through the same views the HTTP service serves
-(:mod:`refgrid.read.views`): ``chunks="native"`` is the dataset on its own grids (rectilinear
-where irregular), each chunk's stored bytes passed through and chunks padded inside the array
-served cropped and re-encoded (no ``encoded_chunk_shapes`` for a reader to understand);
-``"auto"``, ``{dim: length}`` or ``unpack=True`` are the regular view of
-:func:`refgrid.get_mapper`, for zarr 3.1 and readers without rectilinear grids. The root
-document carries consolidated metadata.
-
-The chunks zarr asks for concurrently — every chunk of a selection — are gathered into one
-fetch per array (:mod:`refgrid.read.batching`), whose byte ranges are coalesced per source
-file and read concurrently for remote files, each source's identity checked at its first
-read. A chunk that cannot be read (a source changed since the scan, missing, short, or
-undecodable) raises the :class:`~refgrid.errors.ReadError` naming array, chunk and URL; only
-chunks that really are missing read as the fill value. The store pickles (its input, not its
-state), so dask ships it to workers.
+A thin adapter over a :class:`~refgrid.read.view.View`, the one the HTTP service serves
+too: ``chunks="native"`` the :class:`~refgrid.read.native.NativeView` (with ``unpack``,
+packed variables unpacked on their own grids), anything else the
+:class:`~refgrid.read.regular.RegularView`. Each key zarr asks for is parsed once by the
+view; the chunks of concurrent requests are read together; a chunk that cannot be read is
+the :class:`~refgrid.errors.ReadError` naming array, chunk and URL — only chunks that really
+are missing read as the fill value. Chunks that zarr's own codecs decode (strings, records,
+filters) are checked by refgrid's bounded decoders first. The store pickles (its input, not
+its state), so dask ships it to workers.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any
+import os
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from zarr.abc.store import (
     ByteRequest,
@@ -42,40 +34,53 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from refgrid.core.bounds import current
-from refgrid.core.keys import chunk_key, chunk_of_key
-from refgrid.core.util import thread_pool
-from refgrid.errors import ArgumentError, ReadError
-from refgrid.model.manifest import MISSING, chunk_coords, flat_index
-from refgrid.model.virtual import VirtualArray
-from refgrid.read import views
-from refgrid.read.batching import ChunkBatcher
-from refgrid.read.decode import decoded_by_zarr
-from refgrid.read.views import NativeView, RegularView
+from refgrid.core.typed import StorageOptions
+from refgrid.errors import ArgumentError
+from refgrid.model.virtual import VirtualGroup
+from refgrid.read.native import NativeView
+from refgrid.read.regular import RegularView, ViewLimits, ViewSpec
+from refgrid.read.view import Chunk, Directory, Document, Parsed, View
+from refgrid.read.view_chunks import ViewChunks
 
-Fetched = views.StoredChunk | views.Assembled | views.Cropped
-"""Keys whose content is read: stored chunks, and chunks assembled or cropped by refgrid."""
-GATHER = 0.002
-"""Seconds a remote chunk request waits for the others of its selection: zarr holds only a
-few gets at a time, which arrive a turn or two of the loop apart; a request costs a round
-trip (milliseconds to tens), so gathering them into one coalesced fetch pays."""
-WORKERS = 8
-"""Threads fetching and decoding for the stores of this process."""
+if TYPE_CHECKING:
+    from zarr.core.common import BytesLike
+
+    from refgrid.scanners import Input
+
+READ_ONLY = "store was opened in read-only mode and does not support writing"
+"""What zarr's stores say to a write when read-only."""
+
+StoreChunks: TypeAlias = ViewChunks | str
+"""``"native"``, ``"auto"`` or ``{dimension: length}`` (:data:`~refgrid.read.view_chunks.
+ViewChunks`; another string is refused when the view is made)."""
+
+
+class _State(TypedDict):
+    """What a store pickles: the arguments it was made with."""
+
+    source: Input | VirtualGroup
+    chunks: StoreChunks
+    unpack: bool
+    storage_options: dict[str, object]
+    verify_sources: bool
 
 
 class RefgridStore(Store):
     """A read-only Zarr v3 store over one refgrid dataset (see the module docstring)."""
 
-    def __init__(self, source: Any, chunks: Any = "native", unpack: bool = False,
-                 storage_options: Mapping[str, Any] | None = None,
-                 verify_sources: bool = True) -> None:
+    def __init__(self, source: Input | VirtualGroup, chunks: StoreChunks = "native",
+                 unpack: bool = False, storage_options: StorageOptions | None = None,
+                 verify_sources: bool = True, *, read_only: bool = True) -> None:
+        if not read_only:
+            raise ArgumentError("a refgrid store is read-only: it cannot be opened with "
+                                "read_only=False")
         super().__init__(read_only=True)
-        self.source = source
+        self.source = os.fspath(source) if isinstance(source, os.PathLike) else source
         self.chunks = chunks
         self.unpack = unpack
         self.verify_sources = verify_sources
         self.storage_options = dict(storage_options or {})
-        self._view: NativeView | RegularView | None = None
-        self._batcher: ChunkBatcher | None = None
+        self._view: View | None = None
 
     # -- what zarr asks -------------------------------------------------------------------
 
@@ -88,20 +93,56 @@ class RefgridStore(Store):
 
     async def get(self, key: str, prototype: BufferPrototype,
                   byte_range: ByteRequest | None = None) -> Buffer | None:
-        data = await self._content(key)
-        if data is None:
-            return None
-        return prototype.buffer.from_bytes(_ranged(data, byte_range))
+        found = self.view.parse(key)
+        data = (await self.view.aread([found]))[0] if isinstance(found, Chunk) else \
+            _at_hand(found)
+        return None if data is None else prototype.buffer.from_bytes(_ranged(data, byte_range))
 
     async def get_partial_values(self, prototype: BufferPrototype,
                                  key_ranges: Iterable[tuple[str, ByteRequest | None]]
                                  ) -> list[Buffer | None]:
-        return list(await asyncio.gather(*(self.get(key, prototype, byte_range)
-                                           for key, byte_range in key_ranges)))
+        asked = list(key_ranges)
+        found = [self.view.parse(key) for key, _ in asked]
+        chunks = [f for f in found if isinstance(f, Chunk)]
+        read = iter(await self.view.aread(chunks) if chunks else [])
+        out: list[Buffer | None] = []
+        for f, (_, byte_range) in zip(found, asked, strict=True):
+            data = next(read) if isinstance(f, Chunk) else _at_hand(f)
+            out.append(None if data is None else
+                       prototype.buffer.from_bytes(_ranged(data, byte_range)))
+        return out
+
+    async def getsize(self, key: str) -> int:
+        return (await self._sizes([key]))[0]
+
+    async def getsize_prefix(self, prefix: str) -> int:
+        """The bytes under a node (``prefix`` a node's path, as zarr >= 3.2 reads it on 3.1
+        too), sizes known from the references read from them, the others read together."""
+        under = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
+        keys = [k for k in self.view.all_keys() if k.startswith(under)]
+        total = 0
+        for start in range(0, len(keys), SIZE_BATCH):  # chunks of a batch held, not all
+            total += sum(await self._sizes(keys[start:start + SIZE_BATCH]))
+        return total
+
+    async def _sizes(self, keys: Sequence[str]) -> list[int]:
+        found = [self.view.parse(key) for key in keys]
+        sizes = [len(f.text) if isinstance(f, Document) else
+                 self.view.size(f) if isinstance(f, Chunk) else None for f in found]
+        unknown = [f for f, n in zip(found, sizes, strict=True)
+                   if n is None and isinstance(f, Chunk)]
+        read = iter(await self.view.aread(unknown) if unknown else [])
+        out = []
+        for key, f, n in zip(keys, found, sizes, strict=True):
+            data = next(read) if n is None and isinstance(f, Chunk) else None
+            if n is None and data is None:
+                raise FileNotFoundError(key)
+            out.append(n if n is not None else len(data or b""))
+        return out
 
     async def exists(self, key: str) -> bool:
-        found = self.view.lookup(key)
-        return found is not None and not isinstance(found, views.Listing)
+        found = self.view.parse(key)
+        return found is not None and not isinstance(found, Directory)
 
     @property
     def supports_writes(self) -> bool:
@@ -117,35 +158,74 @@ class RefgridStore(Store):
 
     def close(self) -> None:
         """Close the source files kept open for reading (a later read opens them again)."""
-        if isinstance(self._view, NativeView):
-            self._view.files.close()
+        if self._view is not None:
+            self._view.close()
         super().close()
 
     async def set(self, key: str, value: Buffer) -> None:
-        raise ArgumentError(f"{self!r} is read-only: it cannot store {key!r}")
+        raise self._refuse(f"store {key!r}")
+
+    async def set_partial_values(self, key_start_values: Iterable[tuple[str, int, BytesLike]]
+                                 ) -> None:
+        raise self._refuse("store anything")
 
     async def delete(self, key: str) -> None:
-        raise ArgumentError(f"{self!r} is read-only: it cannot delete {key!r}")
+        raise self._refuse(f"delete {key!r}")
+
+    def _refuse(self, what: str) -> ArgumentError:
+        """zarr's own words for a write to a read-only store (tools match them), and ours."""
+        return ArgumentError(f"{self!r}: {READ_ONLY} (cannot {what})")
 
     async def list(self) -> AsyncIterator[str]:
-        for key in self._keys():
+        for key in self.view.all_keys():
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        for key in self._keys():
+        for key in self.view.all_keys():
             if key.startswith(prefix):
                 yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        found = self.view.lookup(prefix.rstrip("/"))
-        if isinstance(found, views.Listing):
+        found = self.view.parse(prefix.rstrip("/"))
+        if isinstance(found, Directory):
             for name in found.names:
                 yield name.rstrip("/")
 
-    # -- how ------------------------------------------------------------------------------
+    # -- the synchronous surface: zarr's fused codec pipeline reads through it --------------
 
     @property
-    def view(self) -> NativeView | RegularView:
+    def _supports_sync_io(self) -> bool:
+        """Synchronous reads where they cost no round trip: every source a local file (zarr
+        asks before taking its synchronous path; remote chunks are gathered by ``aread``)."""
+        view = self.view
+        return isinstance(view, NativeView) and all(view.local(p) for p in view.arrays)
+
+    def get_sync(self, key: str, *, prototype: BufferPrototype | None = None,
+                 byte_range: ByteRequest | None = None) -> Buffer | None:
+        found = self.view.parse(key)
+        data = self.view.read([found])[0] if isinstance(found, Chunk) else _at_hand(found)
+        if data is None:
+            return None
+        buffer = (prototype or default_buffer_prototype()).buffer
+        return buffer.from_bytes(_ranged(data, byte_range))
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        raise self._refuse(f"store {key!r}")
+
+    def delete_sync(self, key: str) -> None:
+        raise self._refuse(f"delete {key!r}")
+
+    # -- the view ---------------------------------------------------------------------------
+
+    @property
+    def native_view(self) -> NativeView | None:
+        """The native view, for refgrid's codec pipeline (None: the regular view, whose
+        chunks zarr decodes as they are served)."""
+        view = self.view
+        return view if isinstance(view, NativeView) else None
+
+    @property
+    def view(self) -> View:
         """The view answering keys, made at the first question (so a pickled store opens its
         input where it is unpickled)."""
         if self._view is None:
@@ -153,156 +233,39 @@ class RefgridStore(Store):
                                    self.verify_sources)
         return self._view
 
-    async def _content(self, key: str) -> bytes | None:
-        found = self.view.lookup(key)
-        if not isinstance(found, Fetched):
-            return self._at_hand(key, found)
-        with _naming(key):
-            view = self.view
-            if isinstance(found, views.StoredChunk) and isinstance(view, NativeView):
-                if view.local(found.array) and not decoded_by_zarr(
-                        view.arrays[found.array].codecs, view.arrays[found.array].dtype):
-                    return view.stored(found.array, found.flat)  # a pread: no thread hop
-                if self._batcher is None:
-                    self._batcher = ChunkBatcher(view.fetch, thread_pool("refgrid-store",
-                                                                         WORKERS), gather=GATHER)
-                data = await self._batcher.get(found.array, found.flat)
-                return await asyncio.get_running_loop().run_in_executor(
-                    thread_pool("refgrid-store", WORKERS), self._checked, found, data)
-            return await asyncio.get_running_loop().run_in_executor(
-                thread_pool("refgrid-store", WORKERS), self._fetched, key, found)
-
-    def _fetched(self, key: str, found: Fetched) -> bytes | None:
-        """A chunk's bytes read here (blocking): stored, assembled or cropped."""
-        view = self.view
-        if isinstance(found, views.StoredChunk) and isinstance(view, NativeView):
-            return self._checked(found, view.stored(found.array, found.flat))
-        return view.content(key)
-
-    def _checked(self, found: views.StoredChunk, data: bytes | None) -> bytes | None:
-        """``data``, once refgrid's bounded decoders have decoded it where zarr's own will
-        decode it again whatever pipeline reads the store (strings, records, filters), and
-        where no header states how large its values are: a decompression bomb is refused
-        here, at the chunk's limit, rather than inflated by zarr."""
-        view = self.view
-        if data is None or not isinstance(view, NativeView):
-            return data
-        array = view.arrays[found.array]
-        if decoded_by_zarr(array.codecs, array.dtype):
-            coords = chunk_coords(found.flat, array.manifest.shape)
-            reader = view.reader(found.array)
-            try:
-                reader.decoder.decode(data, array.grid.encoded_chunk_shape(coords))
-            except Exception as e:
-                reader.fail(found.flat, e)
-        return data
-
-    def _at_hand(self, key: str, found: views.Metadata | views.Listing | views.Bytes | None
-                 ) -> bytes | None:
-        """What a key holds without a read: a document, inline bytes (checked as stored
-        chunks are), or nothing."""
-        if isinstance(found, views.Metadata):
-            return found.text
-        if not isinstance(found, views.Bytes):
-            return None
-        chunk = chunk_of_key(key, self.view.arrays)
-        view = self.view
-        if chunk is not None and isinstance(view, NativeView):
-            array = view.arrays[chunk[0]]
-            coords = tuple(int(c) for c in chunk[1].split("/")) if chunk[1] else ()
-            flat = flat_index(coords, array.manifest.shape)
-            return self._checked(views.StoredChunk(chunk[0], flat, len(found.data)),
-                                 found.data)
-        return found.data
-
-    # -- the synchronous surface: zarr's fused codec pipeline reads through it --------------
-
-    @property
-    def _supports_sync_io(self) -> bool:
-        """Synchronous reads where they cost no round trip: every source a local file (zarr
-        asks before taking its synchronous path; remote chunks go through the batcher)."""
-        view = self.view
-        return isinstance(view, NativeView) and all(view.local(p) for p in view.arrays)
-
-    def get_sync(self, key: str, *, prototype: BufferPrototype | None = None,
-                 byte_range: ByteRequest | None = None) -> Buffer | None:
-        data = self._content_sync(key)
-        if data is None:
-            return None
-        buffer = (prototype or default_buffer_prototype()).buffer
-        return buffer.from_bytes(_ranged(data, byte_range))
-
-    def set_sync(self, key: str, value: Buffer) -> None:
-        raise ArgumentError(f"{self!r} is read-only: it cannot store {key!r}")
-
-    def delete_sync(self, key: str) -> None:
-        raise ArgumentError(f"{self!r} is read-only: it cannot delete {key!r}")
-
-    def _content_sync(self, key: str) -> bytes | None:
-        found = self.view.lookup(key)
-        if not isinstance(found, Fetched):
-            return self._at_hand(key, found)
-        with _naming(key):
-            return self._fetched(key, found)
-
-    def _keys(self) -> Iterable[str]:
-        """Every key: the documents, and each array's chunk keys that hold data."""
-        view = self.view
-        for node in view.groups:
-            yield f"{node}/zarr.json" if node else "zarr.json"
-        for path, array in view.arrays.items():
-            yield f"{path}/zarr.json"
-            if isinstance(array, VirtualArray):
-                manifest = array.manifest
-                present = (manifest.path_id.reshape(-1) != MISSING).nonzero()[0]
-                for flat in present.tolist():
-                    yield chunk_key(path, chunk_coords(flat, manifest.shape))
-            else:  # an array of the regular view: every chunk of its grid
-                counts = [-(-n // c) for n, c in zip(array.array.shape, array.chunk_shape,
-                                                     strict=True)]
-                for coords in itertools.product(*map(range, counts)):
-                    yield chunk_key(path, coords)
-
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> _State:
         return {"source": self.source, "chunks": self.chunks, "unpack": self.unpack,
                 "storage_options": self.storage_options, "verify_sources": self.verify_sources}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: _State) -> None:
         self.__init__(**state)  # type: ignore[misc]
 
 
-@contextmanager
-def _naming(key: str) -> Iterator[None]:
-    """A read error raised within names the array and the chunk ``key`` where it does not
-    yet."""
-    try:
-        yield
-    except ReadError as e:
-        if f"chunk {key}" in str(e):
-            raise
-        raise ReadError(f"array {key.rsplit('/c', 1)[0]!r}, chunk {key}: {e}") from e
+def _at_hand(found: Parsed | None) -> bytes | None:
+    """What a key holds without a read: a document, or nothing (a directory or an absent
+    key)."""
+    return found.text if isinstance(found, Document) else None
 
 
-def open_view(source: Any, chunks: Any, unpack: bool, storage_options: Mapping[str, Any],
-              verify_sources: bool = True) -> NativeView | RegularView:
+STORE_NATIVE_CHUNKS = 2**31
+"""A store's view chunk may be assembled from any number of native chunks: its reader asked
+for that chunk shape (the service, answering anyone, bounds it: :class:`ViewLimits`)."""
+SIZE_BATCH = 256
+"""Chunks whose size must be read to know it, read together in :meth:`getsize_prefix`."""
+
+
+def open_view(source: Input | VirtualGroup, chunks: StoreChunks, unpack: bool,
+              storage_options: StorageOptions, verify_sources: bool = True) -> View:
     """The view of ``source`` a store answers with."""
-    from refgrid.scan import scan
+    from refgrid.scanners import scan
 
-    options = dict(storage_options)
-    group = source if type(source).__name__ == "VirtualGroup" else scan(source, **options)
+    options: dict[str, Any] = dict(storage_options)  # scan's **storage_options: untyped
+    group = source if isinstance(source, VirtualGroup) else scan(source, **options)
     if chunks == "native":
-        return NativeView(group, options, verify_sources, unpack)
-    spec = views.ViewSpec.parse(_chunks_text(chunks), "true" if unpack else "false")
-    return RegularView.make(group, spec, options, current().max_chunk_bytes, 2**31,
-                            verify_sources)
-
-
-def _chunks_text(chunks: Any) -> str:
-    if isinstance(chunks, str):
-        return chunks
-    if isinstance(chunks, Mapping):
-        return ",".join(f"{d}:{n}" for d, n in chunks.items())
-    raise ArgumentError(f"chunks must be 'native', 'auto' or {{dim: length}}, not {chunks!r}")
+        return NativeView(group, options, verify_sources, unpack, check_decoding=True)
+    return RegularView(group, ViewSpec.of(chunks, unpack), options, verify_sources,
+                       ViewLimits(current().max_chunk_bytes, STORE_NATIVE_CHUNKS),
+                       name=source if isinstance(source, str) else type(source).__name__)
 
 
 def _ranged(data: bytes, byte_range: ByteRequest | None) -> bytes:
@@ -314,23 +277,27 @@ def _ranged(data: bytes, byte_range: ByteRequest | None) -> bytes:
         return data[byte_range.offset:]
     if isinstance(byte_range, SuffixByteRequest):
         return data[-byte_range.suffix:] if byte_range.suffix else b""
-    raise ArgumentError(f"unknown byte range {byte_range!r}")
+    raise ArgumentError(f"Unexpected byte_range, got {byte_range!r}")  # zarr's wording
 
 
-def open_store(source: Any, *, chunks: Any = "native", unpack: bool = False,
-               verify_sources: bool = True, **storage_options: Any) -> RefgridStore:
+def open_store(source: Input | VirtualGroup, *, chunks: ViewChunks | str = "native",
+               unpack: bool = False, verify_sources: bool = True,
+               **storage_options: object) -> RefgridStore:
     """A read-only ``zarr.abc.store.Store`` over anything :func:`refgrid.scan` accepts (JSON or
     parquet references, a Zarr v3 store, one HDF5/NetCDF file scanned on the fly, a loaded
     dict), for ``xr.open_zarr(store)`` and ``zarr.open_group(store)``.
 
     ``chunks="native"``: the arrays on their own grids (rectilinear where irregular: zarr
     >= 3.2 with ``zarr.config.set({"array.rectilinear_chunks": True})``, see
-    :func:`refgrid.zarr_config`); ``"auto"``, ``{dim: length}`` or ``unpack=True``: the
-    regular view :func:`refgrid.get_mapper` gives, which any zarr reads. ``verify_sources``:
-    check each source's recorded identity before its first read (a source changed since the
-    scan is an error, not other data). ``storage_options`` reach the input and its source
-    files.
+    :func:`refgrid.zarr_config`); with ``unpack=True`` packed variables are unpacked (float32
+    for float32 factors) on those grids. ``"auto"`` or ``{dim: length}``: the regular view
+    :func:`refgrid.get_mapper` gives, which any zarr reads. ``verify_sources``: check each
+    source's recorded identity before its first read (a source changed since the scan is an
+    error, not other data). ``storage_options`` reach the input and its source files.
     """
     store = RefgridStore(source, chunks, unpack, storage_options, verify_sources)
     _ = store.view  # open now: a bad input is an error here, not at zarr's first read
     return store
+
+
+__all__ = ["RefgridStore", "open_store", "open_view"]

@@ -11,15 +11,18 @@ Needs the ``serve`` extra (aiohttp).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Unpack
 
 from refgrid.core.util import import_extra
 
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from refgrid.serve.app import AppOptions, RunOptions
 
-def make_app(root: str, allow_sources: tuple[str, ...] = (), **options: Any) -> web.Application:
+
+def make_app(root: str, allow_sources: tuple[str, ...] = (), **options: Unpack[AppOptions]
+             ) -> web.Application:
     """The aiohttp application serving ``root`` (see :func:`refgrid.serve.app.make_app`)."""
     import_extra("aiohttp", "serve", "refgrid serve")
     from refgrid.serve.app import make_app as make
@@ -28,7 +31,7 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), **options: Any) -> 
 
 
 def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool = True,
-        announce: Callable[[str], None] | None = None, **options: Any) -> None:
+        announce: Callable[[str], None] | None = None, **options: Unpack[RunOptions]) -> None:
     """Serve ``root`` until interrupted (see :func:`refgrid.serve.app.run`)."""
     import_extra("aiohttp", "serve", "refgrid serve")
     from refgrid.serve.app import run as serve

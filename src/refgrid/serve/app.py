@@ -24,32 +24,25 @@ import hashlib
 import json
 import logging
 import socket
-import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, TypeVar, TypeVarTuple, Unpack
 from urllib.parse import unquote
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from refgrid.core.typed import StorageOptions
 from refgrid.errors import AccessError, ArgumentError, ReadError, RefgridError
-from refgrid.read.batching import ChunkBatcher
-from refgrid.read.views import (
-    Assembled,
-    Bytes,
-    Cropped,
-    Listing,
-    Metadata,
-    NativeView,
-    RegularView,
-    StoredChunk,
-    ViewSpec,
-)
-from refgrid.serve.catalog import Catalog, Dataset, Entry, ViewLimits, collisions
+from refgrid.read.regular import ViewLimits, ViewSpec
+from refgrid.read.view import Directory, Document, View
+from refgrid.serve.catalog import Catalog, Dataset, Entry, collisions
 from refgrid.serve.pages import dataset_page, index_page, listing_page
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler
 
 log = logging.getLogger("refgrid.serve")
 CATALOG: web.AppKey[Catalog] = web.AppKey("catalog", Catalog)
@@ -58,6 +51,8 @@ POOL: web.AppKey[ThreadPoolExecutor] = web.AppKey("pool", ThreadPoolExecutor)
 STATE: web.AppKey[State] = web.AppKey("state")
 INDEX_DETAILS = 50
 """The index opens (and describes) at most this many datasets; the rest are listed by name."""
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
 @dataclass(frozen=True)
@@ -71,20 +66,36 @@ class Settings:
 
 
 class State:
-    """Per-app mutable state: the batchers of the datasets' native views, in-flight count."""
+    """Per-app mutable state: the chunk requests in flight."""
 
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
-        self.pool = pool
-        self.batchers: weakref.WeakKeyDictionary[NativeView, ChunkBatcher] = \
-            weakref.WeakKeyDictionary()
-        """Gone with their views (datasets evicted or reopened)."""
+    def __init__(self) -> None:
         self.pending = 0
 
-    def batcher(self, view: NativeView) -> ChunkBatcher:
-        found = self.batchers.get(view)
-        if found is None:
-            found = self.batchers[view] = ChunkBatcher(view.fetch, self.pool)
-        return found
+
+class AppOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`make_app` after ``allow_sources``."""
+
+    storage_options: StorageOptions | None
+    workers: int
+    capacity: int
+    recheck: float
+    request_timeout: float
+    max_pending: int
+    max_age: int
+    limits: ViewLimits | None
+
+
+class RunOptions(AppOptions, total=False):
+    """The keyword arguments :func:`run` passes on to :func:`make_app`."""
+
+    allow_sources: tuple[str, ...]
+
+
+class AccessLogOptions(TypedDict):
+    """The access-log arguments of ``web.run_app`` / ``web.AppRunner``."""
+
+    access_log_class: type[AbstractAccessLogger]
+    access_log: logging.Logger
 
 
 class HttpError(Exception):
@@ -96,7 +107,7 @@ class HttpError(Exception):
 
 
 def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
-             storage_options: dict[str, Any] | None = None, workers: int = 8,
+             storage_options: StorageOptions | None = None, workers: int = 8,
              capacity: int = 32, recheck: float = 1.0, request_timeout: float = 60.0,
              max_pending: int = 4096, max_age: int = 60,
              limits: ViewLimits | None = None) -> web.Application:
@@ -110,14 +121,14 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
     ``max_age``: ``Cache-Control`` max-age. ``limits``: the largest regular-view chunk, in
     bytes and in native chunks assembled.
     """
-    catalog = Catalog(root, tuple(allow_sources), capacity, recheck, storage_options,
-                      limits or ViewLimits())
     pool = ThreadPoolExecutor(workers, thread_name_prefix="refgrid-serve")
+    catalog = Catalog(root, tuple(allow_sources), capacity, recheck, storage_options,
+                      limits or ViewLimits(), pool)
     app = web.Application(middlewares=[_errors], client_max_size=4096)
     app[CATALOG] = catalog
     app[SETTINGS] = Settings(request_timeout, max_pending, max_age)
     app[POOL] = pool
-    app[STATE] = State(pool)
+    app[STATE] = State()
     app.router.add_get("/healthz", _health)
     app.router.add_route("OPTIONS", "/{tail:.*}", _preflight)
     app.router.add_get("/{tail:.*}", _get)
@@ -155,7 +166,7 @@ def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> w
 
 
 @web.middleware
-async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure is a status and a one-line reason (JSON); never a traceback."""
     try:
         return await handler(request)
@@ -186,7 +197,7 @@ class AccessLog(AbstractAccessLogger):
     """One JSON object a request on the ``refgrid.serve.access`` logger."""
 
     @staticmethod
-    def options() -> dict[str, Any]:
+    def options() -> AccessLogOptions:
         """The access-log arguments of ``web.run_app`` / ``web.AppRunner`` for these logs."""
         return {"access_log_class": AccessLog,
                 "access_log": logging.getLogger("refgrid.serve.access")}
@@ -236,11 +247,14 @@ async def _get(request: web.Request) -> web.StreamResponse:
     if view_name == "native":
         if not _spec(request, params, ("unpack",)).unpack:
             return await _serve(request, dataset, dataset.native, rest[0], "native", key)
-        view = dataset.unpacked or await _in_pool(request, dataset.unpacked_view)
+        unpacked = dataset.unpacked
+        view: View = unpacked if unpacked is not None else await _in_pool(
+            request, dataset.unpacked_view)
         return await _serve(request, dataset, view, rest[0], "native;unpack", key)
     if view_name == "regular":
         spec = _spec(request, params)
-        view = dataset.regular.get(spec) or await _in_pool(  # made once, on a worker thread
+        regular = dataset.regular.get(spec)  # else made once, on a worker thread
+        view = regular if regular is not None else await _in_pool(
             request, dataset.regular_view, spec, catalog.limits)
         return await _serve(request, dataset, view, rest[0], str(spec), key)
     raise HttpError(404, f"{entry.name}: no view {rest[0]!r} (native or regular)")
@@ -258,7 +272,7 @@ def _spec(request: web.Request, params: str,
     return ViewSpec.parse(values.get("chunks"), values.get("unpack"))
 
 
-async def _in_pool(request: web.Request, fn: Any, *args: Any) -> Any:
+async def _in_pool(request: web.Request, fn: Callable[[*Args], T], *args: *Args) -> T:
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(request.app[SETTINGS].request_timeout):
         return await loop.run_in_executor(request.app[POOL], fn, *args)
@@ -299,40 +313,32 @@ def _html(request: web.Request, text: str) -> web.Response:
 
 # -- the views -------------------------------------------------------------------------------
 
-async def _serve(request: web.Request, dataset: Dataset, view: NativeView | RegularView,
-                 segment: str, tag: str, key: str) -> web.StreamResponse:
-    """``key`` of one of the dataset's views (``tag`` tells the view apart in ETags)."""
-    found = view.lookup(key)
+async def _serve(request: web.Request, dataset: Dataset, view: View, segment: str, tag: str,
+                 key: str) -> web.StreamResponse:
+    """``key`` of one of the dataset's views (``tag`` tells the view apart in ETags), parsed
+    once by the view."""
+    found = view.parse(key)
     if found is None:
         raise HttpError(404, f"{dataset.entry.name}/{segment}: no key {key!r}")
-    if isinstance(found, Metadata):
+    if isinstance(found, Document):
         return _metadata(request, dataset, found.text)
-    if isinstance(found, Listing):
+    if isinstance(found, Directory):
         return _listing(request, dataset, segment, key, found)
     etag = _chunk_etag(dataset, tag, key)
     not_modified = _not_modified(request, dataset, etag)
     if not_modified is not None:
         return not_modified
-    if isinstance(found, Bytes):
-        return _chunk(request, dataset, found.data, etag)
-    if isinstance(found, StoredChunk):
-        assert isinstance(view, NativeView)
-        if request.method == "HEAD" and found.nbytes is not None:
-            return _chunk_head(request, dataset, etag, found.nbytes)
-        data = await _waiting(request, request.app[STATE].batcher(view).get(found.array,
-                                                                             found.flat))
-    else:
-        assert isinstance(found, Assembled | Cropped)
-        loop = asyncio.get_running_loop()
-        data = await _waiting(request, loop.run_in_executor(request.app[POOL], view.content,
-                                                            key))
+    size = view.size(found)
+    if request.method == "HEAD" and size is not None:
+        return _chunk_head(request, dataset, etag, size)
+    data = (await _waiting(request, view.aread([found])))[0]
     if data is None:
         raise HttpError(404, f"{dataset.entry.name}/{segment}: chunk {key!r} is absent "
                         "(reads as the fill value)")
     return _chunk(request, dataset, data, etag)
 
 
-async def _waiting(request: web.Request, work: Any) -> Any:
+async def _waiting(request: web.Request, work: Awaitable[T]) -> T:
     """``work`` awaited within the request's time, refused when too much is waiting."""
     state, settings = request.app[STATE], request.app[SETTINGS]
     if state.pending >= settings.max_pending:
@@ -389,7 +395,7 @@ def _metadata(request: web.Request, dataset: Dataset, text: bytes) -> web.Respon
 
 
 def _listing(request: web.Request, dataset: Dataset, segment: str, key: str,
-             listing: Listing) -> web.Response:
+             listing: Directory) -> web.Response:
     prefix = "/".join(p for p in (f"/{dataset.entry.name}", segment, key) if p) + "/"
     return _html(request, listing_page(f"{dataset.entry.name}/{segment}/{key}".rstrip("/"),
                                        prefix, listing.names))
@@ -432,7 +438,7 @@ SURVEY = 200
 
 
 def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool = True,
-        announce: Callable[[str], None] | None = None, **options: Any) -> None:
+        announce: Callable[[str], None] | None = None, **options: Unpack[RunOptions]) -> None:
     """Serve ``root`` until interrupted (SIGINT/SIGTERM: in-flight requests finish first);
     ``access_log``: a JSON line a request on the ``refgrid.serve.access`` logger;
     ``announce(url)`` is called once the port is bound and the root is surveyed (a busy port

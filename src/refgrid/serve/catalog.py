@@ -19,16 +19,20 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from refgrid.core.keys import METADATA, ZMETADATA
+from refgrid.core.typed import StorageOptions
 from refgrid.errors import AccessError, ArgumentError, RefgridError
 from refgrid.model.virtual import VirtualGroup
-from refgrid.read.views import NativeView, RegularView, ViewSpec
-from refgrid.scan import scan
-from refgrid.scan.allowed import check_sources, normalized
+from refgrid.read.native import NativeView
+from refgrid.read.regular import RegularView, ViewLimits, ViewSpec
+from refgrid.scanners import scan
+from refgrid.scanners.allowed import check_sources, normalized
 
 Kind = Literal["json", "parquet", "zarr"]
 SUFFIXES = (".json", ".parquet", ".parq", ".zarr")
@@ -111,11 +115,13 @@ class Dataset:
     entry: Entry
     stamp: tuple[int, int, int]
     group: VirtualGroup
-    storage_options: dict[str, Any]
+    storage_options: StorageOptions
     tag: str
     """Changes whenever what is served changes: the file's stamp and the sources' identities."""
     modified: float
     """Seconds since the epoch: the newest of the file's and its sources' modification times."""
+    executor: Executor | None = None
+    """The service's threads, which read chunks for its views (its loop never does)."""
     native: NativeView = field(init=False)
     unpacked: NativeView | None = None
     """The native view with packed variables served unpacked (made when first asked for)."""
@@ -124,38 +130,43 @@ class Dataset:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.native = NativeView(self.group, self.storage_options)
+        self.native = NativeView(self.group, self.storage_options, executor=self.executor,
+                                 inline_reads=False)
+
+    def close(self) -> None:
+        """Give back the files its views hold open (reads under way finish first)."""
+        for view in self._views():
+            view.close()
 
     def recheck_sources(self) -> None:
         """Check each source's identity again at its next read: a long-running service must
         notice a source rewritten since its first read, not serve its new bytes."""
-        natives = (self.native, self.unpacked) if self.unpacked is not None else (self.native,)
-        for check in (*(v.check for v in natives), *(v.fs.check for v in self.regular.values())):
+        for check in (v.check for v in self._views()):
             if check is not None:
                 check.forget()
+
+    def _views(self) -> list[NativeView | RegularView]:
+        """The views made so far (a request may be making another: hence the lock)."""
+        with self.lock:
+            return [self.native, *([self.unpacked] if self.unpacked else []),
+                    *self.regular.values()]
 
     def unpacked_view(self) -> NativeView:
         with self.lock:
             if self.unpacked is None:
-                self.unpacked = NativeView(self.group, self.storage_options, unpack=True)
+                self.unpacked = NativeView(self.group, self.storage_options, unpack=True,
+                                           executor=self.executor, inline_reads=False)
             return self.unpacked
 
     def regular_view(self, spec: ViewSpec, limits: ViewLimits) -> RegularView:
         with self.lock:
             view = self.regular.get(spec)
             if view is None:
-                view = self.regular[spec] = RegularView.make(self.group, spec, self.storage_options,
-                                                             limits.max_chunk_bytes,
-                                                             limits.max_native_chunks)
+                view = self.regular[spec] = RegularView(self.group, spec,
+                                                        self.storage_options, limits=limits,
+                                                        executor=self.executor,
+                                                        inline_reads=False)
             return view
-
-
-@dataclass(frozen=True)
-class ViewLimits:
-    max_chunk_bytes: int = 256 * 2**20
-    """The largest regular-view chunk a request may assemble."""
-    max_native_chunks: int = 4096
-    """The most native chunks one regular-view chunk may be assembled from."""
 
 
 @dataclass(frozen=True)
@@ -172,21 +183,25 @@ class Catalog:
 
     def __init__(self, root: str | os.PathLike[str], allowed_sources: tuple[str, ...] = (),
                  capacity: int = 32, recheck: float = 1.0,
-                 storage_options: dict[str, Any] | None = None,
-                 limits: ViewLimits | None = None) -> None:
+                 storage_options: StorageOptions | None = None,
+                 limits: ViewLimits | None = None, executor: Executor | None = None) -> None:
         self.root = Path(os.path.realpath(root))
+        self.executor = executor
+        """The threads the datasets' views read chunks on (None: refgrid's own)."""
         if not self.root.is_dir():
             raise ArgumentError(f"{root}: not a directory to serve")
         self.allowed = (str(self.root), *(normalized(os.path.abspath(a) if "://" not in a else a)
                                           for a in allowed_sources))
         self.capacity = capacity
         self.recheck = recheck
-        self.storage_options = storage_options or {}
+        self.storage_options: StorageOptions = storage_options or {}
         self.limits = limits or ViewLimits()
         self.entries = discover(self.root)
         self.found_at = time.monotonic()
         self.opened: OrderedDict[str, Dataset | Refused] = OrderedDict()
         self.lock = threading.Lock()
+        self.opening: dict[str, threading.Lock] = {}
+        """One lock per dataset name, held while it is opened."""
 
     def names(self) -> list[str]:
         self._rediscover(force=False)
@@ -223,7 +238,17 @@ class Catalog:
 
     def dataset(self, entry: Entry) -> Dataset:
         """The opened dataset (blocking: call it on a worker thread). Raises the
-        :class:`RefgridError` that made it unservable."""
+        :class:`RefgridError` that made it unservable. Concurrent first requests open it
+        once: the others wait for that open (one scan, one set of views)."""
+        fresh = self.fresh(entry.name)
+        if fresh is not None:
+            return fresh
+        with self.lock:
+            opening = self.opening.setdefault(entry.name, threading.Lock())
+        with opening:
+            return self._dataset(entry)
+
+    def _dataset(self, entry: Entry) -> Dataset:
         with self.lock:
             known = self.opened.get(entry.name)
             if known is not None:
@@ -235,7 +260,7 @@ class Catalog:
             stamp = _stamp(entry.path)
         except OSError:
             with self.lock:
-                self.opened.pop(entry.name, None)
+                _close(self.opened.pop(entry.name, None))
             self.entries.pop(entry.name, None)
             raise AccessError(entry.name, None, "the dataset is gone") from None
         if known is not None and known.stamp == stamp:
@@ -245,10 +270,11 @@ class Catalog:
             return _served(known)
         opened = self._open(entry, stamp)
         with self.lock:
+            _close(self.opened.get(entry.name))  # replaced: its file changed
             self.opened[entry.name] = opened
             self.opened.move_to_end(entry.name)
             while len(self.opened) > self.capacity:
-                self.opened.popitem(last=False)
+                _close(self.opened.popitem(last=False)[1])
         return _served(opened)
 
     def _open(self, entry: Entry, stamp: tuple[int, int, int]) -> Dataset | Refused:
@@ -257,7 +283,8 @@ class Catalog:
             return Refused(entry, stamp, AccessError(entry.name, None, "leads out of the "
                                                      "served root"))
         try:
-            group = scan(real, **self.storage_options)
+            options: Mapping[str, Any] = self.storage_options  # scan's **storage_options: untyped
+            group = scan(real, **options)
             check_sources(group, self.allowed, entry.name, REMEDY)  # every format: reference
             # sets, and Zarr stores whose chunk files may be symlinks; before anything is read
         except RefgridError as e:
@@ -269,7 +296,8 @@ class Catalog:
         mtimes = [stamp[0] / 1e9] + [float(i["mtime"]) for i in group.sources.values()
                                      if isinstance(i.get("mtime"), int | float)]
         log.info("opened %s (%s)", entry.name, entry.kind)
-        return Dataset(entry, stamp, group, self.storage_options, tag, max(mtimes))
+        return Dataset(entry, stamp, group, self.storage_options, tag, max(mtimes),
+                       self.executor)
 
 
     def survey(self, limit: int) -> list[tuple[str, RefgridError]]:
@@ -286,6 +314,13 @@ class Catalog:
 
 REMEDY = ("start refgrid serve with --allow-source PREFIX to allow it; in Python, "
           "make_app(root, allow_sources=[...])")
+
+
+def _close(known: Dataset | Refused | None) -> None:
+    """A dataset no longer served gives back its files (requests still reading it finish:
+    its views close their files after the last read)."""
+    if isinstance(known, Dataset):
+        known.close()
 
 
 def _served(known: Dataset | Refused) -> Dataset:

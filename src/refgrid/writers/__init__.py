@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast, overload
 
+import numpy as np
+
+from refgrid.core.typed import JSONObject, StorageOptions
 from refgrid.errors import ArgumentError, WriteError
 from refgrid.grid.rectilinear import GridForm
-from refgrid.model.virtual import VirtualGroup
+from refgrid.model.manifest import ManifestBuilder
+from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.writers.padded import (
     DEFAULT_PADDED,
     INLINE_LIMIT,
@@ -39,7 +43,11 @@ from refgrid.writers.padded import (
     sidecar_for,
 )
 from refgrid.writers.parquet import RECORD_SIZE
-from refgrid.writers.references import Format, check_format, to_kerchunk, write_references
+from refgrid.writers.references import Format, check_format, write_references
+from refgrid.writers.refs import to_kerchunk as kerchunk_dict
+
+if TYPE_CHECKING:
+    from icechunk import Repository, Session
 
 
 @dataclass(frozen=True)
@@ -50,11 +58,63 @@ class Saved:
     rewrite: PaddedRewrite | None = None
 
 
-def write(group: VirtualGroup, target: Any, *, format: Format | None = None,
+def sized(group: VirtualGroup, storage_options: StorageOptions | None = None
+          ) -> VirtualGroup:
+    """``group`` with every chunk that is a whole file of unknown size (a remote Zarr store's
+    chunk files, named without listing the store) given its size — a request per file — and
+    those the store never wrote marked missing: references name byte ranges."""
+    from refgrid.scanners.source import sizes_or_absent
+
+    arrays = {path: a for path, a in group.walk()
+              if isinstance(a, VirtualArray) and a.manifest.unsized.any()}
+    if not arrays:
+        return group
+    urls = sorted({a.manifest.paths[i] for a in arrays.values()
+                   for i in np.unique(a.manifest.path_id[a.manifest.unsized]).tolist()})
+    found = sizes_or_absent(urls, storage_options or {})
+    out = {}
+    for path, array in arrays.items():
+        m = array.manifest
+        lengths = np.array([found.get(u) if found.get(u) is not None else -1
+                            for u in m.paths] or [0], dtype=np.int64)
+        unsized = np.flatnonzero(m.unsized.reshape(-1))
+        known = lengths[m.path_id.reshape(-1)[unsized]]
+        built = ManifestBuilder.of(m)
+        built.set_lengths(unsized[known >= 0], known[known >= 0])
+        built.missing(unsized[known < 0])
+        out[path] = replace(array, manifest=built.build())
+    return group.with_arrays(out)
+
+
+def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto",
+                storage_options: StorageOptions | None = None) -> JSONObject:
+    """The kerchunk v1 reference dict of ``group`` (see :func:`.refs.to_kerchunk`); chunks of
+    unknown size are sized first (:func:`sized`)."""
+    return kerchunk_dict(sized(group, storage_options), grid_form=grid_form)
+
+
+@overload
+def write(group: VirtualGroup, target: str | os.PathLike[str], *, format: Format | None = None,
           padded: Padded = DEFAULT_PADDED, grid_form: GridForm = "auto",
           record_size: int = RECORD_SIZE, inline_limit: int = INLINE_LIMIT,
           message: str | None = None,
-          storage_options: dict[str, Any] | None = None) -> Any:
+          storage_options: StorageOptions | None = None) -> Path: ...
+
+
+@overload
+def write(group: VirtualGroup, target: Repository | Session, *, format: Format | None = None,
+          padded: Padded = DEFAULT_PADDED, grid_form: GridForm = "auto",
+          record_size: int = RECORD_SIZE, inline_limit: int = INLINE_LIMIT,
+          message: str | None = None,
+          storage_options: StorageOptions | None = None) -> str: ...
+
+
+def write(group: VirtualGroup, target: str | os.PathLike[str] | Repository | Session, *,
+          format: Format | None = None,
+          padded: Padded = DEFAULT_PADDED, grid_form: GridForm = "auto",
+          record_size: int = RECORD_SIZE, inline_limit: int = INLINE_LIMIT,
+          message: str | None = None,
+          storage_options: StorageOptions | None = None) -> Path | str:
     """Write ``group`` for its readers; returns the path written (or, for an Icechunk
     target, the new snapshot id).
 
@@ -77,25 +137,28 @@ def write(group: VirtualGroup, target: Any, *, format: Format | None = None,
     reach the sources read by the rewrite. The output appears atomically and a killed write
     leaves no litter (:mod:`refgrid.writers.atomic`).
     """
+    group = sized(group, storage_options)
     if _is_icechunk(target):
         from refgrid.writers.icechunk import write_icechunk
 
         check_icechunk_options(format, padded)
-        return write_icechunk(group, target, message=message, storage_options=storage_options)
-    return save(group, target, format=format, padded=padded, grid_form=grid_form,
-                record_size=record_size, inline_limit=inline_limit,
+        return write_icechunk(group, cast("Repository | Session", target), message=message,
+                              storage_options=storage_options)
+    return save(group, cast("str | os.PathLike[str]", target), format=format, padded=padded,
+                grid_form=grid_form, record_size=record_size, inline_limit=inline_limit,
                 storage_options=storage_options).path
 
 
 def save(group: VirtualGroup, path: str | os.PathLike[str], *, format: Format | None = None,
          padded: Padded = DEFAULT_PADDED, grid_form: GridForm = "auto",
          record_size: int = RECORD_SIZE, inline_limit: int = INLINE_LIMIT,
-         storage_options: dict[str, Any] | None = None) -> Saved:
+         storage_options: StorageOptions | None = None) -> Saved:
     """:func:`write` to a path, also returning the padded rewrite's report (the CLI prints
     it)."""
     if padded not in PADDED_CHOICES:
         raise WriteError(f"unknown padded={padded!r} (choose from {', '.join(PADDED_CHOICES)})")
     check_format(format)  # before any chunk is rewritten
+    group = sized(group, storage_options)
     target = Path(path)
     sidecar = sidecar_for(target)
     report: PaddedRewrite | None = None
@@ -127,7 +190,9 @@ def check_icechunk_options(format: str | None, padded: str) -> None:
                             "always stored cropped, as the repository's own chunks")
 
 
-def _is_icechunk(target: Any) -> bool:
+def _is_icechunk(target: object) -> bool:
+    """Whether ``target`` is an Icechunk object (a ``Repository`` or ``Session``), told by
+    its module: ``icechunk`` is imported only when one is written to."""
     return type(target).__module__.split(".")[0] == "icechunk"
 
 

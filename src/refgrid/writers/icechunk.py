@@ -20,31 +20,37 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from refgrid.core.keys import chunk_key
 from refgrid.core.sources import SourceCheck, SourceIdentity, is_local
+from refgrid.core.typed import StorageOptions
 from refgrid.core.util import import_extra
 from refgrid.errors import WriteError
-from refgrid.model.manifest import MISSING, ChunkManifest, chunk_coords
+from refgrid.model.manifest import ManifestBuilder, chunk_coords
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.model.zarr_json import documents
+from refgrid.model.zarr_json import documents, key_encoding
 from refgrid.read.cropped import cropped_chunks, padded_arrays, padded_mask, portable_grid
 from refgrid.writers.kerchunk_v2 import require_regular
 from refgrid.writers.refs import dumps
 
+if TYPE_CHECKING:  # the icechunk extra, imported by import_extra where it is used
+    from icechunk import IcechunkStore, Repository, RepositoryConfig, Session
+    from zarr.core.buffer import Buffer
 
-def rectilinear_supported(icechunk: Any) -> bool:
+
+def rectilinear_supported(icechunk: ModuleType) -> bool:
     """Icechunk 2 stores rectilinear grids; 1.x only regular ones."""
     return int(str(icechunk.__version__).split(".")[0]) >= 2
 
 
-def local_access(icechunk: Any) -> Any:
+def local_access(icechunk: ModuleType) -> object:
     """The credential that lets a repository read ``file://`` containers: Icechunk 2's
     explicit ``LocalFileSystemAccess`` (``None`` is deprecated there), ``None`` on 1.x."""
     return getattr(icechunk.credentials, "LocalFileSystemAccess", None)
@@ -58,7 +64,7 @@ def location(url: str) -> str:
 
 
 def local_repository(path: str | os.PathLike[str], sources: Iterable[str] = (),
-                     echo: Callable[[str], object] | None = None) -> Any:
+                     echo: Callable[[str], object] | None = None) -> Repository:
     """The Icechunk repository at local ``path``, opened with every virtual chunk container
     it has authorized — how to reopen one refgrid wrote, to read it — and, given local
     ``sources``, created when absent with a container for the directory they share (one
@@ -99,7 +105,7 @@ def local_repository(path: str | os.PathLike[str], sources: Iterable[str] = (),
         raise
     except Exception as e:  # icechunk's own errors
         raise WriteError(f"cannot open the Icechunk repository {path}: {type(e).__name__}: "
-                         f"{e}") from None
+                         f"{e}") from e
 
 
 def _shared_directory(urls: list[str]) -> str:
@@ -109,15 +115,16 @@ def _shared_directory(urls: list[str]) -> str:
     return "file://" + common.rstrip("/") + "/"
 
 
-def _add_containers(icechunk: Any, config: Any, prefixes: list[str]) -> None:
+def _add_containers(icechunk: ModuleType, config: RepositoryConfig,
+                    prefixes: list[str]) -> None:
     for prefix in prefixes:
         config.set_virtual_chunk_container(icechunk.VirtualChunkContainer(
             prefix, icechunk.local_filesystem_store(prefix.removeprefix("file://"))))
 
 
-def write_icechunk(group: VirtualGroup, target: Any, *, message: str | None = None,
-                   branch: str = "main",
-                   storage_options: dict[str, Any] | None = None) -> str:
+def write_icechunk(group: VirtualGroup, target: Repository | Session, *,
+                   message: str | None = None, branch: str = "main",
+                   storage_options: StorageOptions | None = None) -> str:
     """Write ``group`` into ``target`` (an Icechunk ``Repository``, whose ``branch`` gets a
     new commit, or a writable ``Session``, which is committed) and return the snapshot id.
     ``storage_options`` reach the sources of the padded chunks that are copied."""
@@ -127,8 +134,8 @@ def write_icechunk(group: VirtualGroup, target: Any, *, message: str | None = No
             if isinstance(node, VirtualArray):
                 require_regular(path, node, f"Icechunk {icechunk.__version__} output (Icechunk "
                                             ">= 2, on Python >= 3.12, stores rectilinear grids)")
-    session = target.writable_session(branch) if isinstance(target, icechunk.Repository) \
-        else target
+    session = cast("Repository", target).writable_session(branch) \
+        if isinstance(target, icechunk.Repository) else cast("Session", target)
     if getattr(session, "read_only", False):
         raise WriteError("the Icechunk session is read-only: pass a writable session or the "
                          "repository")
@@ -147,16 +154,19 @@ def write_icechunk(group: VirtualGroup, target: Any, *, message: str | None = No
     check = SourceCheck(group.sources, storage_options)
     for path, node in padded.items():
         for coords, data in cropped_chunks(path, node, storage_options or {}, check):
-            sync(store.set(chunk_key(path, coords), buffer.from_bytes(data)))
+            if data is None:  # absent: missing in Icechunk too
+                continue
+            sync(store.set(chunk_key(path, coords, key_encoding(node)),
+                           buffer.from_bytes(data)))
     try:
         return str(session.commit(message or "refgrid: write virtual references"))
     except Exception as e:  # icechunk's own errors (conflicts, nothing to commit...)
         raise WriteError(f"cannot commit to the Icechunk repository: {type(e).__name__}: "
-                         f"{e}") from None
+                         f"{e}") from e
 
 
-def _chunk_refs(icechunk: Any, store: Any, path: str, array: VirtualArray,
-                sources: Any, buffer: Any) -> None:
+def _chunk_refs(icechunk: ModuleType, store: IcechunkStore, path: str, array: VirtualArray,
+                sources: Mapping[str, SourceIdentity], buffer: type[Buffer]) -> None:
     from zarr.core.sync import sync
 
     manifest = array.manifest
@@ -175,22 +185,21 @@ def _chunk_refs(icechunk: Any, store: Any, path: str, array: VirtualArray,
                              f"repository's virtual chunk containers, e.g. {bad}; add an "
                              "icechunk.VirtualChunkContainer for its prefix")
     for coords, data in manifest.inline.items():
-        sync(store.set(chunk_key(path, coords), buffer.from_bytes(data)))
+        sync(store.set(chunk_key(path, coords, key_encoding(array)),
+                       buffer.from_bytes(data)))
 
 
 def _without_padded(array: VirtualArray) -> VirtualArray:
     """``array`` on its portable grid, its padded interior chunks marked missing (they are
     written as Icechunk's own chunks instead of virtual references)."""
-    manifest = array.manifest
-    mask = padded_mask(array.grid)
-    path_id = np.where(mask, MISSING, manifest.path_id).astype(manifest.path_id.dtype)
-    inline = {c: d for c, d in manifest.inline.items() if not mask[c]}
-    return replace(array, grid=portable_grid(array.grid),
-                   manifest=ChunkManifest(manifest.paths, path_id, manifest.offset,
-                                          manifest.length, inline))
+    built = ManifestBuilder.of(array.manifest)
+    built.missing(np.flatnonzero(padded_mask(array.grid)))
+    return replace(array, grid=portable_grid(array.grid), manifest=built.build())
 
 
-def _checksum(identity: SourceIdentity | None) -> dict[str, Any]:
+def _checksum(identity: SourceIdentity | None) -> dict[str, str | dt.datetime]:
+    """The keyword arguments of ``VirtualChunkSpec`` that let Icechunk refuse a changed
+    source."""
     if identity is None:
         return {}
     if "etag" in identity:

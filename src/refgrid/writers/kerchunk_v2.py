@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from collections.abc import Mapping
 
 from refgrid.codecs.filters import CodecJSON, Pipeline, stored_dtype
 from refgrid.codecs.numcodecs_v2 import SIZED
 from refgrid.core.dtypes import split_bookkeeping, zarr_dtype
 from refgrid.core.keys import ZARRAY, ZATTRS, ZGROUP
+from refgrid.core.typed import JSONObject
 from refgrid.errors import WriteError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 
 
-def v2_documents(group: VirtualGroup) -> dict[str, dict[str, Any]]:
+def v2_documents(group: VirtualGroup) -> dict[str, dict[str, object]]:
     """Every node's v2 documents, keyed ``.zgroup``, ``tas/.zarray``, ``tas/.zattrs``..."""
-    out: dict[str, dict[str, Any]] = {ZGROUP: {"zarr_format": 2}, ZATTRS: _plain(group.attrs)}
+    out: dict[str, dict[str, object]] = {ZGROUP: {"zarr_format": 2}, ZATTRS: _plain(group.attrs)}
     for path, node in group.walk():
         if isinstance(node, VirtualGroup):
             out[f"{path}/{ZGROUP}"] = {"zarr_format": 2}
@@ -40,7 +41,7 @@ def v2_documents(group: VirtualGroup) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _plain(attrs: Any, also: str | None = None) -> dict[str, Any]:
+def _plain(attrs: Mapping[str, object], also: str | None = None) -> dict[str, object]:
     """Attributes for readers that are not refgrid: without refgrid's bookkeeping (kept in
     the references' own section) and ``also``."""
     return {k: v for k, v in split_bookkeeping(attrs)[0].items() if k != also}
@@ -62,20 +63,21 @@ def require_regular(path: str, array: VirtualArray, what: str) -> RectilinearGri
         "rectilinear grid) instead")
 
 
-def _array_documents(path: str, array: VirtualArray) -> tuple[dict[str, Any], dict[str, Any]]:
+def _array_documents(path: str, array: VirtualArray
+                     ) -> tuple[dict[str, object], dict[str, object]]:
     grid = require_regular(path, array, "kerchunk-v2 output")
     chunks = list(grid.chunk_shape or ())
     filters, compressor = _v2_codecs(path, array, math.prod(chunks))
     dtype, fill, moved = _v2_dtype_and_fill(path, array)
     zarray = {"zarr_format": 2, "shape": list(array.shape), "chunks": chunks, "dtype": dtype,
-              "fill_value": fill, "order": "C", "filters": filters or None,
+              "fill_value": fill, "order": _v2_order(path, array), "filters": filters or None,
               "compressor": compressor, "dimension_separator": "."}
     attrs = _plain(array.attrs, "_FillValue" if moved else None)
     attrs["_ARRAY_DIMENSIONS"] = list(array.dims)
     return zarray, attrs
 
 
-def _v2_dtype_and_fill(path: str, array: VirtualArray) -> tuple[Any, Any, bool]:
+def _v2_dtype_and_fill(path: str, array: VirtualArray) -> tuple[object, object, bool]:
     """The ``dtype`` and ``fill_value`` of ``.zarray``, and whether the CF ``_FillValue``
     became that fill value (xarray reads it from there in v2); without one that fits the
     type, a fill only where some chunk is missing."""
@@ -97,8 +99,20 @@ def _v2_dtype_and_fill(path: str, array: VirtualArray) -> tuple[Any, Any, bool]:
     return name, None, False
 
 
+def _v2_order(path: str, array: VirtualArray) -> str:
+    """Zarr v2's memory order: a ``transpose`` codec that reverses the axes is ``"F"``; any
+    other permutation has no v2 form."""
+    order = Pipeline.of(list(array.codecs)).order
+    if order is None or order == tuple(range(len(order))):
+        return "C"
+    if order == tuple(reversed(range(len(order)))):
+        return "F"
+    raise WriteError(f"array {path!r}: a transpose to {list(order)} has no Zarr v2 form; "
+                     "write format='json' (Zarr v3) instead")
+
+
 def _v2_codecs(path: str, array: VirtualArray,
-               chunk_elements: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+               chunk_elements: int) -> tuple[list[JSONObject], JSONObject | None]:
     pipeline = Pipeline.of(list(array.codecs))
     nbytes = chunk_elements * array.dtype.itemsize
     stages = [_v2_codec(path, c, nbytes) for c in pipeline.filters]
@@ -110,7 +124,7 @@ def _v2_codecs(path: str, array: VirtualArray,
     return stages, None
 
 
-def _v2_codec(path: str, codec: CodecJSON, nbytes: int) -> dict[str, Any]:
+def _v2_codec(path: str, codec: CodecJSON, nbytes: int) -> JSONObject:
     name, config = codec["name"], dict(codec.get("configuration", {}))
     if name in ("vlen-utf8", "vlen-bytes"):
         return {"id": name}

@@ -21,19 +21,22 @@ import contextlib
 import hashlib
 import os
 import shutil
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from refgrid.core.keys import chunk_key
 from refgrid.core.sources import SourceCheck, SourceIdentity
+from refgrid.core.typed import StorageOptions
 from refgrid.errors import WriteError
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import INLINE, ChunkManifest
+from refgrid.model.manifest import ManifestBuilder
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.read.cropped import cropped_chunks, padded_arrays, portable_grid
 from refgrid.writers.atomic import TEMPORARY, clean_leftovers, temporary_for
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 Padded = Literal["encoded", "rewrite"]
 PADDED_CHOICES: tuple[Padded, ...] = ("encoded", "rewrite")
@@ -81,7 +84,7 @@ def needs_rewrite(group: VirtualGroup) -> bool:
 
 def rewrite_padded(group: VirtualGroup, sidecar: Path, *,
                    inline_limit: int = INLINE_LIMIT,
-                   storage_options: Mapping[str, Any] | None = None
+                   storage_options: StorageOptions | None = None
                    ) -> tuple[VirtualGroup, PaddedRewrite]:
     """``group`` with every padded interior chunk cropped to its logical extent, and a
     report. Chunk files go under a new ``sidecar/<hash>/`` directory; the caller swaps the
@@ -106,7 +109,7 @@ def rewrite_padded(group: VirtualGroup, sidecar: Path, *,
             shutil.rmtree(staging, ignore_errors=True)
     except OSError as e:
         shutil.rmtree(staging, ignore_errors=True)
-        raise WriteError(f"cannot write padded chunks under {sidecar}: {e}") from None
+        raise WriteError(f"cannot write padded chunks under {sidecar}: {e}") from e
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -149,10 +152,12 @@ class _Rewritten:
 
 
 def _rewrite_array(path: str, array: VirtualArray, staging: Path, inline_limit: int,
-                   storage_options: dict[str, Any], check: SourceCheck,
-                   digest: Any) -> _Rewritten:
+                   storage_options: StorageOptions, check: SourceCheck,
+                   digest: _Hash) -> _Rewritten:
     out = _Rewritten(0, 0, {}, {}, portable_grid(array.grid))
     for coords, encoded in cropped_chunks(path, array, storage_options, check):
+        if encoded is None:  # absent (writers size such chunks first: not met here)
+            continue
         out.count += 1
         out.nbytes += len(encoded)
         if len(encoded) <= inline_limit:
@@ -169,22 +174,14 @@ def _rewrite_array(path: str, array: VirtualArray, staging: Path, inline_limit: 
 
 def _with_chunks(array: VirtualArray, done: _Rewritten, final: Path | None,
                  sources: dict[str, SourceIdentity]) -> VirtualArray:
-    manifest = array.manifest
-    paths = list(manifest.paths)
-    path_id, offset = manifest.path_id.copy(), manifest.offset.copy()
-    length = manifest.length.copy()
-    inline = dict(manifest.inline)
+    built = ManifestBuilder.of(array.manifest)
     for coords, data in done.inline.items():
-        path_id[coords], offset[coords], length[coords] = INLINE, 0, 0
-        inline[coords] = data
+        built.inlined(coords, data)
     for coords, (relative, nbytes) in done.files.items():
         assert final is not None
         url = str((final / relative).resolve())
         # its size only: the directory is named by the hash of its contents, and a copy
         # of references and sidecar (a new modification time) is the same output
         sources[url] = {"size": os.stat(url).st_size, "rewritten": True}
-        path_id[coords], offset[coords], length[coords] = len(paths), 0, nbytes
-        inline.pop(coords, None)
-        paths.append(url)
-    return replace(array, grid=done.grid,
-                   manifest=ChunkManifest(tuple(paths), path_id, offset, length, inline))
+        built.range(coords, url, 0, nbytes)
+    return replace(array, grid=done.grid, manifest=built.build())

@@ -71,7 +71,7 @@ def write_references(group: VirtualGroup, path: str | os.PathLike[str], *,
         finally:
             temporary.unlink(missing_ok=True)
     except OSError as e:
-        raise WriteError(f"cannot write {chosen} references to {target}: {e}") from None
+        raise WriteError(f"cannot write {chosen} references to {target}: {e}") from e
     return target
 
 

@@ -14,22 +14,25 @@ import base64
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from refgrid.core.keys import METADATA, chunk_key, chunk_key_v2
 from refgrid.core.sources import SOURCES_KEY
+from refgrid.core.typed import JSON, JSONObject
 from refgrid.core.util import gc_paused
 from refgrid.grid.rectilinear import GridForm
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.model.zarr_json import consolidated, documents
+from refgrid.model.zarr_json import consolidated, documents, key_encoding
 from refgrid.writers.kerchunk_v2 import v2_documents
 from refgrid.writers.section import Portable, section
 
+KeyOf = Callable[[str, tuple[int, ...], VirtualArray], str]
+"""(array path, chunk coordinates, the array) → the chunk's key."""
+
 
 def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto",
-                sidecar: Path | None = None) -> dict[str, Any]:
+                sidecar: Path | None = None) -> JSONObject:
     """The kerchunk v1 reference dict of ``group`` (metadata documents included). Where
     every array's grid is regular, the root's document carries every node's as consolidated
     metadata, so stock zarr and xarray open it in one read, without a warning; a rectilinear
@@ -42,30 +45,31 @@ def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto",
            if isinstance(array, VirtualArray)) and grid_form == "auto":
         nodes = {key[:-len(METADATA)].rstrip("/"): doc for key, doc in docs.items()}
         docs[METADATA] = consolidated(nodes[""], nodes)  # type: ignore[assignment]
-    return _references(group, {k: dumps(d) for k, d in docs.items()}, chunk_key,
+    return _references(group, {k: dumps(d) for k, d in docs.items()},
+                       lambda path, coords, array: chunk_key(path, coords, key_encoding(array)),
                        Portable(sidecar))
 
 
-def to_kerchunk_v2(group: VirtualGroup) -> dict[str, Any]:
+def to_kerchunk_v2(group: VirtualGroup) -> JSONObject:
     """Classic kerchunk references of ``group``: Zarr v2 keys and documents (regular grids
     only; a rectilinear array is a :class:`~refgrid.errors.WriteError` naming it)."""
     return _references(group, {k: dumps(d) for k, d in v2_documents(group).items()},
-                       chunk_key_v2, Portable(None))
+                       lambda path, coords, array: chunk_key_v2(path, coords), Portable(None))
 
 
 def _references(group: VirtualGroup, metadata: dict[str, str],
-                key_of: Callable[[str, tuple[int, ...]], str],
-                portable: Portable) -> dict[str, Any]:
+                key_of: KeyOf,
+                portable: Portable) -> JSONObject:
     arrays = [(path, node) for path, node in group.walk() if isinstance(node, VirtualArray)]
     names = {portable(url) for _, array in arrays for url in array.manifest.paths}
     templates: dict[str, str] | None = {} if len(names) > 1 else None
-    refs: dict[str, Any] = dict(metadata)
+    refs: dict[str, JSON] = dict(metadata)
     with gc_paused():  # 10^5 small lists: the collector would walk them again and again
         for path, array in arrays:
             _chunk_refs(path, array, templates, refs, key_of, portable)
     # refgrid's section first (readers check the sources against it; fsspec ignores it):
     # its first bytes tell xarray the file is refgrid's (read/backend.owned_output)
-    out: dict[str, Any] = {SOURCES_KEY: section(group, portable), "version": 1}
+    out: JSONObject = {SOURCES_KEY: section(group, portable), "version": 1}
     if templates or portable.template:
         out["templates"] = {**{v: k for k, v in (templates or {}).items()},
                             **portable.template}
@@ -74,7 +78,7 @@ def _references(group: VirtualGroup, metadata: dict[str, str],
 
 
 def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str] | None,
-                refs: dict[str, Any], key_of: Callable[[str, tuple[int, ...]], str],
+                refs: dict[str, JSON], key_of: KeyOf,
                 portable: Portable) -> None:
     """``templates`` is None where URLs are written plainly (a sidecar's files are always
     written through its own template)."""
@@ -86,11 +90,11 @@ def _chunk_refs(path: str, array: VirtualArray, templates: dict[str, str] | None
     flat, ids, offsets, lengths = manifest.stored()
     axes = np.unravel_index(flat, manifest.shape) if manifest.shape else ()
     for k, (pid, off, n) in enumerate(zip(ids, offsets, lengths, strict=True)):
-        key = key_of(path, tuple(int(c[k]) for c in axes))
+        key = key_of(path, tuple(int(c[k]) for c in axes), array)
         refs[key] = [names[pid], off, n]
     for coords, data in manifest.inline.items():  # ChunkManifest checks they are marked INLINE
-        refs[key_of(path, coords)] = "base64:" + base64.b64encode(data).decode("ascii")
+        refs[key_of(path, coords, array)] = "base64:" + base64.b64encode(data).decode("ascii")
 
 
-def dumps(document: Mapping[str, Any]) -> str:
+def dumps(document: Mapping[str, object]) -> str:
     return json.dumps(document, separators=(",", ":"))

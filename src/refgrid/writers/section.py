@@ -7,9 +7,10 @@ references and sidecar copied or moved together still read (:mod:`refgrid.core.s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from refgrid.core.sources import ATTRIBUTES_KEY, SIDECAR_KEY, SIDECAR_TEMPLATE
+from refgrid.core.typed import JSONObject
 from refgrid.model.virtual import VirtualGroup
 from refgrid.model.zarr_json import bookkeeping
 
@@ -35,9 +36,10 @@ class Portable:
         return {SIDECAR_TEMPLATE.strip("{}"): str(self.directory.resolve())}
 
 
-def section(group: VirtualGroup, portable: Portable, **more: Any) -> dict[str, Any]:
-    """The section for ``group`` (empty parts left out)."""
-    out: dict[str, Any] = {}
+def section(group: VirtualGroup, portable: Portable, **more: object) -> JSONObject:
+    """The section for ``group`` (empty parts left out); ``more``: other JSON values (the
+    parquet writer's record digests)."""
+    out: dict[str, object] = {}
     if group.sources:
         out["sources"] = {portable(url): identity for url, identity in group.sources.items()}
     kept = bookkeeping(group)
@@ -45,4 +47,5 @@ def section(group: VirtualGroup, portable: Portable, **more: Any) -> dict[str, A
         out[ATTRIBUTES_KEY] = kept
     if portable.directory is not None:
         out[SIDECAR_KEY] = portable.directory.name
-    return {**out, **more}
+    # identities (TypedDicts), attribute values as the documents hold them: all JSON
+    return cast(JSONObject, {**out, **more})

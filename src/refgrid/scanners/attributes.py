@@ -8,10 +8,10 @@ them; NaN and infinities stay floats (JSON writers emit them as ``NaN``/``Infini
 
 from __future__ import annotations
 
-from typing import Any
-
 import h5py
 import numpy as np
+
+from refgrid.core.typed import JSON
 
 
 class UnrepresentableAttribute(ValueError):
@@ -22,7 +22,7 @@ def decode_text(value: bytes) -> str:
     return value.decode("utf-8", errors="replace")
 
 
-def attribute_value(value: Any) -> Any:
+def attribute_value(value: object) -> JSON:
     """The JSON-compatible form of one attribute value."""
     if isinstance(value, h5py.Empty):  # a null dataspace: netCDF4 reads "" or no values
         return "" if value.dtype.kind in "SUO" else []
@@ -39,8 +39,9 @@ def attribute_value(value: Any) -> Any:
     raise UnrepresentableAttribute(f"values of type {type(value).__name__} have no JSON form")
 
 
-def _array_value(value: np.ndarray) -> Any:
+def _array_value(value: np.ndarray) -> JSON:
     kind = value.dtype.kind
+    items: list[JSON]
     if value.dtype.fields is not None or kind == "V":
         raise UnrepresentableAttribute(f"compound/opaque value of type {value.dtype}")
     if kind == "O":

@@ -24,27 +24,29 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Literal, NoReturn
 
 from refgrid.core.inputs import DATA_SUFFIXES, is_pattern
 from refgrid.core.keys import METADATA, ZMETADATA
 from refgrid.core.sources import filesystem
+from refgrid.core.typed import StorageOptions
 from refgrid.errors import (
     ArgumentError,
     FormatError,
     GridError,
     ModelError,
+    NotFoundError,
     RefgridError,
     ScanError,
 )
 from refgrid.model.virtual import VirtualGroup
-from refgrid.scan.allowed import check_sources, default_allowed
-from refgrid.scan.options import OnError, ScanOptions
-from refgrid.scan.source import Source
+from refgrid.scanners.allowed import check_sources, default_allowed
+from refgrid.scanners.options import OnError, ScanOptions
+from refgrid.scanners.source import Source
 
 Format = Literal["hdf5", "netcdf3", "json", "parquet", "zarr"]
 Scanner = Callable[[Source, ScanOptions], VirtualGroup]
-Input = str | os.PathLike[str] | Mapping[str, Any]
+Input = str | os.PathLike[str] | Mapping[str, object]
 """What :func:`scan` accepts: a path or URL, or a loaded reference dict."""
 
 
@@ -53,18 +55,18 @@ def scanner(kind: Format) -> Scanner:
     """The scanner of ``kind``, imported when first asked for: reading references needs
     neither h5py nor, for JSON, pyarrow."""
     if kind == "hdf5":
-        from refgrid.scan.hdf5 import scan_hdf5
+        from refgrid.scanners.hdf5 import scan_hdf5
         return scan_hdf5
     if kind == "netcdf3":
-        from refgrid.scan.netcdf3 import scan_netcdf3
+        from refgrid.scanners.netcdf3 import scan_netcdf3
         return scan_netcdf3
     if kind == "json":
-        from refgrid.scan.json_refs import scan_json
+        from refgrid.scanners.json_refs import scan_json
         return scan_json
     if kind == "parquet":
-        from refgrid.scan.parquet import scan_parquet
+        from refgrid.scanners.parquet import scan_parquet
         return scan_parquet
-    from refgrid.scan.zarr_store import scan_zarr_store
+    from refgrid.scanners.zarr_store import scan_zarr_store
     return scan_zarr_store
 
 
@@ -82,7 +84,7 @@ def scan(
     fallback_inline_limit: int = ScanOptions.fallback_inline_limit,
     contiguous_chunk_bytes: int = ScanOptions.contiguous_chunk_bytes,
     allowed_sources: Sequence[str] | None = None,
-    **storage_options: Any,
+    **storage_options: object,
 ) -> VirtualGroup:
     """Scan one HDF5 / NetCDF4 / NetCDF3 file, a reference set (kerchunk or refgrid JSON,
     parquet directory, or a loaded dict) or a Zarr v3 store, local or remote (any fsspec URL).
@@ -110,7 +112,7 @@ def scan(
                             f"refgrid batch from the shell)")
     try:
         if isinstance(source, Mapping):
-            from refgrid.scan.json_refs import reference_dict_to_group
+            from refgrid.scanners.json_refs import reference_dict_to_group
 
             group = reference_dict_to_group(source, where, storage_options)
             kind: Format = "json"
@@ -198,7 +200,7 @@ def _directory_format(source: Source) -> Format | None:
 
 def _not_an_input_directory(source: Source) -> NoReturn:
     if not source.is_local and not source.is_directory():
-        raise ScanError(source.url, None, "file not found")
+        raise NotFoundError(source.url, None, "file not found")
     hint = ""
     if source.is_local:
         root = Path(source.url.removeprefix("file://"))
@@ -213,7 +215,7 @@ def _not_an_input_directory(source: Source) -> NoReturn:
                       f"and no {ZMETADATA}: not kerchunk parquet references{hint}")
 
 
-def _exists(url: str, storage_options: dict[str, Any]) -> bool:
+def _exists(url: str, storage_options: StorageOptions) -> bool:
     """Whether a path with glob characters names a file as it is (names may hold ``[``)."""
     try:
         fs, path = filesystem(url, storage_options)

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import cast
 
+import fsspec
 import numpy as np
 
+from refgrid.codecs.filters import CodecJSON
+from refgrid.core.keys import coordinates
 from refgrid.errors import FormatError
 from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.scan.v3_refs import ChunkRefs
+from refgrid.model.zarr_json import ArrayDocument
+from refgrid.scanners.v3_refs import ChunkRefs
 
 SHARDING = "sharding_indexed"
 EMPTY = 2**64 - 1
@@ -27,32 +31,35 @@ EMPTY = 2**64 - 1
 CHECKSUM_BYTES = {"crc32c": 4}
 
 
-def is_sharded(doc: Mapping[str, Any]) -> bool:
-    codecs = doc.get("codecs") or []
+def is_sharded(doc: Mapping[str, object]) -> bool:
+    """Whether an array's ``zarr.json`` (as read: unchecked) starts with sharding."""
+    codecs = cast(ArrayDocument, doc).get("codecs") or []
     return bool(codecs) and isinstance(codecs[0], Mapping) and codecs[0].get("name") == SHARDING
 
 
-def unshard(doc: Mapping[str, Any], shards: ChunkRefs, fs: Any, paths: Mapping[str, str],
-            where: str) -> tuple[dict[str, Any], ChunkRefs]:
+def unshard(doc: Mapping[str, object], shards: ChunkRefs, fs: fsspec.AbstractFileSystem,
+            paths: Mapping[str, str], where: str) -> tuple[dict[str, object], ChunkRefs]:
     """The document and chunk references of a sharded array as an array of its inner chunks.
 
     ``shards``: (shard coordinates ``"0/1"``, ``[url, 0, size]``) per shard file; ``paths``:
-    url → the path ``fs`` reads it by. One batched request reads every shard's index."""
-    config = doc["codecs"][0].get("configuration") or {}
+    url → the path ``fs`` reads it by. One batched request reads every shard's index.
+    ``doc``: a sharded array's document as read, fields unchecked until used."""
+    array = cast(ArrayDocument, doc)
+    config = array["codecs"][0].get("configuration") or {}
     try:
         inner = [int(n) for n in config["chunk_shape"]]
         codecs = list(config.get("codecs") or [])
         index_codecs = list(config.get("index_codecs") or [{"name": "bytes"}])
         location = config.get("index_location", "end")
-        shape = [int(n) for n in doc["shape"]]
+        shape = [int(n) for n in array["shape"]]
     except (KeyError, TypeError, ValueError) as e:
-        raise FormatError(where, None, f"unusable sharding_indexed codec: {e}") from None
+        raise FormatError(where, None, f"unusable sharding_indexed codec: {e}") from e
     if any(isinstance(c, Mapping) and c.get("name") == SHARDING for c in codecs):
         raise FormatError(where, None, "nested sharding is not supported")
     if location not in ("start", "end") or len(inner) != len(shape) or min(inner, default=1) < 1:
         raise FormatError(where, None, f"unusable sharding_indexed codec: chunk_shape {inner}, "
                           f"index_location {location!r} for shape {shape}")
-    outer = parse_chunk_grid(doc["chunk_grid"], shape)
+    outer = parse_chunk_grid(array["chunk_grid"], shape)
     per_shard = [outer.encoded_lengths(d) // inner[d] for d in range(len(shape))]
     for d in range(len(shape)):
         if (outer.encoded_lengths(d) % inner[d]).any():
@@ -62,7 +69,7 @@ def unshard(doc: Mapping[str, Any], shards: ChunkRefs, fs: Any, paths: Mapping[s
     index = _read_indexes(shards, per_shard, index_codecs, location, fs, paths, where)
     refs: ChunkRefs = []
     for tail, value in shards:
-        coords = tuple(int(c) for c in tail.split("/")) if tail else ()
+        coords = coordinates(tail)
         entries = index.get(tail)
         if entries is None:
             continue
@@ -91,14 +98,15 @@ def _inner_grid(outer: RectilinearGrid, per_shard: Sequence[np.ndarray],
     return RectilinearGrid.from_lengths(logical, encoded), first
 
 
-def _read_indexes(shards: ChunkRefs, per_shard: Sequence[np.ndarray], index_codecs: list[Any],
-                  location: str, fs: Any, paths: Mapping[str, str],
+def _read_indexes(shards: ChunkRefs, per_shard: Sequence[np.ndarray],
+                  index_codecs: list[object], location: str, fs: fsspec.AbstractFileSystem,
+                  paths: Mapping[str, str],
                   where: str) -> dict[str, np.ndarray]:
     """Each shard's index as an array (inner chunks..., 2) of (offset, length)."""
     endian, checksum = _index_format(index_codecs, where)
     plans = []
     for tail, value in shards:
-        coords = tuple(int(c) for c in tail.split("/")) if tail else ()
+        coords = coordinates(tail)
         counts = tuple(int(per_shard[d][c]) for d, c in enumerate(coords))
         nbytes = 16 * math.prod(counts) + checksum
         size = int(value[2])
@@ -121,13 +129,14 @@ def _read_indexes(shards: ChunkRefs, per_shard: Sequence[np.ndarray], index_code
     return out
 
 
-def _index_format(codecs: list[Any], where: str) -> tuple[str, int]:
+def _index_format(codecs: list[object], where: str) -> tuple[str, int]:
     """(byte order, checksum length) of a shard index: ``bytes`` then optionally ``crc32c``."""
     names = [str(c.get("name")) if isinstance(c, Mapping) else "?" for c in codecs]
     if not names or names[0] != "bytes" or any(n not in CHECKSUM_BYTES for n in names[1:]):
         raise FormatError(where, None, f"shard index codecs {names} are not supported "
                           "(bytes, optionally crc32c)")
-    endian = ((codecs[0].get("configuration") or {}).get("endian", "little"))
+    first = cast(CodecJSON, codecs[0])  # a mapping: its name is "bytes"
+    endian = ((first.get("configuration") or {}).get("endian", "little"))
     checksum = sum(CHECKSUM_BYTES[n] for n in names[1:])
     return ("<" if endian == "little" else ">"), checksum
 
@@ -138,4 +147,4 @@ def _verified(blob: bytes, url: str) -> bytes:
     try:
         return bytes(CRC32C().decode(blob))
     except (RuntimeError, ValueError) as e:
-        raise FormatError(url, None, f"shard index fails its checksum: {e}") from None
+        raise FormatError(url, None, f"shard index fails its checksum: {e}") from e

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 import fsspec
 
 from refgrid.core.sources import (
     SourceIdentity,
+    absent,
     filesystem,
     held,
     identity_from_info,
     identity_of,
-    not_found,
 )
+from refgrid.core.typed import StorageOptions
 from refgrid.core.util import lazy
 from refgrid.errors import ScanError
 
@@ -39,10 +40,10 @@ class Source:
     """A file to scan: its URL as references will name it, and how to reach it."""
 
     url: str
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    storage_options: dict[str, object] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, url: str | os.PathLike[str], storage_options: dict[str, Any]) -> Source:
+    def of(cls, url: str | os.PathLike[str], storage_options: StorageOptions) -> Source:
         text = os.fspath(url)
         if "://" not in text or text.startswith("file://"):
             text = os.path.abspath(text.removeprefix("file://"))
@@ -67,12 +68,12 @@ class Source:
                 return identity_from_info(self.remote_info)
             return identity_of(self.url, self.storage_options)
         except FileNotFoundError as e:
-            raise ScanError(self.url, None, not_found(e)) from None
+            raise absent(self.url, e) from e
         except OSError as e:
-            raise ScanError(self.url, None, f"cannot read: {e}") from None
+            raise ScanError(self.url, None, f"cannot read: {e}") from e
 
     @lazy
-    def remote_info(self) -> dict[str, Any]:
+    def remote_info(self) -> dict[str, object]:
         """fsspec's ``info`` of a remote file (one ``HEAD``), kept: the identity comes from
         it, and a file object opened on it is handed it rather than asking again."""
         fs, path = self.filesystem()
@@ -114,9 +115,9 @@ class Source:
             fs, path = self.filesystem()
             return fs.cat_file(path, start=offset, end=offset + nbytes)
         except FileNotFoundError as e:
-            raise ScanError(self.url, None, not_found(e)) from None
+            raise absent(self.url, e) from e
         except OSError as e:
-            raise ScanError(self.url, None, f"cannot read: {e}") from None
+            raise ScanError(self.url, None, f"cannot read: {e}") from e
 
     @contextmanager
     def open(self) -> Iterator[str | IO[bytes]]:
@@ -140,10 +141,10 @@ class Source:
                     f.details = self.remote_info  # s3fs asks again at the first read otherwise
                 yield f
         except FileNotFoundError as e:
-            raise ScanError(self.url, None, not_found(e)) from None
+            raise absent(self.url, e) from e
 
 
-def file_sizes(urls: Sequence[str], storage_options: Mapping[str, Any],
+def file_sizes(urls: Sequence[str], storage_options: StorageOptions,
                where: str) -> dict[str, int]:
     """Sizes of many files (concurrently for remote filesystems): kerchunk's whole-file
     references (``[url]``) become byte ranges ``[url, 0, size]``."""
@@ -157,6 +158,23 @@ def file_sizes(urls: Sequence[str], storage_options: Mapping[str, Any],
             found = fs.sizes([fs._strip_protocol(u) for u in group])
         except FileNotFoundError as e:
             raise ScanError(where, None, f"a whole-file reference names a missing file: "
-                            f"{e}") from None
+                            f"{e}") from e
         sizes.update(zip(group, (int(n) for n in found), strict=True))
     return sizes
+
+
+def sizes_or_absent(urls: Sequence[str], storage_options: StorageOptions
+                    ) -> dict[str, int | None]:
+    """Each file's size, None for one that does not exist (a chunk file a Zarr store never
+    wrote); asked concurrently."""
+    from refgrid.core.util import thread_pool
+
+    def size(url: str) -> int | None:
+        fs, path = filesystem(url, storage_options)
+        try:
+            return int(fs.size(path))
+        except FileNotFoundError:
+            return None
+
+    pool = thread_pool("refgrid-sizes", 16)
+    return dict(zip(urls, pool.map(size, urls), strict=True))

@@ -28,20 +28,22 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
-from refgrid.codecs.filters import bytes_codec
+from refgrid.codecs.filters import CodecJSON, bytes_codec
 from refgrid.core import cf
 from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, reader_attrs
 from refgrid.core.inputs import expand_counting
+from refgrid.core.typed import Attributes, Untyped
 from refgrid.errors import ArgumentError, CombineError, RefgridError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
-from refgrid.model.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.model.manifest import MISSING, ManifestBuilder
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup, same_value
+from refgrid.model.zarr_json import DIMENSION_NAMES_ATTR, dimension_names
 
 Times = list[cf.TimeEncoding | None]
 """Each file's time encoding of one variable (None: its values are not CF times there)."""
@@ -66,7 +68,7 @@ def combine(
     overlap: Literal["error", "allow"] = "error",
     others: Literal["identical", "stack"] = "identical",
     codecs: Literal["error", "recode"] = "error",
-    storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, object] | None = None,
     fingerprint: Callable[[VirtualArray], str | None] | None = None,
 ) -> VirtualGroup:
     """Concatenate files along ``concat_dim`` (see the module docstring).
@@ -109,7 +111,7 @@ def combine(
 
 
 def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
-                            storage_options: dict[str, Any] | None = None) -> VirtualGroup:
+                            storage_options: dict[str, object] | None = None) -> VirtualGroup:
     """``group`` with each ``concat_dim`` coordinate read and inlined as :func:`combine`
     stores it, and so every other variable along ``concat_dim`` whose values are CF times
     (up to :data:`INLINE_TIMES_LIMIT` bytes): batch workers do this where they scan, so that
@@ -146,7 +148,7 @@ def _once_per_variable(entries: tuple[ReportEntry, ...]) -> tuple[ReportEntry, .
 
 class _Combine:
     def __init__(self, dim: str, overlap: str, others: str, codecs: str,
-                 storage_options: dict[str, Any],
+                 storage_options: dict[str, object],
                  fingerprint: Callable[[VirtualArray], str | None]) -> None:
         self.dim, self.overlap, self.others, self.recode = dim, overlap, others, codecs == "recode"
         self.storage_options = storage_options
@@ -290,10 +292,13 @@ class _Combine:
         attrs = self.attributes([p.attrs for p in parts], labels, where,
                                 skip=TIME_ATTRS if timed else ())
         if self.dim not in first.dims:
-            return replace(self.constant(parts, labels, where, times), attrs=attrs)
+            kept = self.constant(parts, labels, where, times)
+            if DIMENSION_NAMES_ATTR in kept.attrs:  # stacked: a dimension more
+                attrs[DIMENSION_NAMES_ATTR] = kept.attrs[DIMENSION_NAMES_ATTR]
+            return replace(kept, attrs=attrs)
         if first.dims == (self.dim,) and first.name == self.dim:
             return replace(self.coordinate(parts, labels, where, times), attrs=attrs)
-        if timed and any(t != times[0] or p.dtype != first.dtype
+        if timed and any(t != times[0] or _stored_differently(p, first)
                          for t, p in zip(times, parts, strict=True)):
             self.check(parts, labels, where, times, reread=True)
             return replace(_inlined(first, self.times(parts, labels, where, times)),
@@ -306,7 +311,7 @@ class _Combine:
         try:
             joined = VirtualArray.concat(aligned, self.dim)
         except RefgridError as e:
-            raise CombineError(f"{where}: {e}") from None
+            raise CombineError(f"{where}: {e}") from e
         return replace(joined, attrs=attrs)
 
     def check(self, parts: list[VirtualArray], labels: list[str], where: str, times: Times,
@@ -346,29 +351,25 @@ class _Combine:
 
         stored = stored_dtype(part.dtype, first.codecs)
         grid, source = part.grid, part.manifest
-        path_id = np.full(source.shape, MISSING, np.int32)
-        inline = {}
+        built = ManifestBuilder(source.shape)
         for coords in np.argwhere(source.path_id != MISSING):
             key = tuple(int(c) for c in coords)
             values = read(part, grid.chunk_region(key), storage_options=self.storage_options)
             block = np.full(grid.encoded_chunk_shape(key), part.fill_value, dtype=stored)
             block[tuple(slice(0, n) for n in values.shape)] = values
-            inline[key] = encode_chunk(block, first.codecs)
-            path_id[key] = INLINE
+            built.inlined(key, encode_chunk(block, first.codecs))
         self.report.append(ReportEntry(label, where, "inlined", (
             f"codecs {[c['name'] for c in part.codecs]} differ from the first file's "
-            f"{[c['name'] for c in first.codecs]}: {len(inline)} chunks re-encoded and "
+            f"{[c['name'] for c in first.codecs]}: {len(built.inline)} chunks re-encoded and "
             "inlined (data copied)")))
-        zeros = np.zeros(source.shape, np.uint64)
-        return replace(part, codecs=first.codecs,
-                       manifest=ChunkManifest((), path_id, zeros, zeros, inline))
+        return replace(part, codecs=first.codecs, manifest=built.build())
 
     def constant(self, parts: list[VirtualArray], labels: list[str], where: str,
                  times: Times) -> VirtualArray:
         """A variable without the concat dimension: one copy when identical everywhere —
         times compared as the dates they are, whatever units each file wrote them in."""
         first = parts[0]
-        self.check(parts, labels, where, times, reread=True)
+        self.check(parts, labels, where, times, reread=self.others != "stack")
         retimed = any(t != times[0] for t in times)
         if self.others == "stack":
             if retimed:
@@ -376,7 +377,8 @@ class _Combine:
                 raise CombineError(f"{where}: its times are in other units in {_some(odd)} "
                                    f"than in {labels[0]}: stacked files keep one encoding")
             stacked = [_with_leading_axis(p, "file") for p in parts]
-            return VirtualArray.concat([replace(s, attrs=first.attrs) for s in stacked], "file")
+            return VirtualArray.concat([replace(s, attrs=stacked[0].attrs) for s in stacked],
+                                       "file")
         reference = None
         first_digest = self.fingerprint(first)
         odd = []
@@ -410,11 +412,15 @@ class _Combine:
             return False
         attrs = reader_attrs(a.attrs)
         mx, my = cf.stored_mask(x, attrs), cf.stored_mask(y, attrs)
-        return bool(np.array_equal(mx, my) and np.array_equal(
-            cf.decode_times(x[~mx], *a_time), cf.decode_times(y[~my], *b_time)))
+        try:
+            dates = cf.decode_times(x[~mx], *a_time), cf.decode_times(y[~my], *b_time)
+        except Exception as e:  # units xarray cannot decode ("days since last frost")
+            raise CombineError(f"{a.name}: its times cannot be decoded to compare them "
+                               f"({a_time[0]!r} and {b_time[0]!r}): {e}") from e
+        return bool(np.array_equal(mx, my) and np.array_equal(*dates))
 
-    def attributes(self, values: list[Any], labels: list[str], where: str,
-                   skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    def attributes(self, values: list[Mapping[str, object]], labels: list[str], where: str,
+                   skip: tuple[str, ...] = ()) -> Attributes:
         """The first file's attributes; other files' differing values are recorded (not
         refgrid's bookkeeping: each file has its own storage facts, and the combined array
         reports the first file's, as xarray's ``open_mfdataset`` does; nor ``skip``: the
@@ -448,7 +454,7 @@ class _Typed:
     """An attribute's value with its numeric type: a float32 ``scale_factor`` unpacks to
     float32, a float64 one to float64, so equal values of other types do not agree."""
 
-    value: Any
+    value: object
     kind: str
 
     def __eq__(self, other: object) -> bool:
@@ -461,7 +467,7 @@ class _Typed:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _typed(value: Any) -> _Typed | None:
+def _typed(value: object) -> _Typed | None:
     if value is None:
         return None
     if isinstance(value, str | bytes | bool):
@@ -470,7 +476,7 @@ def _typed(value: Any) -> _Typed | None:
     return _Typed(_comparable(value), kind.name if kind.kind in "iufc" else "")
 
 
-def _signature(array: VirtualArray, axis: int | None, timed: bool) -> dict[str, Any]:
+def _signature(array: VirtualArray, axis: int | None, timed: bool) -> dict[str, object]:
     """What must agree across files for ``array``: compared key by key (NaN-aware for
     fill values and attributes; numeric attributes with their types). ``axis``: of the
     concat dimension (None: the array has none); ``timed``: the units and calendar of its
@@ -492,6 +498,14 @@ def _signature(array: VirtualArray, axis: int | None, timed: bool) -> dict[str, 
         **{("attribute dtype" if name == "dtype" else name): _typed(attrs.get(name))
            for name in cf.MEANING_ATTRS if not (timed and name in TIME_ATTRS)},
     }
+
+
+def _stored_differently(a: VirtualArray, b: VirtualArray) -> bool:
+    """Whether two files store a variable in other types, codecs or chunks (one inlined by a
+    batch worker, the other referenced, say): read and written anew, they join."""
+    return a.dtype != b.dtype or _decoding(a.codecs) != _decoding(b.codecs) or any(
+        not np.array_equal(a.grid.lengths(d), b.grid.lengths(d))
+        for d in range(1, a.grid.ndim) if a.grid.ndim == b.grid.ndim)
 
 
 def _retimed(values: np.ndarray, encoding: cf.TimeEncoding, target: cf.TimeEncoding,
@@ -528,12 +542,11 @@ def _inlined(like: VirtualArray, data: np.ndarray) -> VirtualArray:
     """``like`` holding ``data`` as one inline chunk (uncompressed, little-endian)."""
     grid = RectilinearGrid.regular(list(data.shape), [max(1, n) for n in data.shape])
     stored = data.astype(like.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
-    path_id = np.full(grid.chunk_counts, INLINE if data.size else MISSING, np.int32)
-    inline: dict[tuple[int, ...], bytes] = {(0,) * data.ndim: stored.tobytes()} \
-        if data.size else {}
-    zeros = np.zeros(grid.chunk_counts)
+    built = ManifestBuilder(grid.chunk_counts)
+    if data.size:
+        built.inlined((0,) * data.ndim, stored.tobytes())
     return replace(like, dtype=stored.dtype, grid=grid, codecs=(bytes_codec(stored.dtype),),
-                   manifest=ChunkManifest((), path_id, zeros, zeros, inline))
+                   manifest=built.build())
 
 
 def _one_calendar(times: Times, labels: list[str], where: str) -> None:
@@ -556,11 +569,11 @@ def _some(labels: Sequence[str]) -> str:
     return shown + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
 
 
-def _scanned(items: Sources, storage_options: dict[str, Any] | None
+def _scanned(items: Sources, storage_options: dict[str, object] | None
              ) -> tuple[list[VirtualGroup], list[str] | None, list[ReportEntry]]:
     """The groups to combine, their names (None: groups as given), and the report of files
     named more than once."""
-    from refgrid.scan import scan
+    from refgrid.scanners import scan
 
     listed = [items] if isinstance(items, str | os.PathLike) else list(items)
     groups = [x for x in listed if isinstance(x, VirtualGroup)]
@@ -575,7 +588,9 @@ def _scanned(items: Sources, storage_options: dict[str, Any] | None
     found, twice = expand_counting(paths, storage_options)
     report = [ReportEntry(url, "", "duplicate", f"named {n} times: combined once")
               for url, n in twice.items()]
-    return [scan(url, **(storage_options or {})) for url in found], list(found), report
+    # scan's **storage_options would be checked against its other keywords
+    return [scan(url, **cast("dict[str, Any]", storage_options or {}))
+            for url in found], list(found), report
 
 
 def _label(group: VirtualGroup, k: int) -> str:
@@ -596,12 +611,13 @@ def _all_names(groups: list[VirtualGroup], kind: str) -> list[str]:
     return list(names)
 
 
-def _bounds(values: list[np.ndarray], coords: list[VirtualArray]) -> list[Any]:
+def _bounds(values: list[np.ndarray], coords: list[VirtualArray]) -> list[Untyped]:
     """Each file's first and last coordinate value as comparable instants (CF times decoded,
-    one decode per distinct units and calendar), or ``None`` for an empty file."""
+    one decode per distinct units and calendar), or ``None`` for an empty file: numbers,
+    datetime64 or cftime dates (cftime is untyped)."""
     ends = [np.asarray([v[0], v[-1]]) if len(v) else None for v in values]
     keys = [(c.attrs.get("units"), c.attrs.get("calendar", "standard")) for c in coords]
-    out: list[Any] = [None] * len(values)
+    out: list[Untyped] = [None] * len(values)
     for key in set(keys):
         members = [k for k, kk in enumerate(keys) if kk == key and ends[k] is not None]
         if not members:
@@ -615,26 +631,30 @@ def _bounds(values: list[np.ndarray], coords: list[VirtualArray]) -> list[Any]:
     return out
 
 
-def _decoding(codecs: tuple[Any, ...]) -> list[Any]:
+def _decoding(codecs: Sequence[CodecJSON]) -> list[CodecJSON]:
     """Codecs with compression levels removed: what decides how bytes decode."""
     return [{"name": c["name"], "configuration": {
         k: v for k, v in c.get("configuration", {}).items() if k not in LEVEL_KEYS}}
         for c in codecs]
 
 
-def _comparable(value: Any) -> Any:
+def _comparable(value: object) -> object:
     return value.tolist() if isinstance(value, np.ndarray) else value
 
 
-def _brief(value: Any) -> str:
+def _brief(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _with_leading_axis(array: VirtualArray, dim: str) -> VirtualArray:
+    """``array`` with a leading dimension ``dim`` of length 1 (the dimension names its
+    source store left out stay left out)."""
     one = np.ones(1, dtype=np.int64)
     grid = RectilinearGrid((AxisChunks(one, one), *array.grid.axes))
-    m = array.manifest
-    manifest = ChunkManifest(m.paths, m.path_id[None], m.offset[None], m.length[None],
-                             {(0, *k): v for k, v in m.inline.items()})
-    return replace(array, dims=(dim, *array.dims), grid=grid, manifest=manifest)
+    attrs = dict(array.attrs)
+    if DIMENSION_NAMES_ATTR in attrs:
+        attrs[DIMENSION_NAMES_ATTR] = [dim, *(dimension_names(array) or
+                                              [None] * len(array.dims))]
+    return replace(array, dims=(dim, *array.dims), grid=grid, attrs=attrs,
+                   manifest=array.manifest.reshaped((1, *array.manifest.shape)))

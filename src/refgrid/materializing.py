@@ -22,24 +22,30 @@ import json
 import math
 import os
 import shutil
-import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 
 from refgrid.core.sources import SourceCheck
+from refgrid.core.tasks import cluster, progress_bar, scheduler_kind
+from refgrid.core.typed import Untyped
 from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError, RefgridError, WriteError
 from refgrid.explore.advise import advise_chunks
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.read.array import Reader
-from refgrid.scan import Input, scan
+from refgrid.scanners import Input, scan
 from refgrid.writers.atomic import write_file
+
+if TYPE_CHECKING:
+    import xarray as xr
+    from zarr import Array
+    from zarr.abc.codec import BytesBytesCodec
 
 JOURNAL = ".refgrid-materialize"
 KEPT_ENCODING = ("dtype", "scale_factor", "add_offset", "_FillValue", "missing_value", "units",
@@ -48,6 +54,18 @@ KEPT_ENCODING = ("dtype", "scale_factor", "add_offset", "_FillValue", "missing_v
 BLOCK_BYTES = 64 * 2**20
 """A block (one task) is this many bytes of whole target chunks, or one chunk."""
 Chunks = str | Mapping[str, int]
+
+
+class Plan(TypedDict):
+    """What a copy will do (``plan.json`` in the journal): a run continues a store only
+    where the plan is the same."""
+
+    chunks: dict[str, tuple[int, ...]]
+    """The store's chunk shape of each array."""
+    codec: list[str | int]
+    """``[codec, level]``."""
+    sources: str
+    """A digest of the sources' identities."""
 
 
 @dataclass(frozen=True)
@@ -79,11 +97,11 @@ class MaterializeResult:
 
 
 def materialize(refs: Input, out: str | os.PathLike[str], chunks: Chunks = "auto", *,
-                codec: str = "zstd", level: int = 3, scheduler: Any = None,
+                codec: str = "zstd", level: int = 3, scheduler: str | Untyped | None = None,
                 workers: int | None = None, progress: bool | None = None,
                 overwrite: bool = False,
                 target: str | int = "10MiB", block_bytes: int = BLOCK_BYTES,
-                storage_options: dict[str, Any] | None = None) -> MaterializeResult:
+                storage_options: dict[str, object] | None = None) -> MaterializeResult:
     """Copy the dataset ``refs`` (references, a Zarr store, a file: anything refgrid reads)
     into a regular Zarr v3 store at ``out``.
 
@@ -102,7 +120,7 @@ def materialize(refs: Input, out: str | os.PathLike[str], chunks: Chunks = "auto
 
     store = Path(out)
     options = storage_options or {}
-    group = scan(refs, **options)
+    group = scan(refs, **cast("dict[str, Any]", options))  # checked by scan, not by mypy
     plan = _plan(group, chunks, target, codec, level)
     journal = store / JOURNAL
     if (journal / "complete.json").exists() and _same_plan(journal, plan) and not overwrite:
@@ -114,6 +132,7 @@ def materialize(refs: Input, out: str | os.PathLike[str], chunks: Chunks = "auto
             raise WriteError(f"{store}: exists and is not an unfinished copy of this dataset "
                              "with these chunks (overwrite=True / --overwrite replaces it)")
         shutil.rmtree(store)
+    # xarray's annotation leaves out the reference dicts the refgrid engine also reads
     ds = xr.open_dataset(cast(Any, refs), engine="refgrid", chunks={},
                          storage_options=options)
     with _quiet_zarr():
@@ -133,9 +152,10 @@ def _quiet_zarr() -> Iterator[None]:
         yield
 
 
-def _copy(refs: Input, ds: Any, group: VirtualGroup, store: Path, plan: dict[str, Any],
-          resuming: bool, scheduler: Any, workers: int | None, progress: bool | None,
-          block_bytes: int, options: dict[str, Any]) -> MaterializeResult:
+def _copy(refs: Input, ds: xr.Dataset, group: VirtualGroup, store: Path, plan: Plan,
+          resuming: bool, scheduler: str | Untyped | None, workers: int | None,
+          progress: bool | None, block_bytes: int,
+          options: dict[str, object]) -> MaterializeResult:
     """Every block copied as stored, the other variables by xarray, then the mark."""
     journal = store / JOURNAL
     copied = {p for p in plan["chunks"] if _copies_as_stored(group, p, store)}
@@ -163,7 +183,7 @@ def _copy(refs: Input, ds: Any, group: VirtualGroup, store: Path, plan: dict[str
 # -- the plan ----------------------------------------------------------------------------------
 
 def _plan(group: VirtualGroup, chunks: Chunks, target: str | int, codec: str,
-          level: int) -> dict[str, Any]:
+          level: int) -> Plan:
     if codec not in ("zstd", "zlib", "blosc", "none"):
         raise ArgumentError(f"codec {codec!r}: zstd, zlib, blosc or none")
     arrays = {p: a for p, a in group.walk() if isinstance(a, VirtualArray)}
@@ -200,7 +220,7 @@ def _chunks_of(array: VirtualArray, chunks: Chunks, target: str | int) -> tuple[
     return tuple(lengths)
 
 
-def _same_plan(journal: Path, plan: dict[str, Any]) -> bool:
+def _same_plan(journal: Path, plan: Plan) -> bool:
     try:
         return bool(json.loads((journal / "plan.json").read_text()) == json.loads(
             json.dumps(plan)))
@@ -208,14 +228,14 @@ def _same_plan(journal: Path, plan: dict[str, Any]) -> bool:
         return False
 
 
-def _create(ds: Any, store: Path, plan: dict[str, Any], codec: str, level: int) -> None:
+def _create(ds: xr.Dataset, store: Path, plan: Plan, codec: str, level: int) -> None:
     """The store's metadata, by xarray (which encodes attributes as xarray reads them
     back), and the journal."""
     encoding = {}
     for name, var in ds.variables.items():
         kept = _kept_encoding(var.encoding)
         if var.ndim:
-            kept["chunks"] = plan["chunks"][name]
+            kept["chunks"] = plan["chunks"][cast(str, name)]  # the plan's names: strings
         kept["compressors"] = _compressors(codec, level)
         encoding[name] = kept
     store.mkdir(parents=True, exist_ok=True)
@@ -230,7 +250,7 @@ def _create(ds: Any, store: Path, plan: dict[str, Any], codec: str, level: int) 
     write_file(store / JOURNAL / "plan.json", json.dumps(plan).encode())
 
 
-def _kept_encoding(encoding: Mapping[str, Any]) -> dict[str, Any]:
+def _kept_encoding(encoding: Mapping[str, object]) -> dict[str, object]:
     """What of a variable's encoding the store keeps (see :data:`KEPT_ENCODING`)."""
     kept = {k: encoding[k] for k in KEPT_ENCODING if k in encoding}
     if _float32_packing(encoding):
@@ -238,7 +258,7 @@ def _kept_encoding(encoding: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _float32_packing(encoding: Mapping[str, Any]) -> bool:
+def _float32_packing(encoding: Mapping[str, object]) -> bool:
     """Packed with float32 factors: xarray unpacks such a variable to float32, but from a
     Zarr store, whose JSON attributes have no float32, to float64. Stored unpacked instead
     (float32), it reads back exactly as from the references."""
@@ -246,7 +266,7 @@ def _float32_packing(encoding: Mapping[str, Any]) -> bool:
     return bool(factors) and all(np.asarray(f).dtype == np.float32 for f in factors)
 
 
-def _compressors(codec: str, level: int) -> Any:
+def _compressors(codec: str, level: int) -> tuple[BytesBytesCodec, ...] | None:
     from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
     if codec == "none":
@@ -296,12 +316,20 @@ def _blocks(array: VirtualArray, chunks: tuple[int, ...], block_bytes: int) -> I
 
 # -- the copy ----------------------------------------------------------------------------------
 
+class _CopyState(TypedDict):
+    """What a :class:`_Copy` pickles: the group is scanned again where it is unpickled."""
+
+    refs: Input
+    store: str
+    options: dict[str, object]
+
+
 class _Copy:
     """One block: read as stored by refgrid, write with zarr, record it. Picklable without
     its scanned group: a worker process scans the references once and keeps a reader per
     array."""
 
-    def __init__(self, refs: Input, store: str, options: dict[str, Any],
+    def __init__(self, refs: Input, store: str, options: dict[str, object],
                  group: VirtualGroup | None = None) -> None:
         self.refs = refs
         self.store = store
@@ -309,21 +337,21 @@ class _Copy:
         self.group = group
         self.check: SourceCheck | None = None
         """One check of the sources for all arrays (each source checked once)."""
-        self.readers: dict[str, tuple[Reader, Any]] = {}
+        self.readers: dict[str, tuple[Reader, Array]] = {}
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> _CopyState:
         return {"refs": self.refs, "store": self.store, "options": self.options}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: _CopyState) -> None:
         self.__init__(state["refs"], state["store"], state["options"])  # type: ignore[misc]
 
-    def _reader(self, name: str) -> tuple[Reader, Any]:
+    def _reader(self, name: str) -> tuple[Reader, Array]:
         found = self.readers.get(name)
         if found is None:
             import zarr
 
             if self.group is None:
-                self.group = scan(self.refs, **self.options)
+                self.group = scan(self.refs, **cast("dict[str, Any]", self.options))
             if self.check is None and self.group.sources:
                 self.check = SourceCheck(self.group.sources, self.options)
             array = self.group[name]
@@ -342,23 +370,24 @@ class _Copy:
         return block.name
 
 
-def _run(task: Callable[[Block], str], blocks: list[Block], scheduler: Any,
+def _run(task: Callable[[Block], str], blocks: list[Block], scheduler: str | Untyped | None,
          workers: int | None, progress: bool | None) -> None:
     """Every block through ``task`` on dask, with a progress bar."""
+    kind = scheduler_kind(scheduler)
     if not blocks:
         return
-    bar = _bar(len(blocks), progress)
+    bar = progress_bar(len(blocks), "materialize", "block", progress)
     try:
-        if scheduler == "synchronous":
+        if kind == "synchronous":
             for block in blocks:
                 task(block)
                 bar.update(1)
-        elif scheduler is None or scheduler == "threads":
+        elif kind == "local":
             import dask
             from dask.callbacks import Callback
 
             class _Progress(Callback):
-                def _posttask(self, key: Any, result: Any, *_: Any) -> None:
+                def _posttask(self, key: object, result: object, *_: object) -> None:
                     if isinstance(result, str):
                         bar.update(1)
 
@@ -367,20 +396,11 @@ def _run(task: Callable[[Block], str], blocks: list[Block], scheduler: Any,
                 dask.compute(*delayed, scheduler="threads",
                              num_workers=workers or os.cpu_count() or 1)
         else:
-            distributed = import_extra("distributed", "batch", "materialize on a dask cluster")
-            client = scheduler if isinstance(scheduler, distributed.Client) else \
-                distributed.Client(scheduler, timeout="30s")
-            futures = client.map(task, blocks, pure=False)
-            for future in distributed.as_completed(futures):
-                future.result()
-                bar.update(1)
+            with cluster(scheduler, "materialize on a dask cluster") as client:
+                from distributed import as_completed
+
+                for future in as_completed(client.map(task, blocks, pure=False)):
+                    future.result()
+                    bar.update(1)
     finally:
         bar.close()
-
-
-def _bar(total: int, progress: bool | None) -> Any:
-    """A progress bar on stderr: when ``progress`` is None, only if stderr is a terminal
-    (as batch does), so logs and pipes get none."""
-    tqdm = import_extra("tqdm.auto", "batch", "materialize's progress bar").tqdm
-    show = sys.stderr.isatty() if progress is None else progress
-    return tqdm(total=total, unit="block", desc="materialize", disable=not show)

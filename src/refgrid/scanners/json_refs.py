@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 import orjson
 
@@ -17,14 +16,15 @@ from refgrid.core.sources import (
     sidecar_directory,
     stored_identities,
 )
+from refgrid.core.typed import JSONObject, StorageOptions
 from refgrid.core.util import gc_paused
-from refgrid.errors import FormatError
+from refgrid.errors import FormatError, NotFoundError
 from refgrid.model.virtual import VirtualGroup
 from refgrid.model.zarr_json import with_bookkeeping
-from refgrid.scan.kerchunk import kerchunk_to_group, load_kerchunk
-from refgrid.scan.options import ScanOptions
-from refgrid.scan.source import Source
-from refgrid.scan.v3_refs import references_to_group
+from refgrid.scanners.kerchunk import kerchunk_to_group, load_kerchunk
+from refgrid.scanners.options import ScanOptions
+from refgrid.scanners.source import Source
+from refgrid.scanners.v3_refs import references_to_group
 
 
 def scan_json(source: Source, options: ScanOptions) -> VirtualGroup:
@@ -32,28 +32,28 @@ def scan_json(source: Source, options: ScanOptions) -> VirtualGroup:
     return reference_dict_to_group(load_json(source), source.url, source.storage_options)
 
 
-def load_json(source: Source) -> dict[str, Any]:
+def load_json(source: Source) -> JSONObject:
     """The parsed reference file (orjson: several times faster than json on 10^5 keys)."""
     try:
         fs, path = source.filesystem()
         data = fs.cat_file(path)
     except FileNotFoundError:
-        raise FormatError(source.url, None, "reference file not found") from None
+        raise NotFoundError(source.url, None, "reference file not found") from None
     except OSError as e:
-        raise FormatError(source.url, None, f"cannot read the reference file: {e}") from None
+        raise FormatError(source.url, None, f"cannot read the reference file: {e}") from e
     try:
         with gc_paused():
             refs = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise FormatError(source.url, None, f"not a kerchunk reference set (not JSON: {e})") \
-            from None
+            from e
     if not isinstance(refs, dict):
         raise FormatError(source.url, None, "not a kerchunk reference set (the JSON is a "
                           f"{type(refs).__name__}, not an object)")
     return refs
 
 
-def check_bounds(refs: Mapping[str, Any], url: str) -> None:
+def check_bounds(refs: Mapping[str, object], url: str) -> None:
     """Refuse generators and templates that would expand beyond the limits, before fsspec
     expands them (a ``gen`` of 10^5 x 10^5 keys, a 1 MB template used by every key)."""
     bounds = current_limits()
@@ -82,7 +82,7 @@ def check_bounds(refs: Mapping[str, Any], url: str) -> None:
                               "max_references=...) raises the limit)")
 
 
-def _span(spec: Any, url: str, where: str) -> int:
+def _span(spec: object, url: str, where: str) -> int:
     """How many values one generator dimension takes (a list, or start/stop/step)."""
     if isinstance(spec, list):
         return len(spec)
@@ -92,12 +92,12 @@ def _span(spec: Any, url: str, where: str) -> int:
                                  (("start", 0), ("stop", 0), ("step", 1)))
             return len(range(start, stop, step))
         except (TypeError, ValueError, OverflowError) as e:
-            raise FormatError(url, where, f"unusable range: {e}") from None
+            raise FormatError(url, where, f"unusable range: {e}") from e
     raise FormatError(url, where, f"a list or a start/stop/step object, not {spec!r:.40}")
 
 
-def reference_dict_to_group(refs: Mapping[str, Any], url: str = "<references>",
-                            storage_options: Mapping[str, Any] | None = None) -> VirtualGroup:
+def reference_dict_to_group(refs: Mapping[str, object], url: str = "<references>",
+                            storage_options: StorageOptions | None = None) -> VirtualGroup:
     """The model of a loaded reference set: Zarr v3 keys without generators are walked
     directly; everything else is normalised by fsspec's reference filesystem first."""
     if not isinstance(refs, Mapping):

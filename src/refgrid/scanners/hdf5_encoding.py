@@ -9,8 +9,6 @@ cannot tell a contiguous dataset from one split into virtual chunks) and stored 
 
 from __future__ import annotations
 
-from typing import Any
-
 import h5py
 import numpy as np
 
@@ -22,12 +20,12 @@ SZIP_NN = 32
 DEFLATE, SHUFFLE, FLETCHER32, SZIP, BZIP2, BLOSC, ZSTD = 1, 2, 3, 4, 307, 32001, 32015
 
 
-def filter_encoding(d: h5py.Dataset) -> dict[str, Any]:
+def filter_encoding(d: h5py.Dataset) -> dict[str, object]:
     """netCDF4's ``Variable.filters()`` for ``d``; filters it has no key for are given the
     h5py way (``compression``/``compression_opts``), as xarray's h5netcdf engine does."""
-    out: dict[str, Any] = {"zlib": False, "szip": False, "zstd": False, "bzip2": False,
-                           "blosc": False, "shuffle": False, "complevel": 0,
-                           "fletcher32": False}
+    out: dict[str, object] = {"zlib": False, "szip": False, "zstd": False, "bzip2": False,
+                              "blosc": False, "shuffle": False, "complevel": 0,
+                              "fletcher32": False}
     dcpl = d.id.get_create_plist()
     for index in range(dcpl.get_nfilters()):
         code, _, cd, _ = dcpl.get_filter(index)
@@ -51,20 +49,20 @@ def filter_encoding(d: h5py.Dataset) -> dict[str, Any]:
     return out
 
 
-def storage_encoding(d: h5py.Dataset, url: str) -> dict[str, Any]:
+def storage_encoding(d: h5py.Dataset, url: str) -> dict[str, object]:
     """Filters, chunking and the source file of ``d``."""
     chunked = d.chunks is not None
     return {**filter_encoding(d), "contiguous": not chunked,
             "chunksizes": list(d.chunks) if chunked else None, "source": url}
 
 
-def enum_encoding(dtype: np.dtype, name: str | None) -> dict[str, Any]:
+def enum_encoding(dtype: np.dtype, name: str | None) -> dict[str, object]:
     """An enum type's members and name, which xarray keeps in ``encoding["dtype"]``."""
     members = h5py.check_enum_dtype(dtype) or {}
     return {"enum": {k: int(v) for k, v in members.items()}, "enum_name": name}
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """A compression option as JSON: tuples as lists, numpy scalars as Python numbers."""
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]

@@ -7,7 +7,7 @@ columns ``path``/``offset``/``size`` and ``raw`` (inline bytes). Reading the col
 keeps an archive of millions of chunks free of per-chunk Python objects, and a record file
 that kerchunk never wrote (an array without any chunk) simply means missing chunks.
 refgrid writes the same layout with Zarr v3 documents (``zarr.json`` keys) in ``.zmetadata``;
-kerchunk's Zarr v2 documents are translated by :mod:`refgrid.scan.kerchunk`.
+kerchunk's Zarr v2 documents are translated by :mod:`refgrid.scanners.kerchunk`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 import fsspec
 import numpy as np
@@ -35,29 +34,30 @@ from refgrid.core.sources import (
     sidecar_directory,
     stored_identities,
 )
-from refgrid.errors import FormatError, ScanError
-from refgrid.model.manifest import INLINE, MISSING, ChunkManifest, chunk_coords
+from refgrid.core.typed import JSONObject, StorageOptions
+from refgrid.errors import FormatError, NotFoundError
+from refgrid.model.manifest import MISSING, ChunkManifest, ManifestBuilder, chunk_coords
 from refgrid.model.virtual import VirtualGroup
 from refgrid.model.zarr_json import group_from_documents, with_bookkeeping
-from refgrid.scan.kerchunk import v2_group
-from refgrid.scan.options import ScanOptions
-from refgrid.scan.source import Source, file_sizes
+from refgrid.scanners.kerchunk import v2_group
+from refgrid.scanners.options import ScanOptions
+from refgrid.scanners.source import Source, file_sizes
 
 
 @dataclass(frozen=True)
 class ParquetReferences:
     url: str
-    documents: dict[str, Any]
+    documents: dict[str, JSONObject]
     """``.zarray``/``.zattrs``/``.zgroup`` keys → their JSON documents"""
     record_size: int
     sources: dict[str, SourceIdentity]
     sidecar: str | None
     """Where the sidecar of rewritten chunks lies now (its files are named relative to it)."""
-    bookkeeping: Any
+    bookkeeping: object
     """The ``_refgrid_*`` attributes by node (:func:`refgrid.model.zarr_json.bookkeeping`)."""
     fs: fsspec.AbstractFileSystem
     root: str
-    storage_options: dict[str, Any]
+    storage_options: StorageOptions
     digests: dict[str, str]
     """Record file (relative name) → the digest refgrid's writer recorded (none for
     kerchunk's parquet)."""
@@ -68,11 +68,7 @@ class ParquetReferences:
         records = math.ceil(total / self.record_size) if total else 0
         paths = [f"{self.root}/{array}/refs.{n}.parq" for n in range(records)]
         found = self.fs.cat(paths, on_error="return") if paths else {}
-        path_id = np.full(total, MISSING, np.int32)
-        offset = np.zeros(total, np.uint64)
-        length = np.zeros(total, np.uint64)
-        inline: dict[tuple[int, ...], bytes] = {}
-        urls: dict[str, int] = {}
+        built = ManifestBuilder(counts)
         for n, name in enumerate(paths):
             data = found.get(name)
             if isinstance(data, FileNotFoundError):
@@ -80,27 +76,27 @@ class ParquetReferences:
                     raise FormatError(self.url, array, f"record file {name} is missing: "
                                       "its chunks' references are lost")
                 continue  # kerchunk writes no record file for an array without chunks
-            if isinstance(data, Exception) or data is None:
-                raise FormatError(self.url, array, f"cannot read {name}: {data}") from None
+            if isinstance(data, Exception):
+                raise FormatError(self.url, array, f"cannot read {name}: {data}") from data
+            if data is None:
+                raise FormatError(self.url, array, f"cannot read {name}: no answer")
             relative = f"{array}/refs.{n}.parq"
             if relative in self.digests and record_digest(data) != self.digests[relative]:
                 raise FormatError(self.url, array, f"record file {relative} does not match "
                                   "its digest in .zmetadata: it is damaged or was changed")
             table = _read_table(data, self.url, name)
             try:
-                _fill(table, n * self.record_size, path_id, offset, length, inline, counts, urls,
-                      self.sidecar)
+                _fill(table, n * self.record_size, built, self.sidecar)
             except (pa.ArrowException, KeyError, TypeError, ValueError) as e:
                 raise FormatError(self.url, array, f"{name}: unusable reference columns "
-                                  f"{table.column_names}: {e}") from None
-        whole = np.flatnonzero((path_id >= 0) & (length == 0))  # [url]: the whole file
+                                  f"{table.column_names}: {e}") from e
+        whole = np.flatnonzero((built.path_id >= 0) & (built.length == 0))  # [url]: a file
         if whole.size:
-            table = list(urls)
-            sizes = file_sizes(sorted({table[i] for i in path_id[whole]}),
+            table = list(built.urls)
+            sizes = file_sizes(sorted({table[i] for i in built.path_id[whole]}),
                                self.storage_options, self.url)
-            length[whole] = [sizes[table[i]] for i in path_id[whole]]
-        return ChunkManifest(tuple(urls), path_id.reshape(counts), offset.reshape(counts),
-                             length.reshape(counts), inline)
+            built.set_lengths(whole, [sizes[table[i]] for i in built.path_id[whole]])
+        return built.build()
 
 
 def scan_parquet(source: Source, options: ScanOptions) -> VirtualGroup:
@@ -117,7 +113,7 @@ def scan_parquet(source: Source, options: ScanOptions) -> VirtualGroup:
     return replace(with_bookkeeping(group, parquet.bookkeeping), sources=parquet.sources)
 
 
-def load_parquet_references(url: str, storage_options: dict[str, Any]) -> ParquetReferences:
+def load_parquet_references(url: str, storage_options: StorageOptions) -> ParquetReferences:
     fs, root = filesystem(url, storage_options)
     root = root.rstrip("/")
     try:
@@ -129,18 +125,18 @@ def load_parquet_references(url: str, storage_options: dict[str, Any]) -> Parque
             raise ValueError(f"record_size {record_size} is not a positive integer")
     except FileNotFoundError:
         if not fs.exists(root):
-            raise ScanError(url, None, "file not found") from None
+            raise NotFoundError(url, None, "file not found") from None
         raise FormatError(url, None, "no .zmetadata: not kerchunk parquet references (nor "
                           "an HDF5/NetCDF file)") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise FormatError(url, ZMETADATA, f"not kerchunk parquet metadata: {e}") from None
+        raise FormatError(url, ZMETADATA, f"not kerchunk parquet metadata: {e}") from e
     sidecar = sidecar_directory(meta, url)
     return ParquetReferences(url, documents, record_size, stored_identities(meta, sidecar),
                              sidecar, section(meta).get(ATTRIBUTES_KEY), fs, root,
                              storage_options, _stored_digests(meta))
 
 
-def _stored_digests(meta: Any) -> dict[str, str]:
+def _stored_digests(meta: object) -> dict[str, str]:
     value = section(meta).get(RECORDS_KEY)
     if not isinstance(value, dict):
         return {}
@@ -155,14 +151,13 @@ def _read_table(data: bytes, url: str, name: str) -> pa.Table:
         table.column_names  # noqa: B018 (names are decoded here: a damaged one fails now)
         return table
     except (pa.ArrowException, OSError, ValueError) as e:
-        raise FormatError(url, None, f"{name}: not a parquet reference file: {e}") from None
+        raise FormatError(url, None, f"{name}: not a parquet reference file: {e}") from e
 
 
-def _fill(table: pa.Table, start: int, path_id: np.ndarray, offset: np.ndarray,
-          length: np.ndarray, inline: dict[tuple[int, ...], bytes], counts: tuple[int, ...],
-          urls: dict[str, int], sidecar: str | None = None) -> None:
-    """One record file's references into the manifest columns (rows from ``start``)."""
-    table = table.slice(0, max(path_id.size - start, 0))
+def _fill(table: pa.Table, start: int, built: ManifestBuilder,
+          sidecar: str | None = None) -> None:
+    """One record file's references into the manifest (rows from ``start``)."""
+    table = table.slice(0, max(built.path_id.size - start, 0))
     if "path" in table.column_names:
         paths = table.column("path").combine_chunks()
         if not pa.types.is_dictionary(paths.type):  # kerchunk's plain strings
@@ -170,22 +165,18 @@ def _fill(table: pa.Table, start: int, path_id: np.ndarray, offset: np.ndarray,
         names = paths.dictionary.to_pylist()
         if not all(isinstance(u, str) or u is None for u in names):
             raise ValueError(f"the path column holds {paths.dictionary.type}, not URLs")
-        remap = np.array([urls.setdefault(in_sidecar(u, sidecar), len(urls)) if u else MISSING
-                          for u in names]
+        remap = np.array([built.url(in_sidecar(u, sidecar)) if u else MISSING for u in names]
                          + [MISSING], np.int32)  # the last entry: a null path
         codes = pc.fill_null(paths.indices.cast(pa.int64()), len(names)).to_numpy()
         ids = remap[codes]
         present = np.flatnonzero(ids >= 0)
-        where = start + present
-        path_id[where] = ids[present]
-        offset[where] = _integers(table, "offset")[present]
-        length[where] = _integers(table, "size")[present]
+        built.ranges(start + present, ids[present], _integers(table, "offset")[present],
+                     _integers(table, "size")[present])
     if "raw" in table.column_names and not pa.types.is_null(table.schema.field("raw").type):
         raw = table.column("raw")
         rows = np.flatnonzero(pc.fill_null(pc.binary_length(raw), 0).to_numpy())
         for i, data in zip(rows.tolist(), raw.take(rows).to_pylist(), strict=True):
-            inline[chunk_coords(start + i, counts)] = data
-            path_id[start + i] = INLINE
+            built.inlined(chunk_coords(start + i, built.shape), data)
 
 
 def _integers(table: pa.Table, column: str) -> np.ndarray:

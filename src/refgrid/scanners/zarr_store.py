@@ -16,29 +16,30 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Mapping
-from typing import Any
 
+import fsspec
 import numpy as np
 
 from refgrid.core.keys import (
     BOOKKEEPING,
     METADATA,
+    KeyEncoding,
     chunk_entries,
-    chunk_key_tail,
     document_key,
     document_keys,
 )
 from refgrid.core.sources import ATTRIBUTES_KEY
+from refgrid.core.typed import JSON, JSONObject
 from refgrid.core.util import gc_paused
 from refgrid.errors import FormatError
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import UNSIZED, ChunkManifest
+from refgrid.model.manifest import UNSIZED, ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import VirtualGroup
 from refgrid.model.zarr_json import group_from_documents, with_bookkeeping
-from refgrid.scan.options import ScanOptions
-from refgrid.scan.source import Source
-from refgrid.scan.v3_refs import ChunkRefs, chunk_manifest, document
-from refgrid.scan.zarr_shards import is_sharded, unshard
+from refgrid.scanners.options import ScanOptions
+from refgrid.scanners.source import Source
+from refgrid.scanners.v3_refs import ChunkRefs, chunk_manifest, document
+from refgrid.scanners.zarr_shards import is_sharded, unshard
 
 UNLISTED_PROTOCOLS = ("http", "https")
 """Stores whose chunks are named from the metadata rather than listed."""
@@ -57,13 +58,14 @@ def scan_zarr_store(source: Source, options: ScanOptions) -> VirtualGroup:
     return with_bookkeeping(group, _bookkeeping(fs, root))
 
 
-def _listed(fs: Any, root: str, source: Source) -> VirtualGroup:
+def _listed(fs: fsspec.AbstractFileSystem, root: str, source: Source) -> VirtualGroup:
     """The store from one listing of its tree (chunks present, with their sizes)."""
     files = {path[len(root) + 1:]: info for path, info in fs.find(root, detail=True).items()}
     _add_sizes(fs, root, files)
     names = document_keys(files)
     texts = fs.cat([f"{root}/{k}" for k in names.values()])
-    documents = {node: document(texts[f"{root}/{k}"], source.url, k) for node, k in names.items()}
+    documents: dict[str, Mapping[str, object]] = {
+        node: document(texts[f"{root}/{k}"], source.url, k) for node, k in names.items()}
     chunks: dict[str, ChunkRefs] = {}
     paths: dict[str, str] = {}
     with gc_paused():
@@ -82,7 +84,7 @@ def _listed(fs: Any, root: str, source: Source) -> VirtualGroup:
         grid, chunks.get(path, []), {}, f"{source.url}:{path}"), source.url)
 
 
-def _unlisted(fs: Any, root: str, source: Source) -> VirtualGroup | None:
+def _unlisted(fs: fsspec.AbstractFileSystem, root: str, source: Source) -> VirtualGroup | None:
     """The store from its documents alone, every chunk a whole file named by its key
     (None: a sharded array, whose shard indexes need the files listed)."""
     documents = _documents(fs, root, source.url)
@@ -93,21 +95,20 @@ def _unlisted(fs: Any, root: str, source: Source) -> VirtualGroup | None:
     def manifest(path: str, grid: RectilinearGrid) -> ChunkManifest:
         doc = documents[path]
         prefix = f"{base}/{path}/" if path else f"{base}/"
-        encoding = doc.get("chunk_key_encoding")
         try:
-            urls = tuple(prefix + chunk_key_tail(coords, encoding) for coords in
+            encoding = KeyEncoding.from_json(doc.get("chunk_key_encoding"))
+            urls = tuple(prefix + encoding.encode(coords) for coords in
                          itertools.product(*map(range, grid.chunk_counts)))
         except (TypeError, ValueError) as e:
-            raise FormatError(source.url, path, f"unusable chunk_key_encoding: {e}") from None
-        counts = grid.chunk_counts
-        ids = np.arange(len(urls), dtype=np.int32).reshape(counts)
-        return ChunkManifest(urls, ids, np.zeros(counts, np.uint64),
-                             np.full(counts, UNSIZED, np.uint64))
+            raise FormatError(source.url, path, f"unusable chunk_key_encoding: {e}") from e
+        built = ManifestBuilder(grid.chunk_counts)
+        built.ranges(np.arange(len(urls)), [built.url(u) for u in urls], 0, UNSIZED)
+        return built.build()
 
     return group_from_documents(documents, manifest, source.url)
 
 
-def _documents(fs: Any, root: str, url: str) -> dict[str, dict[str, Any]]:
+def _documents(fs: fsspec.AbstractFileSystem, root: str, url: str) -> dict[str, JSONObject]:
     """Every node's document by path: from the root's consolidated metadata when it has
     them, else read node by node, each group's directory listed (its chunks never are)."""
     text = _cat(fs, f"{root}/{METADATA}")
@@ -128,6 +129,8 @@ def _documents(fs: Any, root: str, url: str) -> dict[str, dict[str, Any]]:
         except FileNotFoundError:
             continue
         children = [f"{node}/{n}" if node else n for n in names if n and n != METADATA]
+        if not children:
+            continue
         texts = fs.cat([f"{root}/{document_key(c)}" for c in children], on_error="return")
         for child in children:
             found = texts.get(f"{root}/{document_key(child)}")
@@ -138,7 +141,7 @@ def _documents(fs: Any, root: str, url: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _bookkeeping(fs: Any, root: str) -> Any:
+def _bookkeeping(fs: fsspec.AbstractFileSystem, root: str) -> JSON:
     """refgrid's bookkeeping beside a served store (None where there is none)."""
     text = _cat(fs, f"{root}/{BOOKKEEPING}")
     if text is None:
@@ -150,14 +153,15 @@ def _bookkeeping(fs: Any, root: str) -> Any:
     return found.get(ATTRIBUTES_KEY) if isinstance(found, dict) else None
 
 
-def _cat(fs: Any, path: str) -> bytes | None:
+def _cat(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
     try:
         return bytes(fs.cat_file(path))
     except FileNotFoundError:
         return None
 
 
-def _add_sizes(fs: Any, root: str, files: dict[str, dict[str, Any]]) -> None:
+def _add_sizes(fs: fsspec.AbstractFileSystem, root: str,
+               files: dict[str, dict[str, object]]) -> None:
     """Sizes for a listing without them: an HTTP server's directory pages (a static server's,
     or ``refgrid serve``'s) list names only, so the sizes are asked for, concurrently."""
     unsized = [key for key, info in files.items() if info.get("size") is None]

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
-from typing import Any
+from typing import Protocol, cast
 
 import h5py
 import hdf5plugin  # noqa: F401  (registers plugin filters with h5py for decoded fallbacks)
@@ -32,16 +32,17 @@ from refgrid.core.dtypes import (
     attribute_types,
     storable,
 )
+from refgrid.core.typed import Attributes
 from refgrid.core.util import gc_paused
 from refgrid.errors import ScanError
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import INLINE, MISSING, ChunkManifest
+from refgrid.model.manifest import INLINE, MISSING, ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
-from refgrid.scan.attributes import UnrepresentableAttribute, attribute_value
-from refgrid.scan.contiguous import rows_per_chunk
-from refgrid.scan.hdf5_encoding import enum_encoding, storage_encoding
-from refgrid.scan.options import ScanOptions
-from refgrid.scan.source import Source
+from refgrid.scanners.attributes import UnrepresentableAttribute, attribute_value
+from refgrid.scanners.contiguous import rows_per_chunk
+from refgrid.scanners.hdf5_encoding import enum_encoding, storage_encoding
+from refgrid.scanners.options import ScanOptions
+from refgrid.scanners.source import Source
 
 HIDDEN_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
                           "_Netcdf4Coordinates", "_NCProperties", "_nc3_strict",
@@ -56,8 +57,23 @@ FALLBACK_CODECS: tuple[CodecJSON, ...] = ({"name": "numcodecs.zlib",
                                            "configuration": {"level": 1}},)
 
 
+Fill = np.generic | None
+"""A dataset's fill value as a scalar of its type (None: HDF5 has none)."""
+
+
 class _Skip(Exception):
     """A variable that has no Zarr representation: reported, never fatal."""
+
+
+class _StoreInfo(Protocol):
+    """h5py's ``StoreInfo`` (a named tuple), one per chunk from ``DatasetID.chunk_iter``."""
+
+    chunk_offset: tuple[int, ...]
+    filter_mask: int
+    byte_offset: int
+    size: int
+
+    def __getitem__(self, index: int, /) -> object: ...
 
 
 @dataclass
@@ -66,9 +82,10 @@ class _FileScan:
     options: ScanOptions
     report: list[ReportEntry] = field(default_factory=list)
     phony: dict[int, list[str]] = field(default_factory=dict)
-    dim_lengths: dict[Any, int] = field(default_factory=dict)
-    scale_names: dict[Any, dict[Any, str]] = field(default_factory=dict)
-    dimid_names: dict[Any, dict[int, str]] = field(default_factory=dict)
+    # keyed by h5py object ids, which hash and compare as the HDF5 object they name
+    dim_lengths: dict[object, int] = field(default_factory=dict)
+    scale_names: dict[object, dict[object, str]] = field(default_factory=dict)
+    dimid_names: dict[object, dict[int, str]] = field(default_factory=dict)
     phony_unlimited: set[str] = field(default_factory=set)
     """Phony dimensions of axes with no maximum size (netCDF-C counts them unlimited)."""
     lineage: list[h5py.Group] = field(default_factory=list)
@@ -122,8 +139,9 @@ class _FileScan:
             attrs[ENCODING_ATTR] = {"unlimited_dims": unlimited}
         return VirtualGroup(attrs, arrays, groups)
 
-    def attributes(self, obj: h5py.HLObject, where: str, hide: Iterable[str]) -> dict[str, Any]:
-        out, raw = {}, {}
+    def attributes(self, obj: h5py.HLObject, where: str, hide: Iterable[str]) -> Attributes:
+        out: Attributes = {}
+        raw: dict[str, object] = {}
         hidden = set(hide)
         for name in obj.attrs:
             if name in hidden:
@@ -264,7 +282,7 @@ class _FileScan:
         return _pad(array, dim_lengths, d)
 
     def _fixed(self, d: h5py.Dataset, name: str, where: str, dims: tuple[str, ...],
-               dtype: np.dtype, attrs: dict[str, Any]) -> VirtualArray:
+               dtype: np.dtype, attrs: Attributes) -> VirtualArray:
         dcpl = d.id.get_create_plist()
         layout = dcpl.get_layout()
         fill = _fill_value(d, dtype)
@@ -295,8 +313,8 @@ class _FileScan:
         return VirtualArray(name, dims, dtype, grid, manifest, fill, codecs, attrs)
 
     def _contiguous(self, d: h5py.Dataset, name: str, dims: tuple[str, ...], dtype: np.dtype,
-                    fill: Any, codecs: tuple[CodecJSON, ...],
-                    attrs: dict[str, Any]) -> VirtualArray:
+                    fill: Fill, codecs: tuple[CodecJSON, ...],
+                    attrs: Attributes) -> VirtualArray:
         shape = d.shape
         rows = rows_per_chunk(shape, dtype.itemsize, self.options.contiguous_chunk_bytes)
         grid = RectilinearGrid.regular(shape, (rows, *shape[1:]) if shape else ())
@@ -305,22 +323,19 @@ class _FileScan:
             return VirtualArray(name, dims, dtype, grid, ChunkManifest.empty(grid.chunk_counts),
                                 fill, codecs, attrs)
         chunk_bytes = rows * math.prod(shape[1:]) * dtype.itemsize if shape else dtype.itemsize
-        counts = grid.chunk_counts
-        starts = offset + chunk_bytes * np.arange(math.prod(counts), dtype=np.uint64)
-        manifest = ChunkManifest((self.source.url,), np.zeros(counts, np.int32),
-                                 starts.reshape(counts), np.full(counts, chunk_bytes, np.uint64))
-        return VirtualArray(name, dims, dtype, grid, manifest, fill, codecs, attrs)
+        built = ManifestBuilder(grid.chunk_counts)
+        flat = np.arange(math.prod(grid.chunk_counts), dtype=np.uint64)
+        built.ranges(flat, built.url(self.source.url), offset + chunk_bytes * flat, chunk_bytes)
+        return VirtualArray(name, dims, dtype, grid, built.build(), fill, codecs, attrs)
 
     def _chunk_manifest(self, d: h5py.Dataset, grid: RectilinearGrid, dtype: np.dtype,
-                        fill: Any, codecs: tuple[CodecJSON, ...]) -> ChunkManifest:
+                        fill: Fill, codecs: tuple[CodecJSON, ...]) -> ChunkManifest:
         counts = grid.chunk_counts
-        path_id = np.full(counts, MISSING, np.int32)
-        offset = np.zeros(counts, np.uint64)
-        length = np.zeros(counts, np.uint64)
-        inline: dict[tuple[int, ...], bytes] = {}
+        built = ManifestBuilder(counts)
+        url = built.url(self.source.url)
         flagged: list[np.ndarray] = []  # chunks to inline: filter-masked or small
         chunk = np.asarray(d.chunks, dtype=np.int64)
-        batch: list[Any] = []
+        batch: list[_StoreInfo] = []
 
         def flush() -> None:
             """Write a batch of h5py StoreInfo records (chunk_offset, filter_mask,
@@ -332,11 +347,9 @@ class _FileScan:
                                np.int64, n * len(chunk))
             coords = flat.reshape(n, len(chunk)) // chunk
             inside = (coords < np.asarray(counts)).all(axis=1)  # a shrunk dataset keeps chunks
-            index = tuple(coords[inside].T)
-            path_id[index] = 0
-            offset[index] = field[1][inside]
             sizes_in = field[2][inside]
-            length[index] = sizes_in
+            built.ranges(np.ravel_multi_index(tuple(coords[inside].T), counts), url,
+                         field[1][inside], sizes_in)
             masked = field[0][inside] != 0
             small = sizes_in < self.options.inline_threshold
             flagged.append(np.column_stack((coords[inside], masked))[masked | small])
@@ -344,7 +357,8 @@ class _FileScan:
 
         countdown = itertools.cycle(range(CHUNK_BATCH - 1, -1, -1)).__next__  # 0: batch full
 
-        def visit(info: Any, append: Any = batch.append, countdown: Any = countdown) -> None:
+        def visit(info: _StoreInfo, append: Callable[[_StoreInfo], None] = batch.append,
+                  countdown: Callable[[], int] = countdown) -> None:
             append(info)  # (helpers as locals: this runs once per chunk)
             if not countdown():
                 flush()
@@ -363,9 +377,8 @@ class _FileScan:
                     "were re-encoded and inlined"))
             for c in rows[:, :-1]:
                 key = tuple(int(v) for v in c)
-                inline[key] = self._chunk_bytes(d, grid, key, dtype, fill, codecs)
-                path_id[key], offset[key], length[key] = INLINE, 0, 0
-        return ChunkManifest((self.source.url,), path_id, offset, length, inline)
+                built.inlined(key, self._chunk_bytes(d, grid, key, dtype, fill, codecs))
+        return built.build()
 
     def _subarray(self, raw: VirtualArray, base: np.dtype,
                   sub: tuple[int, ...]) -> VirtualArray:
@@ -379,12 +392,7 @@ class _FileScan:
         grid = raw.grid
         lengths = [grid.lengths(k) for k in range(grid.ndim)] + [[n] for n in sub]
         encoded = [grid.encoded_lengths(k) for k in range(grid.ndim)] + [[n] for n in sub]
-        m = raw.manifest
-        more = (1,) * len(sub)
-        manifest = ChunkManifest(m.paths, m.path_id.reshape(m.path_id.shape + more),
-                                 m.offset.reshape(m.offset.shape + more),
-                                 m.length.reshape(m.length.shape + more),
-                                 {k + (0,) * len(sub): v for k, v in m.inline.items()})
+        manifest = raw.manifest.reshaped(raw.manifest.shape + (1,) * len(sub))
         fill = None
         if raw.fill_value is not None:
             values = np.frombuffer(np.asarray(raw.fill_value).tobytes(), base)
@@ -394,7 +402,7 @@ class _FileScan:
                             (bytes_codec(base), *raw.codecs[1:]), raw.attrs)
 
     def _chunk_bytes(self, d: h5py.Dataset, grid: RectilinearGrid, coords: tuple[int, ...],
-                     dtype: np.dtype, fill: Any, codecs: tuple[CodecJSON, ...]) -> bytes:
+                     dtype: np.dtype, fill: Fill, codecs: tuple[CodecJSON, ...]) -> bytes:
         """A chunk encoded with the array's codecs, from values h5py decodes (which honours
         the chunk's filter mask)."""
         region = grid.chunk_region(coords)
@@ -407,7 +415,7 @@ class _FileScan:
         return encode_chunk(block, codecs)
 
     def _decoded_fallback(self, d: h5py.Dataset, name: str, where: str, dims: tuple[str, ...],
-                          dtype: np.dtype, fill: Any, attrs: dict[str, Any],
+                          dtype: np.dtype, fill: Fill, attrs: Attributes,
                           reason: str) -> VirtualArray:
         nbytes = d.size * dtype.itemsize
         if nbytes > self.options.fallback_inline_limit:
@@ -418,7 +426,7 @@ class _FileScan:
         grid = RectilinearGrid.regular(d.shape, d.chunks or _one_chunk(d.shape))
         keys: list[tuple[int, ...]] = []
         if d.chunks is not None:
-            infos: list[Any] = []
+            infos: list[_StoreInfo] = []
             d.id.chunk_iter(infos.append)
             keys = [tuple(int(v) for v in np.asarray(i.chunk_offset) // np.asarray(d.chunks))
                     for i in infos]
@@ -433,7 +441,7 @@ class _FileScan:
                             codecs, attrs)
 
     def _vlen(self, d: h5py.Dataset, name: str, where: str, dims: tuple[str, ...],
-              attrs: dict[str, Any], base: Any) -> VirtualArray:
+              attrs: Attributes, base: type | np.dtype) -> VirtualArray:
         """Variable-length data is read now and inlined as one chunk (vlen-utf8/vlen-bytes)."""
         shape = d.shape
         grid = RectilinearGrid.regular(shape, _one_chunk(shape))
@@ -492,7 +500,7 @@ def _type_name(d: h5py.Dataset) -> str | None:
     return name.decode("utf-8", "replace").rsplit("/", 1)[-1] if name else None
 
 
-def _is_scale(obj: Any) -> bool:
+def _is_scale(obj: object) -> bool:
     """Whether ``obj`` is a dimension scale (False for one whose metadata cannot be read:
     its own scan reports that)."""
     try:
@@ -536,14 +544,14 @@ def _first_scales(d: h5py.Dataset) -> list[h5py.Dataset | None]:
     return out
 
 
-def _holds(dtype: np.dtype, test: Any) -> bool:
+def _holds(dtype: np.dtype, test: Callable[[np.dtype], object]) -> bool:
     """Whether any (nested) member of a compound type passes ``test``."""
     if dtype.fields is None:
         return dtype.subdtype is not None and bool(test(dtype.subdtype[0]))
     return any(bool(test(f[0])) or _holds(f[0], test) for f in dtype.fields.values())
 
 
-def _fill_value(d: h5py.Dataset, dtype: np.dtype) -> Any:
+def _fill_value(d: h5py.Dataset, dtype: np.dtype) -> Fill:
     """The value unallocated chunks read as: HDF5's fill value property, as netCDF-C and h5py
     both return it (netCDF-C sets it to the netCDF default when no _FillValue is given)."""
     try:
@@ -553,7 +561,9 @@ def _fill_value(d: h5py.Dataset, dtype: np.dtype) -> Any:
     if dtype.kind == "V":
         raw = np.ascontiguousarray(value).tobytes()
         return np.frombuffer(raw, dtype)[0] if len(raw) == dtype.itemsize else None
-    return np.asarray(value).astype(dtype)[()] if dtype.fields is None else value
+    if dtype.fields is None:  # (a scalar: numpy's stubs type ``a[()]`` as an array)
+        return cast(np.generic, np.asarray(value).astype(dtype)[()])
+    return value
 
 
 def _one_chunk(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -568,11 +578,10 @@ def _raw(data: np.ndarray, dtype: np.dtype) -> bytes:
 
 def _inline_manifest(grid: RectilinearGrid,
                      inline: dict[tuple[int, ...], bytes]) -> ChunkManifest:
-    manifest = ChunkManifest.empty(grid.chunk_counts)
-    path_id = manifest.path_id.copy()
-    for key in inline:
-        path_id[key] = INLINE
-    return ChunkManifest((), path_id, manifest.offset, manifest.length, inline)
+    built = ManifestBuilder(grid.chunk_counts)
+    for key, data in inline.items():
+        built.inlined(key, data)
+    return built.build()
 
 
 def _pad(array: VirtualArray, lengths: tuple[int, ...], d: h5py.Dataset) -> VirtualArray:
@@ -648,7 +657,7 @@ def _all_utf8(values: np.ndarray) -> bool:
     return True
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
@@ -659,7 +668,7 @@ def scan_hdf5(source: Source, options: ScanOptions) -> VirtualGroup:
         try:
             f = h5py.File(handle, "r")
         except OSError as e:
-            raise ScanError(source.url, None, f"not a readable HDF5 file: {e}") from None
+            raise ScanError(source.url, None, f"not a readable HDF5 file: {e}") from e
         with f:
             scan = _FileScan(source, options)
             root = scan.group(f, "")

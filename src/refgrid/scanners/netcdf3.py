@@ -16,20 +16,21 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import numpy as np
 
 from refgrid.codecs.filters import bytes_codec
 from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, attribute_types
+from refgrid.core.typed import Attributes
 from refgrid.errors import FormatError
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import ChunkManifest
+from refgrid.model.manifest import ManifestBuilder
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
-from refgrid.scan.attributes import attribute_value, decode_text
-from refgrid.scan.contiguous import rows_per_chunk
-from refgrid.scan.options import ScanOptions
-from refgrid.scan.source import Source
+from refgrid.scanners.attributes import attribute_value, decode_text
+from refgrid.scanners.contiguous import rows_per_chunk
+from refgrid.scanners.options import ScanOptions
+from refgrid.scanners.source import Source
 
 TYPES = {1: ">i1", 2: "S1", 3: ">i2", 4: ">i4", 5: ">f4", 6: ">f8", 7: ">u1", 8: ">u2",
          9: ">u4", 10: ">i8", 11: ">u8"}
@@ -110,7 +111,7 @@ class _Reader:
 class _Var:
     name: str
     dimids: list[int]
-    attrs: dict[str, Any]
+    attrs: Attributes
     dtype: np.dtype
     vsize: int
     begin: int
@@ -120,16 +121,16 @@ class _Var:
 class _Header:
     numrecs: int
     dims: list[tuple[str, int]]
-    attrs: dict[str, Any]
+    attrs: Attributes
     variables: list[_Var]
     record_dim: int | None
     end: int = 0
     """Where the header ends: no variable may begin before it."""
 
 
-def _attributes(r: _Reader, where: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    raw: dict[str, Any] = {}
+def _attributes(r: _Reader, where: str) -> Attributes:
+    out: Attributes = {}
+    raw: dict[str, np.ndarray] = {}
     for _ in range(r.tag(ATTRIBUTE, f"{where} attribute list")):
         name = r.name(f"{where} attribute")
         code = r.int32(f"{where} attribute {name!r} type")
@@ -283,27 +284,32 @@ def _check_extent(v: _Var, shape: tuple[int, ...], is_record: bool, recsize: int
                           f"({size} bytes)")
 
 
-def _fill_value(v: _Var) -> tuple[Any, str | None]:
+def _fill_value(v: _Var) -> tuple[np.generic, str | None]:
     default = NETCDF_FILL[v.dtype.str[1:]]
     if "_FillValue" not in v.attrs:
-        return np.asarray(default, dtype=v.dtype)[()], None
+        return _scalar(default, v.dtype), None
     value = v.attrs["_FillValue"]
     try:
         given = np.asarray(value)
         if v.dtype.kind in "iu" and given.dtype.kind == "f" and not np.isfinite(given).all():
             raise ValueError  # NaN or infinity: no integer holds it
-        cast = given.astype(v.dtype)
-        if v.dtype.kind in "iu" and not np.array_equal(cast, given):
+        fitted = given.astype(v.dtype)
+        if v.dtype.kind in "iu" and not np.array_equal(fitted, given):
             raise ValueError
-        return cast.reshape(-1)[0], None
+        return fitted.reshape(-1)[0], None
     except (ValueError, TypeError, OverflowError, IndexError):  # IndexError: no value at all
-        return np.asarray(default, dtype=v.dtype)[()], (
+        return _scalar(default, v.dtype), (
             f"_FillValue {value!r} does not fit type {v.dtype}; the netCDF default "
             f"{default!r} is the fill value (the attribute is kept as it is)")
 
 
+def _scalar(value: object, dtype: np.dtype) -> np.generic:
+    """``value`` as a numpy scalar of ``dtype`` (numpy's stubs type ``a[()]`` as an array)."""
+    return cast(np.generic, np.asarray(value, dtype=dtype)[()])
+
+
 def _array(v: _Var, dims: tuple[str, ...], shape: tuple[int, ...], is_record: bool,
-           single: bool, recsize: int, fill: Any, size: int, source: Source,
+           single: bool, recsize: int, fill: np.generic, size: int, source: Source,
            target: int) -> VirtualArray:
     item = v.dtype.itemsize
     row = math.prod(shape[1:]) * item if shape else item
@@ -319,8 +325,9 @@ def _array(v: _Var, dims: tuple[str, ...], shape: tuple[int, ...], is_record: bo
         n = grid.chunk_counts
         chunk_bytes = rows * row if shape else item
         starts = v.begin + np.arange(math.prod(n), dtype=np.uint64) * chunk_bytes
-    manifest = ChunkManifest((source.url,), np.zeros(n, np.int32), starts.reshape(n),
-                             np.full(n, chunk_bytes, np.uint64))
+    built = ManifestBuilder(n)
+    built.ranges(np.arange(starts.size), built.url(source.url), starts, chunk_bytes)
+    manifest = built.build()
     return VirtualArray(v.name, dims, v.dtype, grid, manifest, fill, (bytes_codec(v.dtype),),
                         {**v.attrs, ENCODING_ATTR: {"source": source.url,  # netCDF-C: native
                                                     "dtype": v.dtype.newbyteorder("=").str}})
