@@ -68,17 +68,21 @@ def test_reads_as_xarray_reads_the_source(path: Path) -> None:
     engine, kwargs = _source_engine(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        refused = None
         try:
             source = closed(xr.open_dataset(path, engine=engine, **kwargs))
         except Exception as e:  # the source engine refuses: refgrid must not invent data
+            refused = type(e).__name__
+        if refused is not None:
             # xarray leaves the file it opened before failing to its garbage collector, which
-            # warns ("deallocating CachingFileManager"): collected here, not in a later test
+            # warns ("deallocating CachingFileManager"): collected here, once the exception
+            # (whose frames hold it) is gone, not in a later test
             gc.collect()
             try:
                 refgrid.scan(path)
             except refgrid.RefgridError:
                 return
-            pytest.skip(f"{engine} cannot read it ({type(e).__name__}); compared with h5py "
+            pytest.skip(f"{engine} cannot read it ({refused}); compared with h5py "
                         "and netCDF4 directly in test_scan_hdf5_acceptance/test_fixtures")
         ours = xr.open_dataset(path, engine="refgrid").load()
     xr.testing.assert_identical(ours, source)
