@@ -21,7 +21,7 @@ from fsspec.mapping import FSMap
 
 from refgrid.core.typed import StorageOptions
 from refgrid.read.regular import RegularView, ViewSpec
-from refgrid.read.view import Chunk, Directory, Document, Parsed, View
+from refgrid.read.view import Chunk, Directory, Document, Parsed, View, acontents, contents
 from refgrid.scanners import scan
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class ViewFileSystem(AbstractFileSystem):
     def cat_file(self, path: str, start: int | None = None, end: int | None = None,
                  **kwargs: object) -> bytes:
         key, found = self._parsed(path)
-        data = self.view.read([found])[0] if isinstance(found, Chunk) else _at_hand(found)
+        data = contents(self.view, [found])[0]
         if data is None:
             raise FileNotFoundError(key)
         return data[start:end]
@@ -66,8 +66,7 @@ class ViewFileSystem(AbstractFileSystem):
     async def _cat_file(self, path: str, start: int | None = None, end: int | None = None,
                         **kwargs: object) -> bytes:
         key, found = self._parsed(path)
-        data = (await self.view.aread([found]))[0] if isinstance(found, Chunk) else \
-            _at_hand(found)
+        data = (await acontents(self.view, [found]))[0]
         if data is None:
             raise FileNotFoundError(key)
         return data[start:end]
@@ -76,11 +75,9 @@ class ViewFileSystem(AbstractFileSystem):
                           ends: list[int | None], on_error: str = "return",
                           **kwargs: object) -> list[bytes | Exception]:
         parsed = [self._parsed(p) for p in paths]
-        chunks = [f for _, f in parsed if isinstance(f, Chunk)]
-        read = iter(await self.view.aread(chunks) if chunks else [])
+        held = await acontents(self.view, [found for _, found in parsed])
         out: list[bytes | Exception] = []
-        for (key, found), start, end in zip(parsed, starts, ends, strict=True):
-            data = next(read) if isinstance(found, Chunk) else _at_hand(found)
+        for (key, _), data, start, end in zip(parsed, held, starts, ends, strict=True):
             if data is not None:
                 out.append(data[start:end])
             elif on_error == "return":
@@ -127,10 +124,6 @@ class ViewFileSystem(AbstractFileSystem):
             {"name": prefix + n.rstrip("/"), "size": 0,
              "type": "directory" if n.endswith("/") else "file"} for n in found.names]
         return entries if detail else [e["name"] for e in entries]
-
-
-def _at_hand(found: Parsed | None) -> bytes | None:
-    return found.text if isinstance(found, Document) else None
 
 
 def get_mapper(refs: Input, chunks: ViewChunks = "auto",

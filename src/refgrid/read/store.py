@@ -39,7 +39,7 @@ from refgrid.errors import ArgumentError
 from refgrid.model.virtual import VirtualGroup
 from refgrid.read.native import NativeView
 from refgrid.read.regular import RegularView, ViewLimits, ViewSpec
-from refgrid.read.view import Chunk, Directory, Document, Parsed, View
+from refgrid.read.view import Chunk, Directory, Document, View, acontents, contents
 from refgrid.read.view_chunks import ViewChunks
 
 if TYPE_CHECKING:
@@ -93,24 +93,16 @@ class RefgridStore(Store):
 
     async def get(self, key: str, prototype: BufferPrototype,
                   byte_range: ByteRequest | None = None) -> Buffer | None:
-        found = self.view.parse(key)
-        data = (await self.view.aread([found]))[0] if isinstance(found, Chunk) else \
-            _at_hand(found)
+        data = (await acontents(self.view, [self.view.parse(key)]))[0]
         return None if data is None else prototype.buffer.from_bytes(_ranged(data, byte_range))
 
     async def get_partial_values(self, prototype: BufferPrototype,
                                  key_ranges: Iterable[tuple[str, ByteRequest | None]]
                                  ) -> list[Buffer | None]:
         asked = list(key_ranges)
-        found = [self.view.parse(key) for key, _ in asked]
-        chunks = [f for f in found if isinstance(f, Chunk)]
-        read = iter(await self.view.aread(chunks) if chunks else [])
-        out: list[Buffer | None] = []
-        for f, (_, byte_range) in zip(found, asked, strict=True):
-            data = next(read) if isinstance(f, Chunk) else _at_hand(f)
-            out.append(None if data is None else
-                       prototype.buffer.from_bytes(_ranged(data, byte_range)))
-        return out
+        held = await acontents(self.view, [self.view.parse(key) for key, _ in asked])
+        return [None if data is None else prototype.buffer.from_bytes(_ranged(data, byte_range))
+                for data, (_, byte_range) in zip(held, asked, strict=True)]
 
     async def getsize(self, key: str) -> int:
         return (await self._sizes([key]))[0]
@@ -202,8 +194,7 @@ class RefgridStore(Store):
 
     def get_sync(self, key: str, *, prototype: BufferPrototype | None = None,
                  byte_range: ByteRequest | None = None) -> Buffer | None:
-        found = self.view.parse(key)
-        data = self.view.read([found])[0] if isinstance(found, Chunk) else _at_hand(found)
+        data = contents(self.view, [self.view.parse(key)])[0]
         if data is None:
             return None
         buffer = (prototype or default_buffer_prototype()).buffer
@@ -239,12 +230,6 @@ class RefgridStore(Store):
 
     def __setstate__(self, state: _State) -> None:
         self.__init__(**state)  # type: ignore[misc]
-
-
-def _at_hand(found: Parsed | None) -> bytes | None:
-    """What a key holds without a read: a document, or nothing (a directory or an absent
-    key)."""
-    return found.text if isinstance(found, Document) else None
 
 
 STORE_NATIVE_CHUNKS = 2**31

@@ -86,6 +86,25 @@ class View(Protocol):
         """Give back what the view holds open (files); later reads open them again."""
 
 
+def contents(view: View, found: Sequence[Parsed | None]) -> list[bytes | None]:
+    """What each parsed key holds (None: no bytes — a directory or nothing): documents at
+    hand, chunks read together. The one key → bytes dispatch of every adapter."""
+    chunks = [f for f in found if isinstance(f, Chunk)]
+    read = iter(view.read(chunks) if chunks else [])
+    return [next(read) if isinstance(f, Chunk) else _at_hand(f) for f in found]
+
+
+async def acontents(view: View, found: Sequence[Parsed | None]) -> list[bytes | None]:
+    """:func:`contents` for an event loop (:meth:`View.aread`)."""
+    chunks = [f for f in found if isinstance(f, Chunk)]
+    read = iter(await view.aread(chunks) if chunks else [])
+    return [next(read) if isinstance(f, Chunk) else _at_hand(f) for f in found]
+
+
+def _at_hand(found: Parsed | None) -> bytes | None:
+    return found.text if isinstance(found, Document) else None
+
+
 class Tree:
     """What both views share: the nodes of a dataset by path, their documents, the keys that
     name them, how a key is parsed into one of them, and which chunks the view holds
