@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import refgrid
+from refgrid.codecs.bounded import ONE_CALL_BYTES, TINY_LIMIT, TooLarge, inflate_many
 from refgrid.codecs.filters import UnsupportedFilter, bytes_codec, hdf5_pipeline
 from refgrid.codecs.pipeline import (
     ChunkCodec,
@@ -105,6 +106,24 @@ def test_deflate_checks_the_decoded_size(nbytes):
         assert caught.value.index == 1
     with pytest.raises(ChunkDecodeError, match="Error"):
         decoder.decompress_many([b"not deflate"], nbytes)
+
+
+@pytest.mark.parametrize("limit", [TINY_LIMIT, 4 * TINY_LIMIT])
+def test_a_batch_of_deflate_streams_is_bounded_as_one_stream_is(limit):
+    """Inflated many at once (one C-level loop, tiny chunks one thread at a time): a stream
+    past the limit is refused, whether it is short enough to inflate in one call or long
+    enough to be stopped at the limit; a truncated one is an error; the others come back."""
+    good = zlib.compress(bytes(range(200)) * 3)
+    assert inflate_many([good] * 3, limit) == [bytes(range(200)) * 3] * 3
+    short_bomb = zlib.compress(bytes(limit + 1), 9)
+    long_bomb = zlib.compress(bytes(64 * ONE_CALL_BYTES), 9)
+    assert len(long_bomb) * 1032 > ONE_CALL_BYTES
+    for bomb in (short_bomb, long_bomb):
+        with pytest.raises(TooLarge):
+            inflate_many([good, bomb], limit)
+    with pytest.raises(zlib.error):
+        inflate_many([good, good[:-5]], limit)
+    assert inflate_many([], limit) == []
 
 
 def test_byte_codecs_are_built_once_and_unknown_ones_named():

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import bz2
 import lzma
+import os
 import struct
+import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Literal
 
 import imagecodecs
@@ -86,6 +89,41 @@ def inflate(data: Bytes, limit: int, wbits: int = zlib.MAX_WBITS) -> bytes:
     if not inflater.eof:
         raise ValueError("truncated stream")
     return out
+
+
+def inflate_many(chunks: Sequence[Bytes], limit: int) -> list[bytes]:
+    """zlib streams each refused beyond ``limit`` bytes, as :func:`inflate` — many at once.
+    When none of them can inflate to more than ``max(limit, ONE_CALL_BYTES)`` (the small
+    chunks of HDF5 files, most of them), they are inflated by one C-level loop and their
+    sizes checked after: no Python frame runs per chunk. Tiny chunks (:data:`TINY_LIMIT`)
+    are inflated by one thread at a time (:data:`_TINY_INFLATES`)."""
+    if chunks and max(map(len, chunks)) * DEFLATE_MAX_RATIO <= max(limit, ONE_CALL_BYTES):
+        with _TINY_INFLATES if limit <= TINY_LIMIT else nullcontext():
+            out = list(map(zlib.decompress, chunks))
+        if max(map(len, out)) > limit:
+            raise _refuse(limit)
+        return out
+    return [inflate(data, limit) for data in chunks]
+
+
+TINY_LIMIT = 8192
+"""Chunks inflating to at most this many bytes (with :data:`SLACK`: 4 KiB of values) are
+tiny: inflating one takes a few microseconds."""
+_TINY_INFLATES = threading.Lock()
+"""Held while a batch of tiny chunks is inflated. ``zlib.decompress`` releases the
+interpreter lock for every call; two threads doing microsecond-long calls each take it
+back from the other 10^5 times and run slower together than one alone (187k chunks of a
+file: 0.45 s in one thread, 0.59 s in two). With this lock one thread inflates while the
+others fetch, unshuffle and copy (which run without the interpreter lock): the full read
+of that file ~15% faster on two cores."""
+
+
+def _unlocked_in_child() -> None:  # a fork while another thread held it
+    global _TINY_INFLATES
+    _TINY_INFLATES = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlocked_in_child)
 
 
 def _streaming(make: Callable[[], Untyped]) -> Callable[[Bytes, int], bytes]:

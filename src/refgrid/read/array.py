@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NoReturn
+from typing import NoReturn, cast
 
 import numpy as np
 
@@ -107,7 +108,9 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
     except Exception as e:  # a URL no filesystem takes, ...: named, whatever it was
         raise chunk_error(array, name, int(flat[0]), f"cannot fetch: {type(e).__name__}: "
                           f"{e}") from e
-    got = np.fromiter((len(b) if b is not None else -1 for b in blobs), np.int64, len(blobs))
+    got = np.fromiter(map(len, cast("list[Bytes]", blobs)) if not (length == UNSIZED).any()
+                      else (len(b) if b is not None else -1 for b in blobs),  # (only those
+                      np.int64, len(blobs))  # may be None)
     short = np.flatnonzero((got != length.astype(np.int64)) & (length != UNSIZED))
     if len(short):
         j = int(short[0])
@@ -242,13 +245,17 @@ class _Box:
         manifest = reader.array.manifest
         stored_flat = self.flat[self.stored]
         blobs = self.blobs if self.blobs is not None else reader.fetch(stored_flat)
-        if any(b is None for b in blobs):  # whole chunk files that are absent: fill
-            absent = np.array([b is None for b in blobs])
+        # (only whole chunk files may be None; `None in blobs` costs a raised and cleared
+        # exception per memoryview)
+        if (reader.length[stored_flat] == UNSIZED).any() and None in blobs:  # absent: fill
+            gone = np.array([b is None for b in blobs])
             self.path_id = self.path_id.copy()
-            self.path_id[self.stored[absent]] = MISSING
-            self.stored = self.stored[~absent]
-        data: dict[int, Bytes] = dict(zip(self.stored.tolist(),
-                                          (b for b in blobs if b is not None), strict=True))
+            self.path_id[self.stored[gone]] = MISSING
+            self.stored = self.stored[~gone]
+        elif self.shapes is None and len(blobs) == len(self.flat):  # every slot, one shape
+            return self._decoded(range(len(blobs)), cast("list[Bytes]", blobs), self.tile)
+        data: dict[int, Bytes] = dict(zip(self.stored.tolist(), (b for b in blobs if b is not
+                                                                 None), strict=True))
         for k in np.flatnonzero(self.path_id == INLINE).tolist():
             data[k] = manifest.inline[chunk_coords(int(self.flat[k]), manifest.shape)]
         if self.shapes is None and len(data) == len(self.flat):  # every slot, one shape
@@ -267,7 +274,7 @@ class _Box:
                     self._place(slots, k, block)
         return slots
 
-    def _decoded(self, members: list[int], chunks: list[Bytes],
+    def _decoded(self, members: Sequence[int], chunks: Sequence[Bytes],
                  shape: tuple[int, ...]) -> np.ndarray:
         try:
             return self.reader.decoder.decode_many(chunks, shape)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import imagecodecs
 import numpy as np
 
-from refgrid.codecs.bounded import Bound, inflate, limit_for
+from refgrid.codecs.bounded import Bound, inflate_many, limit_for
 from refgrid.codecs.filters import CodecJSON, Pipeline
 from refgrid.codecs.pipeline import ChunkCodec, byte_codec, hdf5_shuffle_decode, unshuffle
 from refgrid.core.typed import Bytes
@@ -28,10 +28,10 @@ LIBDEFLATE_FROM = 2048
 """Decoded chunk size from which libdeflate beats zlib (its call costs ~1 µs more, its
 inflating ~30% less)."""
 
-Step = Callable[[Bytes], Bytes]
-"""One bytes→bytes decoding step of one chunk."""
+Step = Callable[[Sequence[Bytes]], Sequence[Bytes]]
+"""One bytes→bytes decoding step of a batch of chunks."""
 Stage = Callable[[int], Step]
-"""A decoding stage: given the decoded size of a batch's chunks, its step for each of them
+"""A decoding stage: given the decoded size of a batch's chunks, its step for the batch
 (its bounds worked out once a batch, not once a chunk)."""
 
 
@@ -78,22 +78,22 @@ class ChunkDecoder:
         for stage in self.stages:
             step = stage(nbytes)
             try:
-                data = list(map(step, data))
+                data = step(data)
                 continue
             except Exception:  # found again below, once this exception (and the buffers
                 pass           # its frames hold) is freed
             for k, chunk in enumerate(data):  # the failing chunk, for the message
                 try:
-                    step(chunk)
+                    step([chunk])
                 except Exception as e:
                     raise ChunkDecodeError(k, f"{type(e).__name__}: {e}") from e
             raise ChunkDecodeError(0, "does not decode consistently")
-        sizes = np.fromiter(map(len, data), np.int64, len(data))
-        wrong = np.flatnonzero(sizes != nbytes)
-        if len(wrong):
-            k = int(wrong[0])
+        joined = b"".join(data)
+        if len(joined) != len(data) * nbytes:
+            sizes = np.fromiter(map(len, data), np.int64, len(data))
+            k = int(np.flatnonzero(sizes != nbytes)[0])
             raise ChunkDecodeError(k, f"decoded to {sizes[k]} bytes, expected {nbytes}")
-        raw = np.frombuffer(b"".join(data), np.uint8).reshape(len(data), nbytes)
+        raw = np.frombuffer(joined, np.uint8).reshape(len(data), nbytes)
         return raw if self.shuffle is None else unshuffle(raw, self.shuffle)
 
     def decode_many(self, chunks: Sequence[Bytes], shape: tuple[int, ...]) -> np.ndarray:
@@ -118,7 +118,7 @@ class ChunkDecoder:
         """Decode one stored chunk to its encoded ``shape``."""
         nbytes = math.prod(shape) * self.dtype.itemsize
         for stage in self.stages:
-            data = stage(nbytes)(data)
+            (data,) = stage(nbytes)([data])
         if self.shuffle is not None:
             data = hdf5_shuffle_decode(data, self.shuffle)
         return self.codec.to_array(data, shape)
@@ -129,12 +129,11 @@ def _zlib_decoder(exact_stage: bool, bound: Bound) -> Stage:
     also bounds it), for chunks that are not tiny when this stage's output size is exact;
     else the standard library, stopping at the chunk's limit (a zlib bomb is refused, not
     inflated)."""
-    inflating = _limited(inflate, bound)
-
     def stage(size: int) -> Step:
         if exact_stage and size >= LIBDEFLATE_FROM:
-            return functools.partial(imagecodecs.deflate_decode, out=size)
-        return inflating(size)
+            inflate = functools.partial(imagecodecs.deflate_decode, out=size)
+            return lambda chunks: list(map(inflate, chunks))
+        return functools.partial(inflate_many, limit=limit_for(size, bound))
     return stage
 
 
@@ -142,7 +141,7 @@ def _limited(decode: Callable[[Bytes, int], Bytes], bound: Bound) -> Stage:
     """A stage that produces at most what a chunk of ``size`` decoded bytes may hold."""
     def stage(size: int) -> Step:
         limit = limit_for(size, bound)
-        return lambda data: decode(data, limit)
+        return lambda chunks: [decode(data, limit) for data in chunks]
     return stage
 
 

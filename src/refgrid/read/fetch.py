@@ -61,11 +61,14 @@ class _Requests:
                  gap: int) -> None:
         order, starts, ends, firsts = coalesce(offset[members], length[members], gap)
         self.members = members[order].tolist()
-        self.offsets = offset[members][order].tolist()
-        self.lengths = length[members][order].tolist()
         self.starts = starts.tolist()
         self.ends = ends.tolist()
         self.bounds = [*firsts.tolist(), len(order)]
+        within = offset[members][order].astype(np.int64) - np.repeat(starts,
+                                                                     np.diff(self.bounds))
+        self.within = within.tolist()
+        """Each range's first byte in its request's block."""
+        self.past = (within + length[members][order].astype(np.int64)).tolist()
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -75,10 +78,10 @@ class _Requests:
 
     def serve(self, r: int, block: Bytes, out: list[Bytes | None]) -> None:
         """Hand out request ``r``'s bytes to the ranges it covers (short if ``block`` is)."""
-        view, start = memoryview(block), self.starts[r]
-        for j in range(self.bounds[r], self.bounds[r + 1]):
-            o = self.offsets[j] - start
-            out[self.members[j]] = view[o: o + self.lengths[j]]
+        view, first, last = memoryview(block), self.bounds[r], self.bounds[r + 1]
+        for j, a, b in zip(self.members[first:last], self.within[first:last],
+                           self.past[first:last], strict=True):
+            out[j] = view[a:b]
 
 
 def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
