@@ -16,9 +16,11 @@ def lengths(indices: Iterable[int]) -> list[int]:
     return [28 + (k * 7919) % 4 for k in indices]
 
 
-def write_archive(directory: Path, indices: Iterable[int]) -> list[Path]:
+def write_archive(directory: Path, indices: Iterable[int], lat: int = LAT,
+                  lon: int = LON) -> list[Path]:
     """Files ``tas_{k:05d}.nc`` for each index ``k``; file k starts the day after file k-1
-    ends, whichever files are written (an archive can grow by later indices)."""
+    ends, whichever files are written (an archive can grow by later indices). A larger
+    ``lat`` by ``lon`` makes padded chunks too large to inline."""
     import netCDF4
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -30,21 +32,21 @@ def write_archive(directory: Path, indices: Iterable[int]) -> list[Path]:
         with netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
             ds.title = f"daily tas, file {k}"
             ds.createDimension("time", None)
-            ds.createDimension("lat", LAT)
-            ds.createDimension("lon", LON)
+            ds.createDimension("lat", lat)
+            ds.createDimension("lon", lon)
             time = ds.createVariable("time", "f8", ("time",))
             hourly = k % 7 == 3
             time.units = "hours since 2000-01-01" if hourly else "days since 2000-01-01"
             time.calendar = "standard"
             days = np.arange(start, start + n, dtype="f8")
             time[:] = days * 24 if hourly else days
-            ds.createVariable("lat", "f4", ("lat",))[:] = np.linspace(-10, 10, LAT)
-            ds.createVariable("lon", "f4", ("lon",))[:] = np.linspace(0, 30, LON)
+            ds.createVariable("lat", "f4", ("lat",))[:] = np.linspace(-10, 10, lat)
+            ds.createVariable("lon", "f4", ("lon",))[:] = np.linspace(0, 30, lon)
             tas = ds.createVariable("tas", "f4", ("time", "lat", "lon"), zlib=True,
-                                    chunksizes=(CHUNK, LAT, LON), fill_value=np.float32(-999))
+                                    chunksizes=(CHUNK, lat, lon), fill_value=np.float32(-999))
             tas.units = "K"
             rng = np.random.default_rng(k)
-            tas[:] = 250 + 50 * rng.random((n, LAT, LON), dtype="f4")
+            tas[:] = 250 + 50 * rng.random((n, lat, lon), dtype="f4")
         out.append(path)
     return out
 

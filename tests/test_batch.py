@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refgrid
-from archive_files import write_archive, write_corrupt
+from archive_files import CHUNK, lengths, write_archive, write_corrupt
 from helpers import FIXTURES, killed
 from refgrid.archive.journal import RECORDS, Journal, read_entries
 from refgrid.cli import main
@@ -140,10 +140,92 @@ def test_append_scans_only_the_new_files_and_equals_a_fresh_run(archive, tmp_pat
     appended = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "tas.parq", progress=False)
     fresh = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "fresh.parq", progress=False)
     assert (appended.scanned, appended.reused, fresh.scanned) == (10, 60, 70)
+    assert appended.update.startswith("append: 10 file(s)"), appended.update
+    assert fresh.update.startswith("new")
     assert tree_bytes(tmp_path / "tas.parq") == tree_bytes(tmp_path / "fresh.parq")
     with xr.open_mfdataset(sorted(grown.glob("*.nc")), combine="nested", concat_dim="time",
                            data_vars="minimal", coords="minimal", compat="override") as ds:
         xr.testing.assert_identical(opened(tmp_path / "tas.parq"), ds.load())
+
+
+def test_an_append_writes_only_the_last_record_file_and_those_after_it(archive, tmp_path,
+                                                                        monkeypatch):
+    """Record files of 20 chunks: growing a 40-file archive (3 chunks a file) by 5 files
+    rewrites the record file holding the last file's chunks and writes the new ones; every
+    earlier record file is left as it was (same inode, same bytes); appending twice equals a
+    fresh run of all the files, byte for byte, and a third run with nothing new writes
+    nothing."""
+    monkeypatch.setitem(refgrid.writers.save.__kwdefaults__, "record_size", 20)
+    grown = copied(archive[0], 40, tmp_path / "archive")
+    out = tmp_path / "tas.parq"
+    refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
+    before = {p.name: (p.stat().st_ino, p.read_bytes()) for p in (out / "tas").iterdir()}
+    write_archive(grown, range(40, 45))
+    appended = refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
+    after = {p.name: (p.stat().st_ino, p.read_bytes()) for p in (out / "tas").iterdir()}
+    untouched = {name for name in before if after[name] == before[name]}
+    chunks = [-(-n // CHUNK) for n in lengths(range(45))]  # 3 or 4 a file
+    assert len(before) == -(-sum(chunks[:40]) // 20) and len(after) == -(-sum(chunks) // 20)
+    assert untouched == {f"refs.{n}.parq" for n in range(sum(chunks[:39]) // 20)}
+    assert appended.update.startswith("append: 5 file(s)")
+    write_archive(grown, range(45, 47))
+    refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
+    fresh = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "fresh.parq", progress=False)
+    assert tree_bytes(out) == tree_bytes(tmp_path / "fresh.parq")
+    again = refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
+    assert again.update.startswith("unchanged") and again.scanned == 0
+    assert tree_bytes(out) == tree_bytes(tmp_path / "fresh.parq")
+    assert fresh.update.startswith("new")
+
+
+def test_an_append_whose_padded_chunks_are_files_reads_as_the_files(tmp_path):
+    """Padded chunks too large to inline: the append rewrites the last file's (now interior)
+    chunk and the new files' into a new sidecar directory beside the first one; the output
+    reads as xarray reads the files."""
+    grown = tmp_path / "archive"
+    write_archive(grown, range(4), lat=30, lon=40)
+    out = tmp_path / "tas.parq"
+    refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
+    write_archive(grown, range(4, 7), lat=30, lon=40)
+    appended = refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
+    assert appended.update.startswith("append: 3 file(s)"), appended.update
+    assert len(list((tmp_path / "tas.parq.chunks").iterdir())) == 2
+    with xr.open_mfdataset(sorted(grown.glob("*.nc")), combine="nested", concat_dim="time",
+                           data_vars="minimal", coords="minimal", compat="override") as ds:
+        xr.testing.assert_identical(opened(out), ds.load())
+
+
+@pytest.mark.parametrize("change", ["backfill", "removed", "json", "settings"])
+def test_what_an_append_cannot_take_rebuilds_the_output_and_says_why(archive, tmp_path,
+                                                                     change):
+    """A file inside the archive's range, a file gone, JSON output, other settings: the
+    whole output is written again (the report says why) and equals a fresh run."""
+    grown = copied(archive[0], 12, tmp_path / "archive")
+    if change == "backfill":
+        (grown / "tas_00005.nc").unlink()
+    name = "tas.json" if change == "json" else "tas.parq"
+    refgrid.batch(str(grown / "tas_*.nc"), tmp_path / name, progress=False)
+    if change == "backfill":
+        write_archive(grown, [5])
+    elif change == "removed":
+        (grown / "tas_00011.nc").unlink()
+    else:
+        write_archive(grown, [12])
+    padded = "encoded" if change == "settings" else "rewrite"
+    second = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / name, padded=padded,
+                           progress=False)
+    why = {"backfill": "tas_00005.nc lies inside the archive's range (backfill)",
+           "removed": "1 file(s) of the output are gone", "json": "json references are "
+           "written whole", "settings": "written with other settings"}[change]
+    assert second.update.startswith("rebuild: ") and why in second.update, second.update
+    refgrid.batch(str(grown / "tas_*.nc"), tmp_path / f"fresh.{name.split('.')[1]}",
+                  padded=padded, progress=False)
+    assert tree_bytes(tmp_path / name).popitem()[1] == \
+        tree_bytes(tmp_path / f"fresh.{name.split('.')[1]}").popitem()[1] if change == "json" \
+        else tree_bytes(tmp_path / name) == tree_bytes(tmp_path / "fresh.parq")
+    with xr.open_mfdataset(sorted(grown.glob("*.nc")), combine="nested", concat_dim="time",
+                           data_vars="minimal", coords="minimal", compat="override") as ds:
+        xr.testing.assert_identical(opened(tmp_path / name), ds.load())
 
 
 def test_a_changed_file_is_rescanned_and_the_report_says_what_changed(archive, tmp_path):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from refgrid.archive.assemble import combine_records
 from refgrid.archive.deadline import GUARD, importing_script, note_unguarded
+from refgrid.archive.extend import NotAppendable, Plan, extend, plan
 from refgrid.archive.journal import RECORDS, Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
@@ -84,6 +85,14 @@ class BatchResult:
     """What ``padded="rewrite"`` copied."""
     snapshot: str | None = None
     """The Icechunk snapshot committed (Icechunk output)."""
+    settings: dict[str, str] = field(default_factory=dict)
+    """What decides the output's form (concat dimension, format, padded chunks, overlap and
+    codecs policies): a later run appends to the output only with the same."""
+    update: str | None = None
+    """How the output was brought up to date (:class:`~refgrid.archive.extend.Plan`):
+    ``"new: ..."``, ``"unchanged: ..."``, ``"append: ..."`` (the new files only, written in
+    time and memory that grow with them) or ``"rebuild: <why>"`` (the whole output written
+    again: backfill, changed or removed files, JSON output...)."""
 
     @property
     def ok(self) -> bool:
@@ -208,12 +217,33 @@ def batch(
             more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
             raise BatchError(f"no file could be scanned ({len(failed)} failed): {shown}{more} "
                              f"(every failure is in {report})")
+        settings = {"concat_dim": concat_dim, "format": chosen, "padded": padded,
+                    "overlap": overlap, "codecs": codecs}
+        result = replace(result, settings=settings)
+        how = plan(journal, target, good, chosen, settings) if repository is None else \
+            Plan("rebuild", "an Icechunk commit holds every reference")
         try:
+            if how.path == "append":
+                try:
+                    appended = extend(journal, target, how, concat_dim, overlap=overlap,
+                                      codecs=codecs, padded=padded, storage_options=options)
+                except NotAppendable as e:
+                    how = Plan("rebuild", str(e))
+                else:
+                    result = replace(result, update=f"{how}: {appended.records} record "
+                                     "file(s) written", notes=[
+                                         str(entry) for entry in appended.group.report])
+                    _save(result)
+                    return result
+            if how.path == "unchanged":
+                result = replace(result, update=str(how))
+                _save(result)
+                return result
             group = _combine(journal, good, concat_dim, overlap, codecs, options, show)
         except RefgridError as e:
             _save(replace(result, error=str(e)))
             raise
-    result = replace(result, notes=[str(entry) for entry in group.report])
+    result = replace(result, notes=[str(entry) for entry in group.report], update=str(how))
     if repository is not None:
         snapshot = write(group, repository, message=message or
                          f"refgrid batch: {len(good)} files along {concat_dim!r}",

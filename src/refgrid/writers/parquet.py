@@ -17,22 +17,25 @@ classic kerchunk form, ``zarr_format=2``, is fsspec's own.)
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refgrid.core.keys import ZMETADATA
-from refgrid.core.sources import RECORDS_KEY, SOURCES_KEY, record_digest
+from refgrid.core.sources import RECORDS_KEY, SOURCES_KEY, SourceIdentity, record_digest
 from refgrid.grid.rectilinear import GridForm
-from refgrid.model.manifest import flat_index
+from refgrid.model.manifest import ChunkManifest, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import documents
-from refgrid.writers.atomic import replace_directory, temporary_for
+from refgrid.writers.atomic import replace_directory, replace_file, temporary_for
 from refgrid.writers.kerchunk_v2 import v2_documents
 from refgrid.writers.section import Portable, section
 
@@ -59,7 +62,11 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
         digests: dict[str, str] = {}
         for path, node in group.walk():
             if isinstance(node, VirtualArray):
-                _write_records(node, temporary, path, record_size, digests, portable)
+                rows = Rows.of(node.manifest, portable)
+                for n in range(math.ceil(len(rows) / record_size)):
+                    name = record_name(path, n)
+                    digests[name] = _write_record(
+                        rows[n * record_size:(n + 1) * record_size], temporary / name)
         (temporary / ZMETADATA).write_text(
             json.dumps({SOURCES_KEY: section(group, portable, **{RECORDS_KEY: digests}),
                         "metadata": metadata, "record_size": record_size}),
@@ -68,6 +75,150 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return target
+
+
+def record_name(array: str, n: int) -> str:
+    """Record file ``n`` of ``array``, relative to the reference directory."""
+    return f"{array}/refs.{n}.parq"
+
+
+def append_parquet(target: Path, tail: Mapping[str, tuple[int, ChunkManifest]],
+                   metadata: Mapping[str, object], sources: Mapping[str, SourceIdentity],
+                   sidecar: Path | None = None) -> Extended:
+    """Extend the parquet references at ``target`` in place, writing what changed only:
+    ``tail`` maps an array to ``(row, manifest)`` — its chunks from C-order row ``row`` on
+    are now ``manifest``'s (the rows before stay; the record file holding ``row`` is
+    rewritten, later ones written); ``metadata`` replaces the documents and ``sources`` are
+    added to the sources. Each record file is swapped in whole, then ``.zmetadata`` (the
+    documents, sources and digests of the new extent) last: until then the directory reads
+    as before (a reader that had loaded the old ``.zmetadata`` may meet the rewritten last
+    record file, whose digest then differs: an error, never other references). The files
+    written are those a from-scratch write of the whole would write, byte for byte."""
+    meta = json.loads((target / ZMETADATA).read_text(encoding="utf-8"))
+    record_size = int(meta["record_size"])
+    kept = meta[SOURCES_KEY]
+    digests: dict[str, str] = dict(kept.get(RECORDS_KEY, {}))
+    portable = Portable(sidecar)
+    written = 0
+    for path, (row, manifest) in tail.items():
+        first = row // record_size
+        old = read_record(target / record_name(path, first))[:row - first * record_size] \
+            if row % record_size else Rows.empty()
+        rows = Rows.concat(old, Rows.of(manifest, portable))
+        for n in range(math.ceil(len(rows) / record_size)):
+            name = record_name(path, first + n)
+            digests[name] = _write_record(rows[n * record_size:(n + 1) * record_size],
+                                          target / name)
+            written += 1
+    order = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in digests))
+    kept[RECORDS_KEY] = {name: digests[name] for array in order for name in sorted(
+        (k for k in digests if k.rsplit("/", 1)[0] == array),
+        key=lambda k: int(k.rsplit(".", 2)[1]))}
+    kept["sources"] = {**kept.get("sources", {}),
+                       **{portable(url): identity for url, identity in sources.items()}}
+    meta = {SOURCES_KEY: kept, "metadata": metadata, "record_size": record_size}
+    temporary = temporary_for(target / ZMETADATA)
+    try:
+        temporary.write_text(json.dumps(meta), encoding="utf-8")
+        replace_file(temporary, target / ZMETADATA)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return Extended(written)
+
+
+@dataclass(frozen=True)
+class Extended:
+    """What :func:`append_parquet` wrote."""
+
+    records: int
+    """Record files written (the partial last one of each array rewritten, new ones)."""
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The references of consecutive chunks (C order), the columns of record files: URL
+    ids into ``paths`` (negative: none), offsets, sizes and inline bytes (None: none)."""
+
+    ids: np.ndarray
+    paths: list[str]
+    offset: np.ndarray
+    size: np.ndarray
+    raw: np.ndarray | None
+
+    @classmethod
+    def of(cls, manifest: ChunkManifest, portable: Portable) -> Rows:
+        return cls(manifest.path_id.reshape(-1), [portable(url) for url in manifest.paths],
+                   manifest.offset.reshape(-1).astype(np.int64),
+                   manifest.length.reshape(-1).astype(np.int64),
+                   _inline_column(manifest.inline, manifest.shape, manifest.path_id.size))
+
+    @classmethod
+    def empty(cls) -> Rows:
+        return cls(np.zeros(0, np.int32), [], np.zeros(0, np.int64), np.zeros(0, np.int64),
+                   None)
+
+    @classmethod
+    def concat(cls, a: Rows, b: Rows) -> Rows:
+        raw = None if a.raw is None and b.raw is None else np.concatenate(
+            [r if r is not None else np.full(len(x), None, object)
+             for r, x in ((a.raw, a), (b.raw, b))])
+        return cls(np.concatenate([a.ids, np.where(b.ids >= 0, b.ids + len(a.paths), b.ids)]),
+                   a.paths + b.paths, np.concatenate([a.offset, b.offset]),
+                   np.concatenate([a.size, b.size]), raw)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, rows: slice) -> Rows:
+        return Rows(self.ids[rows], self.paths, self.offset[rows], self.size[rows],
+                    None if self.raw is None else self.raw[rows])
+
+    def table(self) -> pa.Table:
+        """The rows as a record file's table. Its ``path`` dictionary holds the URLs these
+        rows name, in order of first use: a record file depends on its own rows only (so an
+        append rewrites the last one alone), and reading one decodes only its own URLs."""
+        stored = self.ids >= 0
+        used, first = np.unique(self.ids[stored], return_index=True)
+        used = used[np.argsort(first, kind="stable")]
+        code = np.zeros(max(len(self.paths), 1), np.int32)
+        code[used] = np.arange(len(used), dtype=np.int32)
+        return pa.table({
+            "path": pa.DictionaryArray.from_arrays(
+                pa.array(np.where(stored, code[np.maximum(self.ids, 0)], 0), pa.int32(),
+                         mask=~stored),
+                pa.array([self.paths[i] for i in used.tolist()], pa.string())),
+            "offset": self.offset, "size": self.size,
+            "raw": pa.nulls(len(self), pa.binary()) if self.raw is None else
+            pa.array(self.raw, pa.binary())}, schema=SCHEMA)
+
+
+def _write_record(rows: Rows, target: Path) -> str:
+    """Write one record file (swapped in whole); its digest."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows.table(), sink, compression="zstd", write_statistics=False,
+                   write_page_checksum=True, use_dictionary=["path"],
+                   column_encoding=DELTA_ENCODED)
+    data = sink.getvalue().to_pybytes()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = temporary_for(target)
+    try:
+        temporary.write_bytes(data)
+        replace_file(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return record_digest(data)
+
+
+def read_record(path: Path) -> Rows:
+    """The rows of a record file refgrid wrote (one of its local reference directories)."""
+    table = pq.read_table(path)
+    paths = table.column("path").combine_chunks()
+    raw = table.column("raw").to_numpy(zero_copy_only=False)
+    return Rows(pc.fill_null(paths.indices, -1).to_numpy().astype(np.int64),
+                paths.dictionary.to_pylist(), table.column("offset").to_numpy(),
+                table.column("size").to_numpy(),
+                raw if any(r is not None for r in raw) else None)
+
 
 _PANDAS_COLUMNS = [("path", "unicode", "object"), ("offset", "int64", "int64"),
                    ("size", "int64", "int64"), ("raw", "bytes", "object")]
@@ -86,36 +237,13 @@ optional: a required column has no definition levels, and damaged bytes in its p
 decode to other numbers more often instead of failing.)"""
 
 
-def _write_records(array: VirtualArray, root: Path, path: str, record_size: int,
-                   digests: dict[str, str], portable: Portable) -> None:
-    manifest = array.manifest
-    path_id = manifest.path_id.reshape(-1)
-    table = pa.table({
-        "path": pa.DictionaryArray.from_arrays(
-            pa.array(path_id, pa.int32(), mask=path_id < 0),
-            pa.array([portable(url) for url in manifest.paths], pa.string())),
-        "offset": manifest.offset.reshape(-1).astype(np.int64),
-        "size": manifest.length.reshape(-1).astype(np.int64),
-        "raw": _inline_column(manifest.inline, manifest.shape, len(path_id)),
-    }, schema=SCHEMA)
-    (root / path).mkdir(parents=True, exist_ok=True)
-    for n, first in enumerate(range(0, len(table), record_size)):
-        sink = pa.BufferOutputStream()
-        pq.write_table(table.slice(first, record_size), sink,
-                       compression="zstd", write_statistics=False, write_page_checksum=True,
-                       use_dictionary=["path"], column_encoding=DELTA_ENCODED)
-        data = sink.getvalue().to_pybytes()
-        name = f"{path}/refs.{n}.parq"
-        (root / name).write_bytes(data)
-        digests[name] = record_digest(data)
-
-
 def _inline_column(inline: Mapping[tuple[int, ...], bytes], shape: tuple[int, ...],
-                   size: int) -> pa.Array:
-    """The ``raw`` column: inline chunk bytes at their flat positions, null elsewhere."""
+                   size: int) -> np.ndarray | None:
+    """The ``raw`` column: inline chunk bytes at their flat positions, None elsewhere (and
+    no column where there are none)."""
     if not inline:
-        return pa.nulls(size, pa.binary())
+        return None
     raw = np.full(size, None, dtype=object)
     for coords, data in inline.items():
         raw[flat_index(coords, shape)] = data
-    return pa.array(raw, pa.binary())
+    return raw
