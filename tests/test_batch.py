@@ -385,6 +385,28 @@ def test_a_damaged_record_is_dropped_and_its_file_scanned_again(archive, tmp_pat
     assert (result.scanned, result.reused) == (1, 2)
 
 
+def test_the_index_of_records_spares_a_batch_reading_them_and_damage_is_still_named(
+        archive, tmp_path):
+    """A batch reads the records' headers from the index the last one wrote (not every
+    record) while the records file is as that batch left it; a record damaged behind its
+    back (the file's modification time put back) is named when it is read, never used."""
+    _, good, _ = archive
+    sources = [str(p) for p in good[:3]]
+    refgrid.batch(sources, tmp_path / "t.json", scheduler="synchronous", progress=False)
+    work = tmp_path / "t.json.parts"
+    assert (work / "index.bin").is_file()
+    records = work / RECORDS
+    entries, _ = read_entries(records)
+    stat = records.stat()
+    data = bytearray(records.read_bytes())
+    data[entries[str(good[1])].offset + 40] ^= 0xFF
+    records.write_bytes(bytes(data))
+    os.utime(records, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    (tmp_path / "t.json").unlink()
+    with pytest.raises(refgrid.BatchError, match=f"record of {good[1]} is damaged"):
+        refgrid.batch(sources, tmp_path / "t.json", scheduler="synchronous", progress=False)
+
+
 def test_a_record_naming_code_to_run_is_refused(tmp_path):
     """Records are pickles of plain data: one that names any other global never loads."""
     import pickle

@@ -460,6 +460,82 @@ def test_cli_serves_until_sigterm_then_exits_cleanly(root, tmp_path):
     assert any(e["path"].endswith("tas/c/0/0/0") and e["status"] == 200 for e in logged)
 
 
+def test_clients_that_send_half_a_request_are_closed_and_healthz_keeps_answering(root):
+    """A service limited to 128 descriptors; 60 new connections a second, each sending half
+    a request line and then nothing, for 8 s (480 in all, each held until the server closes
+    it): with a 1 s header timeout the server closes them, and /healthz answers every time
+    it is asked meanwhile. Without the bound the first ~120 such clients would hold every
+    descriptor for good and nothing else would ever be answered."""
+    import resource
+    import socket
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "refgrid.cli", "serve", str(root), "--port", str(port),
+         "--header-timeout", "1", "--no-access-log"], stderr=subprocess.PIPE, text=True,
+        preexec_fn=limited)
+    stop, opened, closed = threading.Event(), [0], [0]
+
+    def slow_clients() -> None:
+        held: list[socket.socket] = []
+        while not stop.is_set():
+            for _ in range(30):
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x")  # and nothing more
+                s.setblocking(False)
+                held.append(s)
+                opened[0] += 1
+            time.sleep(0.5)
+            for s in list(held):  # closed by the server?
+                try:
+                    gone = s.recv(1) == b""
+                except BlockingIOError:
+                    gone = False
+                except OSError:  # reset
+                    gone = True
+                if gone:
+                    held.remove(s)
+                    s.close()
+                    closed[0] += 1
+        for s in held:
+            s.close()
+
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+                break
+            except OSError:
+                time.sleep(0.1)
+        attacker = threading.Thread(target=slow_clients, daemon=True)
+        attacker.start()
+        answers = []
+        end = time.time() + 8
+        while time.time() < end:
+            time.sleep(0.5)
+            t0 = time.time()
+            try:
+                answers.append((_get(f"http://127.0.0.1:{port}/healthz")[0], time.time() - t0))
+            except OSError as e:
+                answers.append((repr(e), time.time() - t0))
+        stop.set()
+        attacker.join(10)
+    finally:
+        process.kill()
+        process.communicate(timeout=10)
+    assert opened[0] >= 400 and closed[0] >= opened[0] - 120  # the server closed them
+    # every health check answered (one may wait behind slow clients for a descriptor)
+    assert all(status == 200 and seconds < 5 for status, seconds in answers), answers
+
+
 def test_cli_refuses_a_root_that_is_not_a_directory(tmp_path):
     result = subprocess.run([sys.executable, "-m", "refgrid.cli", "serve",
                              str(tmp_path / "nope")], capture_output=True, text=True)

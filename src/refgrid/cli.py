@@ -504,11 +504,15 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
               help="Cache-Control max-age (seconds) of documents and chunks.")
 @click.option("--request-timeout", default=60.0, show_default=True, type=float,
               help="Seconds one request may take (504 after).")
+@click.option("--header-timeout", default=10.0, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="Seconds a client has to send a request's line and headers; a connection "
+                   "that takes longer (half a request, then silence) is closed.")
 @click.option("--access-log/--no-access-log", default=True, show_default=True,
               help="Log every request (a JSON line on stderr).")
 @storage_option
 def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: int,
-          max_age: int, request_timeout: float, access_log: bool,
+          max_age: int, request_timeout: float, header_timeout: float, access_log: bool,
           storage: tuple[str, ...]) -> None:
     """Serve every reference set and Zarr v3 store under ROOT as Zarr v3 over HTTP.
 
@@ -531,7 +535,7 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     run(str(root), host, port, allow_sources=allowed, workers=workers, max_age=max_age,
         request_timeout=request_timeout, storage_options=_storage_options(storage),
-        access_log=access_log,
+        access_log=access_log, header_timeout=header_timeout,
         announce=lambda url: click.echo(f"refgrid serve: {url} (Ctrl-C stops)", err=True))
 
 

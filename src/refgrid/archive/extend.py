@@ -88,8 +88,8 @@ def plan(journal: Journal, target: Path, good: Sequence[str], format: str,
         return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: {e})")
     old = [url for url, identity in sources.items()
            if isinstance(identity, Mapping) and not identity.get("rewritten")]
-    known = set(old)
-    gone = [url for url in old if url not in set(good)]
+    known, listed = set(old), set(good)
+    gone = [url for url in old if url not in listed]
     if gone:
         return Plan("rebuild", f"{len(gone)} file(s) of the output are gone, changed or "
                     f"failed (e.g. {gone[0]})")
@@ -162,7 +162,7 @@ def extend(journal: Journal, target: Path, chosen: Plan, concat_dim: str, *,
     _check_same(old_docs, docs, meta[SOURCES_KEY].get(ATTRIBUTES_KEY) or {},
                 bookkeeping(tail))
     new_sources: dict[str, SourceIdentity] = {
-        url: identity for url, identity in tail.sources.items() if url not in set(chosen.old)}
+        url: identity for url, identity in tail.sources.items() if url not in anchors}
     extended = append_parquet(target, appended, docs, new_sources,
                               sidecar if sidecar.is_dir() else None)
     return Appended(group, extended.records)

@@ -32,6 +32,9 @@ from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for
 
 RECORDS = "records.bin"
 LOCK = "lock"
+INDEX = "index.bin"
+"""The headers, offsets and lengths of the records up to a point of ``records.bin``, written
+when a batch closes the work directory: the next one reads the records after it only."""
 
 
 class Header(TypedDict):
@@ -89,11 +92,28 @@ class Journal:
         os.fsync(self._out.fileno())
         self._out.close()
         self._in.close()
-        self._lock.close()
+        try:
+            if self._dirty:
+                _write_index(self.directory / INDEX, self.path, self.entries)
+        except OSError:  # the index only saves time: the next batch reads the records
+            pass
+        finally:
+            self._lock.close()
 
     def _load(self) -> None:
-        """Index the records; drop a torn tail and superseded, damaged or foreign ones."""
-        self.entries, clean = read_entries(self.path)
+        """Index the records; drop a torn tail and superseded, damaged or foreign ones. When
+        the records file is as the last batch left it (:data:`INDEX`), the entries come from
+        its index: opening the work directory of 10^5 files then reads their headers, not
+        the gigabytes of their records (each record's CRC is checked when it is read,
+        :meth:`record`); a records file changed since in any way is read whole."""
+        indexed = _read_index(self.directory / INDEX, self.path)
+        clean = True
+        if indexed is None:
+            self.entries, clean = read_entries(self.path)
+        else:
+            self.entries = indexed
+        self._dirty = indexed is None
+        """The index does not describe the records file: written again on :meth:`close`."""
         if not clean:
             self._compact()
 
@@ -115,6 +135,7 @@ class Journal:
         finally:
             temporary.unlink(missing_ok=True)
         self.entries = entries
+        self._dirty = True
 
     def append(self, header: Header, record: bytes) -> None:
         """Record one scanned file (it supersedes an earlier record of the same URL)."""
@@ -128,12 +149,17 @@ class Journal:
         except OSError as e:
             raise BatchError(f"cannot write the batch records {self.path}: {e}") from e
         self.entries[header["url"]] = Entry(header, offset, len(record))
+        self._dirty = True
 
     def record(self, url: str) -> bytes:
-        """The recorded bytes of ``url``."""
+        """The recorded bytes of ``url`` (checked against the CRC of its header)."""
         entry = self.entries[url]
         self._in.seek(entry.offset)
-        return self._in.read(entry.length)
+        data = self._in.read(entry.length)
+        if _crc(entry.header, data) != entry.header.get("crc"):
+            raise BatchError(f"{self.path}: the record of {url} is damaged (its CRC does not "
+                             "match); delete the work directory to scan again")
+        return data
 
 
 def read_entries(path: Path) -> tuple[dict[str, Entry], bool]:
@@ -154,6 +180,41 @@ def read_entries(path: Path) -> tuple[dict[str, Entry], bool]:
                 entries[entry.header["url"]] = entry
         clean = clean and f.tell() == os.fstat(f.fileno()).st_size
     return entries, clean and records == len(entries)
+
+
+def _signature(records: Path) -> list[int]:
+    """What changes when a records file does: its inode, size and modification time."""
+    stat = os.stat(records)
+    return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+
+
+def _read_index(index: Path, records: Path) -> dict[str, Entry] | None:
+    """The entries an index holds — None when it is absent or damaged, or the records file
+    is not the one it describes (appended to by a killed batch, compacted, edited)."""
+    try:
+        data = index.read_bytes()
+        if zlib.crc32(data[:-4]).to_bytes(4, "big") != data[-4:]:
+            return None
+        found = orjson.loads(data[:-4])
+        if found["records"] != _signature(records):
+            return None
+        return {header["url"]: Entry(header, int(offset), int(length))
+                for header, offset, length in found["entries"]}
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _write_index(index: Path, records: Path, entries: Mapping[str, Entry]) -> None:
+    """Index ``entries`` (every record of the records file as it is now), atomically, with
+    a CRC of its own."""
+    body = orjson.dumps({"records": _signature(records),
+                         "entries": [[e.header, e.offset, e.length] for e in entries.values()]})
+    temporary = temporary_for(index)
+    try:
+        temporary.write_bytes(body + zlib.crc32(body).to_bytes(4, "big"))
+        replace_file(temporary, index)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _scan_records(f: IO[bytes]) -> Iterator[Entry | None]:

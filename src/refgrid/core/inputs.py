@@ -7,17 +7,19 @@ which files a resumed batch must scan again costs no request per file.
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from stat import S_ISDIR
 
 from refgrid.core.sources import (
     SourceIdentity,
     filesystem,
     identity_from_info,
-    identity_of,
     is_local,
+    stat_identity,
 )
-from refgrid.core.typed import StorageOptions, Untyped
+from refgrid.core.typed import StorageOptions
 from refgrid.errors import ArgumentError, DirectoryError, RefgridError
 
 GLOB_CHARACTERS = "*?["
@@ -77,6 +79,8 @@ def _with_lists(sources: Iterable[str]) -> Iterable[str]:
 def _glob(pattern: str, options: StorageOptions) -> dict[str, SourceIdentity]:
     local = is_local(pattern)
     target = os.path.abspath(pattern.removeprefix("file://")) if local else pattern
+    if local:
+        return _local_glob(pattern, target)
     try:
         fs, _ = filesystem(target, options)
         listing = fs.glob(target, detail=True)
@@ -84,18 +88,29 @@ def _glob(pattern: str, options: StorageOptions) -> dict[str, SourceIdentity]:
         raise
     except Exception as e:
         raise ArgumentError(f"cannot expand {pattern!r}: {type(e).__name__}: {e}") from e
-    prefix = "" if local else pattern.split("://", 1)[0] + "://"
+    prefix = pattern.split("://", 1)[0] + "://"
     files = {(p if p.startswith(prefix) else prefix + p): info
              for p, info in listing.items() if info.get("type") != "directory"}
     if not files:
         raise ArgumentError(f"no file matches {pattern}")
-    return {url: _listed_identity(url, files[url]) for url in sorted(files)}
+    return {url: identity_from_info(files[url]) for url in sorted(files)}
 
 
-def _listed_identity(url: str, info: Mapping[str, Untyped]) -> SourceIdentity:
-    if is_local(url):  # a stat, as the scanner records it
-        return identity_of(url)
-    return identity_from_info(info)
+def _local_glob(pattern: str, target: str) -> dict[str, SourceIdentity]:
+    """Local matches by the standard library (a directory read and a ``stat`` a file, as the
+    scanner records identities: 10^5 files listed in a fraction of a second, where fsspec's
+    listing takes seconds — a growing archive is listed on every append)."""
+    found: dict[str, SourceIdentity] = {}
+    for path in sorted(glob.glob(target, recursive=True)):
+        try:
+            stat = os.stat(path)
+        except OSError:  # gone since the listing
+            continue
+        if not S_ISDIR(stat.st_mode):
+            found[path] = stat_identity(stat)
+    if not found:
+        raise ArgumentError(f"no file matches {pattern}")
+    return found
 
 
 DATA_SUFFIXES = (".nc", ".nc4", ".h5", ".hdf5", ".he5", ".hdf", ".dmrpp")

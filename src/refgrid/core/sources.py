@@ -158,10 +158,14 @@ def is_local(url: str) -> bool:
 def identity_of(url: str, storage_options: StorageOptions | None = None) -> SourceIdentity:
     """The identity of the file at ``url`` now (one ``stat`` or ``HEAD``)."""
     if is_local(url):
-        stat = os.stat(url.removeprefix("file://"))
-        return {"size": stat.st_size, "mtime": stat.st_mtime}
+        return stat_identity(os.stat(url.removeprefix("file://")))
     fs, path = filesystem(url, dict(storage_options or {}))
     return identity_from_info(fs.info(path))
+
+
+def stat_identity(stat: os.stat_result) -> SourceIdentity:
+    """A local file's identity from its ``stat``."""
+    return {"size": stat.st_size, "mtime": stat.st_mtime}
 
 
 def identity_from_info(info: Mapping[str, Untyped]) -> SourceIdentity:

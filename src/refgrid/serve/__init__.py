@@ -31,9 +31,10 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), **options: Unpack[A
 
 
 def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool = True,
-        announce: Callable[[str], None] | None = None, **options: Unpack[RunOptions]) -> None:
+        announce: Callable[[str], None] | None = None, header_timeout: float = 10.0,
+        **options: Unpack[RunOptions]) -> None:
     """Serve ``root`` until interrupted (see :func:`refgrid.serve.app.run`)."""
     import_extra("aiohttp", "serve", "refgrid serve")
     from refgrid.serve.app import run as serve
 
-    serve(root, host, port, access_log, announce, **options)
+    serve(root, host, port, access_log, announce, header_timeout, **options)

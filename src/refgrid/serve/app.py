@@ -19,6 +19,7 @@ value, exactly as from a store on disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import json
@@ -39,6 +40,7 @@ from refgrid.errors import AccessError, ArgumentError, ReadError, RefgridError
 from refgrid.read.regular import ViewLimits, ViewSpec
 from refgrid.read.view import Directory, Document, View
 from refgrid.serve.catalog import Catalog, Dataset, Entry, collisions
+from refgrid.serve.guard import GuardedSite
 from refgrid.serve.pages import dataset_page, index_page, listing_page
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ CATALOG: web.AppKey[Catalog] = web.AppKey("catalog", Catalog)
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 POOL: web.AppKey[ThreadPoolExecutor] = web.AppKey("pool", ThreadPoolExecutor)
 STATE: web.AppKey[State] = web.AppKey("state")
+HEADER_TIMEOUT = 10.0
+"""Seconds a client has to send a request's line and headers (a web server's usual bound)."""
 INDEX_DETAILS = 50
 """The index opens (and describes) at most this many datasets; the rest are listed by name."""
 T = TypeVar("T")
@@ -438,11 +442,17 @@ SURVEY = 200
 
 
 def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool = True,
-        announce: Callable[[str], None] | None = None, **options: Unpack[RunOptions]) -> None:
+        announce: Callable[[str], None] | None = None, header_timeout: float = HEADER_TIMEOUT,
+        **options: Unpack[RunOptions]) -> None:
     """Serve ``root`` until interrupted (SIGINT/SIGTERM: in-flight requests finish first);
     ``access_log``: a JSON line a request on the ``refgrid.serve.access`` logger;
     ``announce(url)`` is called once the port is bound and the root is surveyed (a busy port
-    is an :class:`~refgrid.errors.ArgumentError` before anything is announced)."""
+    is an :class:`~refgrid.errors.ArgumentError` before anything is announced);
+    ``header_timeout``: seconds a client has to send a request's line and headers before its
+    connection is closed (:mod:`refgrid.serve.guard`)."""
+    if not header_timeout > 0:
+        raise ArgumentError(f"header_timeout must be a positive number of seconds, not "
+                            f"{header_timeout!r}")
     app = make_app(root, **options)
     sock = listening(host, port)
     catalog = app[CATALOG]
@@ -461,8 +471,21 @@ def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool =
                     " and ".join(catalog.allowed))
     if announce is not None:
         announce(f"http://{host}:{sock.getsockname()[1]}/")
-    web.run_app(app, sock=sock, shutdown_timeout=10, print=None,
-                **(AccessLog.options() if access_log else {"access_log": None}))
+    with contextlib.suppress(web.GracefulExit, KeyboardInterrupt):  # how it is stopped
+        asyncio.run(_serving(app, sock, header_timeout, access_log))
+
+
+async def _serving(app: web.Application, sock: socket.socket, header_timeout: float,
+                   access_log: bool) -> None:
+    """What ``web.run_app`` does, on a :class:`~refgrid.serve.guard.GuardedSite`."""
+    runner = web.AppRunner(app, handle_signals=True, shutdown_timeout=10,
+                           **(AccessLog.options() if access_log else {"access_log": None}))
+    await runner.setup()
+    try:
+        await GuardedSite(runner, sock, header_timeout).start()
+        await asyncio.Event().wait()  # until SIGINT (KeyboardInterrupt) or SIGTERM
+    finally:
+        await runner.cleanup()
 
 
 def listening(host: str, port: int) -> socket.socket:
