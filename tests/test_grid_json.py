@@ -6,6 +6,7 @@ import jsonschema
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from grid_strategies import grids
 from refgrid import GridError, RectilinearGrid
@@ -170,3 +171,19 @@ def test_chunk_shapes_are_runs_only_the_form_every_rectilinear_reader_parses():
     for form in (shapes, [[[10, 3], 1, [10, 2], 8], 6], [[10, 10, 10, 1, 10, 10, 8], [6]]):
         doc = {"name": "rectilinear", "configuration": {"kind": "inline", "chunk_shapes": form}}
         assert parse_chunk_grid(doc, [59, 6]) == logical
+
+
+@given(st.lists(st.one_of(st.integers(1, 40), st.lists(st.integers(1, 40), min_size=2,
+                                                        max_size=2)), max_size=30),
+       st.integers(1, 400), st.booleans())
+def test_edge_lists_read_in_bulk_as_item_by_item(spec, bound, by_count):
+    """The bulk reading of a grid's edge list (10^6 entries along time) gives what reading
+    it entry by entry gives, cut at the same place."""
+    from refgrid.grid.json_forms import _checked_entries, _expand, _taken
+
+    reach, count = (None, bound) if by_count else (bound, None)
+    edges, declared = _expand(0, spec, "chunk lengths", True, reach=reach, count=count)
+    slow, slow_declared = _taken(*_checked_entries(0, spec, "chunk lengths", True), reach,
+                                 count)
+    np.testing.assert_array_equal(edges, slow)
+    assert declared == slow_declared

@@ -183,9 +183,10 @@ def read_entries(path: Path) -> tuple[dict[str, Entry], bool]:
 
 
 def _signature(records: Path) -> list[int]:
-    """What changes when a records file does: its inode, size and modification time."""
+    """What changes when a records file does: its size and modification time (a copy of
+    the work directory that keeps modification times keeps its index)."""
     stat = os.stat(records)
-    return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+    return [stat.st_size, stat.st_mtime_ns]
 
 
 def _read_index(index: Path, records: Path) -> dict[str, Entry] | None:

@@ -177,6 +177,52 @@ def _expand(dim: int, spec: object, what: str, rle_allowed: bool, *, reach: int 
     and how many the list declares in all."""
     if not isinstance(spec, list):
         raise GridError(f"dimension {dim}: {what} must be an integer or a list, got {spec!r:.80}")
+    clean = _clean_entries(spec, rle_allowed)
+    if clean is None:  # large lengths or repeats, or something to refuse: item by item
+        return _taken(*_checked_entries(dim, spec, what, rle_allowed), reach, count)
+    values, repeats = clean
+    ends = np.cumsum(repeats)  # edges declared up to each entry
+    covered = np.cumsum(values * repeats)  # elements covered (below 2**62: no overflow)
+    taken, need = len(values), repeats.copy()
+    if reach is not None and len(values) and covered[-1] >= reach:
+        taken = int(np.searchsorted(covered, reach)) + 1
+        before = int(covered[taken - 2]) if taken > 1 else 0
+        need[taken - 1] = min(int(repeats[taken - 1]),
+                              max(1, -(-(reach - before) // int(values[taken - 1]))))
+    if count is not None and len(values) and ends[-1] >= count:
+        taken = min(taken, int(np.searchsorted(ends, count)) + 1)
+        before = int(ends[taken - 2]) if taken > 1 else 0
+        need[taken - 1] = min(int(need[taken - 1]), count - before)
+    check_chunk_count([int(need[:taken].sum())])  # before the edges are made
+    return np.repeat(values[:taken], need[:taken]), int(ends[-1]) if len(ends) else 0
+
+
+ENTRY_BOUND = 2**31
+"""Lengths and repeats below this, in lists shorter than 2**31 entries, add up without
+overflow as int64 (the bulk path)."""
+
+
+def _clean_entries(spec: list[object], rle_allowed: bool
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Lengths and repeats of a list of positive integers below :data:`ENTRY_BOUND` (and
+    ``[length, repeat]`` runs if allowed), read in bulk — a grid of 10^6 chunks along time
+    has as many entries — or None when any entry is anything else."""
+    pairs = [x if type(x) is list else (x, 1) for x in spec] if rle_allowed else \
+        [(x, 1) for x in spec]
+    try:
+        if not all(type(v) is int and type(r) is int for v, r in pairs):
+            return None
+        table = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    except (TypeError, ValueError, OverflowError):  # a run that is not a pair, a huge value
+        return None
+    if len(table) and ((table < 1).any() or (table >= ENTRY_BOUND).any()):
+        return None
+    return table[:, 0], table[:, 1]
+
+
+def _checked_entries(dim: int, spec: list[object], what: str, rle_allowed: bool
+                     ) -> tuple[list[int], list[int]]:
+    """The lengths and repeats of ``spec``, refusing the first entry that is not one."""
     values, repeats = [], []
     for item in spec:
         if _is_int(item):
@@ -195,6 +241,13 @@ def _expand(dim: int, spec: object, what: str, rle_allowed: bool, *, reach: int 
                             f"got {value}")
         values.append(int(value))
         repeats.append(int(repeat))
+    return values, repeats
+
+
+def _taken(values: list[int], repeats: list[int], reach: int | None, count: int | None
+           ) -> tuple[np.ndarray, int]:
+    """The edges of :func:`_expand` in Python integers (lengths up to 2**62, runs of any
+    length past the array's end)."""
     declared = sum(repeats)
     taken, covered, edges = 0, 0, 0
     for k, (value, repeat) in enumerate(zip(values, repeats, strict=True)):
@@ -210,8 +263,7 @@ def _expand(dim: int, spec: object, what: str, rle_allowed: bool, *, reach: int 
         if (reach is not None and covered >= reach) or (count is not None and edges >= count):
             break
     check_chunk_count([edges])  # before the edges are made
-    out = np.repeat(np.asarray(values[:taken], dtype=np.int64), repeats[:taken])
-    return out, declared
+    return np.repeat(np.asarray(values[:taken], dtype=np.int64), repeats[:taken]), declared
 
 
 def _parse_axis(dim: int, length: int, spec: object, encoded_spec: object, rle: bool

@@ -22,7 +22,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -82,10 +82,12 @@ def record_name(array: str, n: int) -> str:
     return f"{array}/refs.{n}.parq"
 
 
-def append_parquet(target: Path, tail: Mapping[str, tuple[int, ChunkManifest]],
+def append_parquet(target: Path, meta: Mapping[str, Any],
+                   tail: Mapping[str, tuple[int, ChunkManifest]],
                    metadata: Mapping[str, object], sources: Mapping[str, SourceIdentity],
                    sidecar: Path | None = None) -> Extended:
-    """Extend the parquet references at ``target`` in place, writing what changed only:
+    """Extend the parquet references at ``target`` (whose ``.zmetadata`` is ``meta``, as
+    read) in place, writing what changed only:
     ``tail`` maps an array to ``(row, manifest)`` — its chunks from C-order row ``row`` on
     are now ``manifest``'s (the rows before stay; the record file holding ``row`` is
     rewritten, later ones written); ``metadata`` replaces the documents and ``sources`` are
@@ -94,9 +96,8 @@ def append_parquet(target: Path, tail: Mapping[str, tuple[int, ChunkManifest]],
     as before (a reader that had loaded the old ``.zmetadata`` may meet the rewritten last
     record file, whose digest then differs: an error, never other references). The files
     written are those a from-scratch write of the whole would write, byte for byte."""
-    meta = json.loads((target / ZMETADATA).read_text(encoding="utf-8"))
     record_size = int(meta["record_size"])
-    kept = meta[SOURCES_KEY]
+    kept = dict(meta[SOURCES_KEY])
     digests: dict[str, str] = dict(kept.get(RECORDS_KEY, {}))
     portable = Portable(sidecar)
     written = 0
@@ -116,10 +117,10 @@ def append_parquet(target: Path, tail: Mapping[str, tuple[int, ChunkManifest]],
         key=lambda k: int(k.rsplit(".", 2)[1]))}
     kept["sources"] = {**kept.get("sources", {}),
                        **{portable(url): identity for url, identity in sources.items()}}
-    meta = {SOURCES_KEY: kept, "metadata": metadata, "record_size": record_size}
     temporary = temporary_for(target / ZMETADATA)
     try:
-        temporary.write_text(json.dumps(meta), encoding="utf-8")
+        temporary.write_text(json.dumps({SOURCES_KEY: kept, "metadata": metadata,
+                                         "record_size": record_size}), encoding="utf-8")
         replace_file(temporary, target / ZMETADATA)
     finally:
         temporary.unlink(missing_ok=True)
