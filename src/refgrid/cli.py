@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from refgrid.errors import DirectoryError, RefgridError, ScanError
+from refgrid.errors import ArgumentError, DirectoryError, RefgridError, ScanError
 
 if TYPE_CHECKING:
     from icechunk import Repository
@@ -510,10 +510,34 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
                    "that takes longer (half a request, then silence) is closed.")
 @click.option("--access-log/--no-access-log", default=True, show_default=True,
               help="Log every request (a JSON line on stderr).")
+@click.option("--follow", "follows", multiple=True, metavar="NAME=PATTERN",
+              help="Keep a growing archive current and serve it as NAME: its files (a path, "
+                   "s3:// or http(s):// pattern, as refgrid batch takes) are listed every "
+                   "--every, and new ones scanned and appended (repeatable).")
+@click.option("--concat-dim", default="time", show_default=True,
+              help="Dimension followed archives are concatenated along.")
+@click.option("--every", default="30s", show_default=True, metavar="DURATION",
+              help="How often followed archives are listed (30s, 5m, 1h).")
+@click.option("--older-than", default="60s", show_default=True, metavar="DURATION",
+              help="Leave files modified more recently than this (still being written).")
+@click.option("--file-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS", help="Stop a followed file's scan after this long and report "
+                                      "it as failed (default: 600).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Scan followed files on a dask.distributed cluster (default: worker "
+                   "processes on this machine).")
+@click.option("--state", "state", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Where followed archives' references and records are kept "
+                                 "(default: ROOT/.refgrid-follow); a restart resumes there.")
+@click.option("--refresh-token", envvar="REFGRID_REFRESH_TOKEN", default=None,
+              help="Token POST /NAME/refresh needs (Authorization: Bearer TOKEN); without "
+                   "one, refresh is disabled. Also read from REFGRID_REFRESH_TOKEN.")
 @storage_option
 def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: int,
           max_age: int, request_timeout: float, header_timeout: float, access_log: bool,
-          storage: tuple[str, ...]) -> None:
+          follows: tuple[str, ...], concat_dim: str, every: str, older_than: str,
+          file_timeout: float | None, scheduler: str | None, state: Path | None,
+          refresh_token: str | None, storage: tuple[str, ...]) -> None:
     """Serve every reference set and Zarr v3 store under ROOT as Zarr v3 over HTTP.
 
     Each dataset NAME (its path under ROOT, without .json/.parq/.zarr) is served at
@@ -521,6 +545,10 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
     regular grid that stock zarr 3.1 and xarray read; /NAME/regular;chunks=time:30/ for other
     chunks). / lists the datasets. Access logs are JSON lines on stderr; SIGINT or SIGTERM
     stops the server after the requests in flight.
+
+    With --follow NAME=PATTERN the service keeps a growing archive current: new files are
+    appended as they arrive (GET /NAME/status says how it stands; POST /NAME/refresh, with
+    --refresh-token, lists at once).
 
     \b
     Example:
@@ -531,9 +559,18 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
     import logging
 
     from refgrid.serve import run
+    from refgrid.serve.follow import Follow, seconds
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        followed = [Follow.parse(text, concat_dim=concat_dim, every=seconds(every, "--every"),
+                                 older_than=seconds(older_than, "--older-than"),
+                                 file_timeout=file_timeout, scheduler=scheduler)
+                    for text in follows]
+    except ArgumentError as e:
+        raise click.BadParameter(str(e)) from e
     run(str(root), host, port, allow_sources=allowed, workers=workers, max_age=max_age,
+        follow=followed, state=state, refresh_token=refresh_token,
         request_timeout=request_timeout, storage_options=_storage_options(storage),
         access_log=access_log, header_timeout=header_timeout,
         announce=lambda url: click.echo(f"refgrid serve: {url} (Ctrl-C stops)", err=True))

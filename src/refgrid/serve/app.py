@@ -22,13 +22,16 @@ import asyncio
 import contextlib
 import errno
 import hashlib
+import hmac
 import json
 import logging
+import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar, TypeVarTuple, Unpack
 from urllib.parse import unquote
 
@@ -40,6 +43,7 @@ from refgrid.errors import AccessError, ArgumentError, ReadError, RefgridError
 from refgrid.read.regular import ViewLimits, ViewSpec
 from refgrid.read.view import Directory, Document, View
 from refgrid.serve.catalog import Catalog, Dataset, Entry, collisions
+from refgrid.serve.follow import Follow, Follower
 from refgrid.serve.guard import GuardedSite
 from refgrid.serve.pages import dataset_page, index_page, listing_page
 
@@ -51,6 +55,9 @@ CATALOG: web.AppKey[Catalog] = web.AppKey("catalog", Catalog)
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 POOL: web.AppKey[ThreadPoolExecutor] = web.AppKey("pool", ThreadPoolExecutor)
 STATE: web.AppKey[State] = web.AppKey("state")
+FOLLOWERS: web.AppKey[dict[str, Follower]] = web.AppKey("followers")
+TOKEN: web.AppKey[str | None] = web.AppKey("refresh-token")
+TASKS: web.AppKey[list[asyncio.Task[None]]] = web.AppKey("follow-tasks")
 HEADER_TIMEOUT = 10.0
 """Seconds a client has to send a request's line and headers (a web server's usual bound)."""
 INDEX_DETAILS = 50
@@ -87,6 +94,9 @@ class AppOptions(TypedDict, total=False):
     max_pending: int
     max_age: int
     limits: ViewLimits | None
+    follow: Sequence[Follow]
+    state: str | os.PathLike[str] | None
+    refresh_token: str | None
 
 
 class RunOptions(AppOptions, total=False):
@@ -114,7 +124,9 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
              storage_options: StorageOptions | None = None, workers: int = 8,
              capacity: int = 32, recheck: float = 1.0, request_timeout: float = 60.0,
              max_pending: int = 4096, max_age: int = 60,
-             limits: ViewLimits | None = None) -> web.Application:
+             limits: ViewLimits | None = None, follow: Sequence[Follow] = (),
+             state: str | os.PathLike[str] | None = None,
+             refresh_token: str | None = None) -> web.Application:
     """The service for the datasets under ``root``, as an aiohttp application to run or embed.
 
     ``allow_sources``: prefixes (paths or URLs) source files may lie under besides ``root``.
@@ -124,24 +136,73 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
     take (504 after). ``max_pending``: chunk requests waiting at once (503 past it).
     ``max_age``: ``Cache-Control`` max-age. ``limits``: the largest regular-view chunk, in
     bytes and in native chunks assembled.
+
+    ``follow``: growing archives kept current and served under their names
+    (:mod:`refgrid.serve.follow`); their references and the batch's records live in
+    ``state`` (default ``ROOT/.refgrid-follow``), so a restarted service resumes there.
+    ``refresh_token``: the bearer token ``POST /NAME/refresh`` needs (without one, refresh
+    is disabled: 403).
     """
+    state_dir = Path(state) if state is not None else Path(root) / ".refgrid-follow"
+    names = [f.name for f in follow]
+    if len(set(names)) != len(names):
+        raise ArgumentError(f"each followed archive needs a name of its own: {names}")
+    followers = {f.name: Follower(f.checked(), state_dir, storage_options) for f in follow}
     pool = ThreadPoolExecutor(workers, thread_name_prefix="refgrid-serve")
-    catalog = Catalog(root, tuple(allow_sources), capacity, recheck, storage_options,
-                      limits or ViewLimits(), pool)
+    catalog = Catalog(root, (*allow_sources, *(f.source_prefix for f in follow)), capacity,
+                      recheck, storage_options, limits or ViewLimits(), pool,
+                      {name: f.output for name, f in followers.items()})
     app = web.Application(middlewares=[_errors], client_max_size=4096)
     app[CATALOG] = catalog
     app[SETTINGS] = Settings(request_timeout, max_pending, max_age)
     app[POOL] = pool
     app[STATE] = State()
+    app[FOLLOWERS] = followers
+    app[TOKEN] = refresh_token
     app.router.add_get("/healthz", _health)
+    app.router.add_post("/{name:.+}/refresh", _refresh)
+    app.router.add_get("/{name:.+}/status", _status)
     app.router.add_route("OPTIONS", "/{tail:.*}", _preflight)
     app.router.add_get("/{tail:.*}", _get)
     app.on_response_prepare.append(_cors)
+    app.on_startup.append(_start_following)
     app.on_cleanup.append(_close)
     return app
 
 
+async def _start_following(app: web.Application) -> None:
+    app[TASKS] = [asyncio.create_task(f.run(), name=f"refgrid-follow-{name}")
+                  for name, f in app[FOLLOWERS].items()]
+
+
+async def _refresh(request: web.Request) -> web.StreamResponse:
+    """``POST /NAME/refresh``: a round now (for S3 events or cron), with the start-up token."""
+    follower = request.app[FOLLOWERS].get(request.match_info["name"])
+    if follower is None:
+        raise HttpError(404, f"/{request.match_info['name']} is not a followed archive")
+    token = request.app[TOKEN]
+    if token is None:
+        raise HttpError(403, "refresh is disabled: start the service with a refresh token")
+    given = request.headers.get("Authorization", "").removeprefix("Bearer ").encode()
+    if not hmac.compare_digest(given, token.encode()):
+        raise HttpError(401, "refresh needs the service's token (Authorization: Bearer ...)",
+                        {"WWW-Authenticate": "Bearer"})
+    follower.wake.set()
+    return web.json_response({"status": 202, "refresh": follower.follow.name}, status=202)
+
+
+async def _status(request: web.Request) -> web.StreamResponse:
+    """``GET /NAME/status`` of a followed archive (any other path ending in ``status`` is a
+    dataset's)."""
+    follower = request.app[FOLLOWERS].get(request.match_info["name"])
+    if follower is None:
+        return await _get(request)
+    return web.json_response(follower.status.to_dict(), headers={"Cache-Control": "no-store"})
+
+
 async def _close(app: web.Application) -> None:
+    for task in app.get(TASKS, []):
+        task.cancel()
     app[POOL].shutdown(wait=False, cancel_futures=True)
 
 

@@ -184,8 +184,11 @@ class Catalog:
     def __init__(self, root: str | os.PathLike[str], allowed_sources: tuple[str, ...] = (),
                  capacity: int = 32, recheck: float = 1.0,
                  storage_options: StorageOptions | None = None,
-                 limits: ViewLimits | None = None, executor: Executor | None = None) -> None:
+                 limits: ViewLimits | None = None, executor: Executor | None = None,
+                 followed: Mapping[str, Path] | None = None) -> None:
         self.root = Path(os.path.realpath(root))
+        self.followed = dict(followed or {})
+        """Followed archives: name → their references (served once they exist)."""
         self.executor = executor
         """The threads the datasets' views read chunks on (None: refgrid's own)."""
         if not self.root.is_dir():
@@ -196,7 +199,7 @@ class Catalog:
         self.recheck = recheck
         self.storage_options: StorageOptions = storage_options or {}
         self.limits = limits or ViewLimits()
-        self.entries = discover(self.root)
+        self.entries = self._discover()
         self.found_at = time.monotonic()
         self.opened: OrderedDict[str, Dataset | Refused] = OrderedDict()
         self.lock = threading.Lock()
@@ -213,9 +216,18 @@ class Catalog:
         since = time.monotonic() - self.found_at
         if since < self.recheck * (1 if force else 10):
             return False
-        self.entries = discover(self.root)
+        self.entries = self._discover()
         self.found_at = time.monotonic()
         return True
+
+    def _discover(self) -> dict[str, Entry]:
+        """The root's datasets and the followed archives that have references yet (a
+        followed name hides a dataset of the same name under the root)."""
+        found = discover(self.root)
+        for name, path in self.followed.items():
+            if (path / ZMETADATA).is_file():
+                found[name] = Entry(name, path, "parquet")
+        return found
 
     def split(self, parts: list[str]) -> tuple[Entry, list[str]] | None:
         """The dataset a URL path (split at ``/``) starts with, and the rest of the path."""
@@ -279,7 +291,8 @@ class Catalog:
 
     def _open(self, entry: Entry, stamp: tuple[int, int, int]) -> Dataset | Refused:
         real = Path(os.path.realpath(entry.path))
-        if not real.is_relative_to(self.root):  # replaced by a symlink since it was found
+        followed = self.followed.get(entry.name) == entry.path  # (in the state directory)
+        if not followed and not real.is_relative_to(self.root):  # a symlink since it was found
             return Refused(entry, stamp, AccessError(entry.name, None, "leads out of the "
                                                      "served root"))
         try:

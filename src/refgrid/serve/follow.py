@@ -1,0 +1,192 @@
+"""Followed archives: the service keeps a growing archive's references current.
+
+``refgrid serve ROOT --follow NAME=PATTERN`` lists PATTERN every ``every`` seconds (local,
+``s3://`` and ``http(s)://`` listings, as ``refgrid batch`` lists sources), leaves alone the
+files modified less than ``older_than`` seconds ago (still being written), and runs a batch
+over the rest into parquet references kept in the service's state directory: new and changed
+files are scanned in worker processes with batch's per-file deadline, and files after the
+archive's end are appended at the cost of what they add (:mod:`refgrid.archive.extend`). The
+catalog serves NAME from those references and notices each new version within its
+``recheck`` interval. A file that fails is reported in the status and tried again on the next
+round; it never holds back the others. A restarted service finds its state (the references
+and the batch's work directory) and scans nothing it had scanned. ``POST /NAME/refresh``
+(with the token given at start-up) runs a round now; ``GET /NAME/status`` tells how the
+archive stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from refgrid.core.inputs import expand, is_pattern
+from refgrid.core.typed import JSON, JSONObject, StorageOptions
+from refgrid.errors import ArgumentError, RefgridError
+
+log = logging.getLogger("refgrid.serve")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+
+
+UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def seconds(text: str, what: str) -> float:
+    """A duration as the CLI takes it: ``30``, ``30s``, ``5m``, ``1h``."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", text)
+    if found is None:
+        raise ArgumentError(f"{what} takes a duration such as 30s, 5m or 1h, not {text!r}")
+    return float(found[1]) * UNITS[found[2]]
+
+
+@dataclass(frozen=True)
+class Follow:
+    """One followed archive: served as ``name``, its files named by ``pattern``."""
+
+    name: str
+    pattern: str
+    concat_dim: str = "time"
+    every: float = 30.0
+    """Seconds between two listings of the pattern."""
+    older_than: float = 60.0
+    """Files modified more recently than this many seconds are left for a later round."""
+    file_timeout: float | None = None
+    """Seconds one file's scan may take (batch's default: 10 minutes)."""
+    scheduler: str | None = None
+    """Where scans run, as batch's ``scheduler`` (default: worker processes here)."""
+
+    @classmethod
+    def parse(cls, text: str, **options: object) -> Follow:
+        """``NAME=PATTERN`` (the CLI's ``--follow``), with the other fields given."""
+        name, sep, pattern = text.partition("=")
+        follow = cls(name.strip("/"), pattern) if sep else cls("", "")
+        if not sep:
+            raise ArgumentError(f"--follow takes NAME=PATTERN (e.g. sst=/data/sst/*.nc), not "
+                                f"{text!r}")
+        return replace(follow, **options).checked()  # type: ignore[arg-type]
+
+    def checked(self) -> Follow:
+        if not NAME.fullmatch(self.name):
+            raise ArgumentError(f"cannot follow as {self.name!r}: a name is letters, digits, "
+                                "'.', '_', '-' and '/'")
+        if not self.pattern:
+            raise ArgumentError(f"{self.name}: no file pattern to follow")
+        if not self.every > 0 or not self.older_than >= 0:
+            raise ArgumentError(f"{self.name}: every must be > 0 and older_than >= 0 seconds")
+        return self
+
+    @property
+    def source_prefix(self) -> str:
+        """Where the pattern's files lie (its part before the first wildcard): the sources a
+        followed archive's references may name."""
+        if not is_pattern(self.pattern):
+            return self.pattern
+        head = re.split(r"[*?\[]", self.pattern, maxsplit=1)[0]
+        return head.rsplit("/", 1)[0] + "/" if "/" in head else head
+
+
+@dataclass
+class Status:
+    """How a followed archive stands (``GET /NAME/status``)."""
+
+    name: str
+    pattern: str
+    files: int = 0
+    """Files in the served version."""
+    waiting: int = 0
+    """Files younger than ``older_than`` at the last listing (left for a later round)."""
+    failed: list[JSON] = field(default_factory=list)
+    """Files that could not be scanned at the last round (tried again on the next)."""
+    rounds: int = 0
+    last_round: float | None = None
+    last_update: float | None = None
+    """When a new version was last published (seconds since the epoch)."""
+    lag: float | None = None
+    """Seconds from the newest file's modification to the version that serves it."""
+    update: str | None = None
+    """What the last round did (``append: ...``, ``unchanged: ...``, ``rebuild: <why>``)."""
+    error: str | None = None
+    """Why the last round could not publish (its files do not combine...)."""
+
+    def to_dict(self) -> JSONObject:
+        def when(t: float | None) -> str | None:
+            return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
+        return {"name": self.name, "pattern": self.pattern, "files": self.files,
+                "waiting": self.waiting, "failed": self.failed, "rounds": self.rounds,
+                "last_round": when(self.last_round), "last_update": when(self.last_update),
+                "lag_seconds": self.lag, "update": self.update, "error": self.error}
+
+
+class Follower:
+    """Keeps one followed archive's references (``state/NAME.parq``) current."""
+
+    def __init__(self, follow: Follow, state: Path,
+                 storage_options: StorageOptions | None = None) -> None:
+        self.follow = follow
+        self.output = state / f"{follow.name}.parq"
+        self.storage_options = dict(storage_options or {})
+        self.status = Status(follow.name, follow.pattern)
+        self.wake = asyncio.Event()
+        self.lock = threading.Lock()
+        """Held by a round (a refresh during one waits for the next)."""
+
+    def round(self) -> Status:
+        """List, scan what is new or changed, publish (blocking: run it on a thread)."""
+        from refgrid.archive import batch
+
+        with self.lock:
+            status = self.status
+            status.rounds += 1
+            status.last_round = now = time.time()
+            try:
+                listed = expand([self.follow.pattern], self.storage_options)
+            except RefgridError as e:
+                status.error = str(e) if "no file matches" not in str(e) else None
+                status.waiting = 0
+                return status
+            settled = now - self.follow.older_than  # modified before this: written
+            ready = {url: ident for url, ident in listed.items()
+                     if ident is None or float(ident.get("mtime", 0)) <= settled}
+            status.waiting = len(listed) - len(ready)
+            if not ready:
+                return status
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                result = batch(list(ready), self.output, concat_dim=self.follow.concat_dim,
+                               scheduler=self.follow.scheduler, progress=False,
+                               file_timeout=self.follow.file_timeout,
+                               storage_options=self.storage_options)
+            except RefgridError as e:
+                status.error = str(e)
+                log.warning("following %s: %s", self.follow.name, e)
+                return status
+            status.error = None
+            status.failed = [{"url": f.url, "error": f.error, "message": f.message}
+                             for f in result.failed]
+            status.update = result.update
+            status.files = result.files - len(result.failed)
+            if result.update is not None and not result.update.startswith("unchanged"):
+                status.last_update = time.time()
+                newest = max((float(i.get("mtime", 0)) for i in ready.values()
+                              if i is not None), default=None)
+                status.lag = None if newest is None else round(status.last_update - newest, 3)
+                log.info("following %s: %s", self.follow.name, result.update)
+            return status
+
+    async def run(self) -> None:
+        """Rounds every ``every`` seconds, or at once when woken (a refresh), until
+        cancelled."""
+        while True:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.round)
+            except Exception:  # a round must never end the follower: logged, tried again
+                log.exception("following %s: the round failed", self.follow.name)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.follow.every)
+            self.wake.clear()
