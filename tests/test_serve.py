@@ -460,15 +460,19 @@ def test_cli_serves_until_sigterm_then_exits_cleanly(root, tmp_path):
     assert any(e["path"].endswith("tas/c/0/0/0") and e["status"] == 200 for e in logged)
 
 
-def test_clients_that_send_half_a_request_are_closed_and_healthz_keeps_answering(root):
-    """A service limited to 128 descriptors; 60 new connections a second, each sending half
-    a request line and then nothing, for 8 s (480 in all, each held until the server closes
-    it): with a 1 s header timeout the server closes them, and /healthz answers every time
-    it is asked meanwhile. Without the bound the first ~120 such clients would hold every
-    descriptor for good and nothing else would ever be answered."""
+def test_clients_that_send_half_a_request_are_closed_and_healthz_keeps_answering(
+        root, tmp_path):
+    """A service limited to 128 descriptors, following an archive that grows meanwhile; 60
+    new connections a second, each sending half a request line and then nothing, for 8 s
+    (480 in all, each held until the server closes it): with a 1 s header timeout the
+    server closes them, /healthz answers every time it is asked, and the files that land
+    are appended. Without the bound the first ~120 such clients would hold every descriptor
+    for good and nothing else would ever be answered."""
     import resource
     import socket
     import threading
+
+    from archive_files import write_archive
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -477,9 +481,13 @@ def test_clients_that_send_half_a_request_are_closed_and_healthz_keeps_answering
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
 
+    landing = tmp_path / "landing"
+    write_archive(landing, range(2))
     process = subprocess.Popen(
         [sys.executable, "-m", "refgrid.cli", "serve", str(root), "--port", str(port),
-         "--header-timeout", "1", "--no-access-log"], stderr=subprocess.PIPE, text=True,
+         "--header-timeout", "1", "--no-access-log", "--follow", f"tas={landing}/tas_*.nc",
+         "--every", "1s", "--older-than", "0s", "--scheduler", "synchronous",
+         "--state", str(tmp_path / "state")], stderr=subprocess.PIPE, text=True,
         preexec_fn=limited)
     stop, opened, closed = threading.Event(), [0], [0]
 
@@ -519,8 +527,12 @@ def test_clients_that_send_half_a_request_are_closed_and_healthz_keeps_answering
         attacker.start()
         answers = []
         end = time.time() + 8
+        arrivals = iter(range(2, 6))
         while time.time() < end:
             time.sleep(0.5)
+            k = next(arrivals, None)
+            if k is not None:
+                write_archive(landing, [k])
             t0 = time.time()
             try:
                 answers.append((_get(f"http://127.0.0.1:{port}/healthz")[0], time.time() - t0))
@@ -528,9 +540,16 @@ def test_clients_that_send_half_a_request_are_closed_and_healthz_keeps_answering
                 answers.append((repr(e), time.time() - t0))
         stop.set()
         attacker.join(10)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            status = json.loads(_get(f"http://127.0.0.1:{port}/tas/status")[2])
+            if status["files"] == 6:
+                break
+            time.sleep(0.2)
     finally:
         process.kill()
         process.communicate(timeout=10)
+    assert status["files"] == 6 and not status["failed"], status  # followed all along
     assert opened[0] >= 400 and closed[0] >= opened[0] - 120  # the server closed them
     # every health check answered (one may wait behind slow clients for a descriptor)
     assert all(status == 200 and seconds < 5 for status, seconds in answers), answers
