@@ -104,7 +104,7 @@ class Status:
     failed: list[JSON] = field(default_factory=list)
     """Files that could not be scanned at the last round (tried again on the next)."""
     rounds: int = 0
-    last_round: float | None = None
+    last_round: float = 0.0
     last_update: float | None = None
     """When a new version was last published (seconds since the epoch)."""
     lag: float | None = None
@@ -119,7 +119,7 @@ class Status:
             return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
         return {"name": self.name, "pattern": self.pattern, "files": self.files,
                 "waiting": self.waiting, "failed": self.failed, "rounds": self.rounds,
-                "last_round": when(self.last_round), "last_update": when(self.last_update),
+                "last_round": when(self.last_round or None), "last_update": when(self.last_update),
                 "lag_seconds": self.lag, "update": self.update, "error": self.error}
 
 
@@ -137,56 +137,62 @@ class Follower:
         """Held by a round (a refresh during one waits for the next)."""
 
     def round(self) -> Status:
-        """List, scan what is new or changed, publish (blocking: run it on a thread)."""
+        """List, scan what is new or changed, publish (blocking: run it on a thread). The
+        status is replaced whole when the round ends: ``GET /NAME/status`` never shows a
+        round half done."""
+        with self.lock:
+            status = replace(self.status, rounds=self.status.rounds + 1,
+                             last_round=time.time())
+            try:
+                self._round(status)
+            except Exception as e:  # a bug, not the archive's: said, and the next round tries
+                log.exception("following %s: the round failed", self.follow.name)
+                status.error = f"the round failed: {type(e).__name__}: {e}"
+            self.status = status
+            return status
+
+    def _round(self, status: Status) -> None:
         from refgrid.archive import batch
 
-        with self.lock:
-            status = self.status
-            status.rounds += 1
-            status.last_round = now = time.time()
-            try:
-                listed = expand([self.follow.pattern], self.storage_options)
-            except RefgridError as e:
-                status.error = str(e) if "no file matches" not in str(e) else None
-                status.waiting = 0
-                return status
-            settled = now - self.follow.older_than  # modified before this: written
-            ready = {url: ident for url, ident in listed.items()
-                     if ident is None or float(ident.get("mtime", 0)) <= settled}
-            status.waiting = len(listed) - len(ready)
-            if not ready:
-                return status
-            self.output.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                result = batch(list(ready), self.output, concat_dim=self.follow.concat_dim,
-                               scheduler=self.follow.scheduler, progress=False,
-                               file_timeout=self.follow.file_timeout,
-                               storage_options=self.storage_options)
-            except RefgridError as e:
-                status.error = str(e)
-                log.warning("following %s: %s", self.follow.name, e)
-                return status
-            status.error = None
-            status.failed = [{"url": f.url, "error": f.error, "message": f.message}
-                             for f in result.failed]
-            status.update = result.update
-            status.files = result.files - len(result.failed)
-            if result.update is not None and not result.update.startswith("unchanged"):
-                status.last_update = time.time()
-                newest = max((float(i.get("mtime", 0)) for i in ready.values()
-                              if i is not None), default=None)
-                status.lag = None if newest is None else round(status.last_update - newest, 3)
-                log.info("following %s: %s", self.follow.name, result.update)
-            return status
+        try:
+            listed = expand([self.follow.pattern], self.storage_options)
+        except RefgridError as e:  # no file yet is no error
+            status.error = None if "no file matches" in str(e) else str(e)
+            status.waiting = 0
+            return
+        settled = status.last_round - self.follow.older_than  # modified before: written
+        ready = {url: ident for url, ident in listed.items()
+                 if ident is None or float(ident.get("mtime", 0)) <= settled}
+        status.waiting = len(listed) - len(ready)
+        if not ready:
+            return
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            result = batch(list(ready), self.output, concat_dim=self.follow.concat_dim,
+                           scheduler=self.follow.scheduler, progress=False,
+                           file_timeout=self.follow.file_timeout,
+                           storage_options=self.storage_options)
+        except RefgridError as e:
+            status.error = str(e)
+            log.warning("following %s: %s", self.follow.name, e)
+            return
+        status.error = None
+        status.failed = [{"url": f.url, "error": f.error, "message": f.message}
+                         for f in result.failed]
+        status.update = result.update
+        status.files = result.files - len(result.failed)
+        if result.update is not None and not result.update.startswith("unchanged"):
+            status.last_update = time.time()
+            newest = max((float(i.get("mtime", 0)) for i in ready.values() if i is not None),
+                         default=None)
+            status.lag = None if newest is None else round(status.last_update - newest, 3)
+            log.info("following %s: %s", self.follow.name, result.update)
 
     async def run(self) -> None:
         """Rounds every ``every`` seconds, or at once when woken (a refresh), until
         cancelled."""
         while True:
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, self.round)
-            except Exception:  # a round must never end the follower: logged, tried again
-                log.exception("following %s: the round failed", self.follow.name)
+            await asyncio.get_running_loop().run_in_executor(None, self.round)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.follow.every)
             self.wake.clear()
