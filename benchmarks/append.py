@@ -6,9 +6,8 @@ of 30 daily steps, hard-linked once per archive file (a copy per 50,000 links) (
 whose record carries that file's own times. The appended files are real NetCDF files with the
 following days; ``refgrid.batch`` (in-process scans) lists every file, scans the new ones and
 appends. Targets on 2 cores: the append to 10^5 files within 1.5x the append to 10^3, and one
-file appended to 10^5 files in <= 1 s. A rebuild of the 10^3 archive (what every run did
-before) is timed beside it; so is kerchunk's ``MultiZarrToZarr`` over the 10^3 files' own
-references again (its way to append).
+file appended to 10^5 files in <= 1 s. (Peers in the same run — a rebuild, kerchunk's
+``MultiZarrToZarr`` over everything again, VirtualiZarr + Icechunk — are still to come.)
 
     python benchmarks/append.py [SIZE ...]
 """
