@@ -178,24 +178,25 @@ def test_an_append_writes_only_the_last_record_file_and_those_after_it(archive, 
     assert fresh.update.startswith("new")
 
 
-def test_an_append_whose_padded_chunks_are_files_reads_as_the_files(tmp_path):
+@pytest.mark.parametrize("first", [1, 4])
+def test_an_append_whose_padded_chunks_are_files_reads_as_the_files(tmp_path, first):
     """Padded chunks too large to inline: the append rewrites the last file's (now interior)
-    chunk and the new files' into a new sidecar directory beside the first one; the output
-    reads as xarray reads the files."""
+    chunk and the new files' into a new sidecar directory (the first one, for an archive of
+    one file) beside any earlier one; the output reads as xarray reads the files."""
     grown = tmp_path / "archive"
-    write_archive(grown, range(4), lat=30, lon=40)
+    write_archive(grown, range(first), lat=30, lon=40)
     out = tmp_path / "tas.parq"
     refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
-    write_archive(grown, range(4, 7), lat=30, lon=40)
+    write_archive(grown, range(first, first + 3), lat=30, lon=40)
     appended = refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
     assert appended.update.startswith("append: 3 file(s)"), appended.update
-    assert len(list((tmp_path / "tas.parq.chunks").iterdir())) == 2
+    assert len(list((tmp_path / "tas.parq.chunks").iterdir())) == (2 if first > 1 else 1)
     with xr.open_mfdataset(sorted(grown.glob("*.nc")), combine="nested", concat_dim="time",
                            data_vars="minimal", coords="minimal", compat="override") as ds:
         xr.testing.assert_identical(opened(out), ds.load())
 
 
-@pytest.mark.parametrize("change", ["backfill", "removed", "json", "settings"])
+@pytest.mark.parametrize("change", ["backfill", "removed", "json", "settings", "changed"])
 def test_what_an_append_cannot_take_rebuilds_the_output_and_says_why(archive, tmp_path,
                                                                      change):
     """A file inside the archive's range, a file gone, JSON output, other settings: the
@@ -211,12 +212,16 @@ def test_what_an_append_cannot_take_rebuilds_the_output_and_says_why(archive, tm
         (grown / "tas_00011.nc").unlink()
     else:
         write_archive(grown, [12])
+    if change == "changed":  # the archive's last file rewritten (as it is while it grows)
+        time.sleep(0.01)
+        write_archive(grown, [11])
     padded = "encoded" if change == "settings" else "rewrite"
     second = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / name, padded=padded,
                            progress=False)
     why = {"backfill": "tas_00005.nc lies inside the archive's range (backfill)",
            "removed": "1 file(s) of the output are gone", "json": "json references are "
-           "written whole", "settings": "written with other settings"}[change]
+           "written whole", "settings": "written with other settings",
+           "changed": "1 file(s) of the output changed since it was written"}[change]
     assert second.update.startswith("rebuild: ") and why in second.update, second.update
     refgrid.batch(str(grown / "tas_*.nc"), tmp_path / f"fresh.{name.split('.')[1]}",
                   padded=padded, progress=False)

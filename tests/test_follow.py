@@ -157,4 +157,13 @@ def test_follow_options_are_checked():
         Follow.parse("/data/*.nc")
     with pytest.raises(ArgumentError, match="a name is"):
         Follow.parse("../x=/data/*.nc")
+    with pytest.raises(ArgumentError, match="not healthz"):
+        Follow.parse("healthz=/data/*.nc")
     assert Follow.parse("sst=/data/sst/*.nc", every=5.0).source_prefix == "/data/sst/"
+
+
+def test_an_empty_refresh_token_is_refused(tmp_path):
+    from refgrid.serve import make_app
+
+    with pytest.raises(ArgumentError, match="token is empty"):
+        make_app(str(tmp_path), refresh_token=" ")

@@ -602,3 +602,43 @@ def test_a_replaced_dataset_gives_back_its_files(tmp_path):
                       target)
         assert _get(f"{served.url}/tas/native/tas/c/1/0/0")[0] == 200
         assert catalog.opened["tas"] is not first and not first.native.files._fds
+
+
+@pytest.mark.parametrize("sent, closed", [
+    (b"GET / HTTP/1.1\r\nHost: x", True),  # half a head
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", False),  # a whole one
+    (b"POST /a/refresh HTTP/1.1\r\nContent-Length: 5\r\n\r\n{\r\n\r\n", False),  # a body
+    (b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n", False),  # pipelined
+    (b"GET /a HTTP/1.1\r\n\r\nGET /b HTT", True),  # a second head, half sent
+    (b"POST /a HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}GET /", True),  # then half a head
+])
+def test_the_head_deadline_closes_only_connections_with_a_head_half_sent(sent, closed):
+    """The guard's own rule, on a real socket: a connection is closed when a request head
+    has not ended within the deadline; bodies (Content-Length) and complete heads, pipelined
+    or not, leave it open."""
+    import asyncio
+    import socket
+
+    from refgrid.serve.guard import HeadDeadline
+
+    async def main() -> bool:
+        server = await asyncio.get_running_loop().create_server(
+            lambda: HeadDeadline(asyncio.Protocol(), 0.3), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            for k in range(0, len(sent), 7):  # in pieces
+                s.sendall(sent[k:k + 7])
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.8)
+            s.setblocking(False)
+            try:
+                gone = s.recv(1) == b""
+            except BlockingIOError:
+                gone = False
+            except OSError:
+                gone = True
+        server.close()
+        await server.wait_closed()
+        return gone
+
+    assert asyncio.run(main()) is closed

@@ -24,14 +24,23 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
+
+from pyarrow import ArrowException
 
 from refgrid.archive.assemble import combine_records, order
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
 from refgrid.core.keys import ZMETADATA, document_key
-from refgrid.core.sources import ATTRIBUTES_KEY, SOURCES_KEY, SourceIdentity
+from refgrid.core.sources import (
+    ATTRIBUTES_KEY,
+    RECORDS_KEY,
+    SOURCES_KEY,
+    SourceIdentity,
+    identity_difference,
+)
 from refgrid.core.typed import StorageOptions
+from refgrid.errors import RefgridError, WriteError
 from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import INLINE, ChunkManifest, ManifestBuilder
@@ -89,19 +98,31 @@ def plan(journal: Journal, target: Path, good: Sequence[str], format: str,
         sources = meta[SOURCES_KEY]["sources"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: {e})")
-    old = [url for url, identity in sources.items()
-           if isinstance(identity, Mapping) and not identity.get("rewritten")]
-    known, listed = set(old), set(good)
+    old = {url: identity for url, identity in sources.items()
+           if isinstance(identity, Mapping) and not identity.get("rewritten")}
+    if not old:
+        return Plan("rebuild", "the earlier output names no source file")
+    listed = set(good)
     gone = [url for url in old if url not in listed]
     if gone:
-        return Plan("rebuild", f"{len(gone)} file(s) of the output are gone, changed or "
-                    f"failed (e.g. {gone[0]})")
-    new = [url for url in good if url not in known]
+        return Plan("rebuild", f"{len(gone)} file(s) of the output are gone or failed (e.g. "
+                    f"{gone[0]})")
+    changed = [url for url, identity in old.items() if identity_difference(
+        cast(SourceIdentity, identity), journal.entries[url].header["identity"])]
+    if changed:
+        return Plan("rebuild", f"{len(changed)} file(s) of the output changed since it was "
+                    f"written (e.g. {changed[0]})")
+    new = [url for url in good if url not in old]
     if not new:
         return Plan("unchanged", "no new file")
-    ordered = order(journal, [old[-1], *new])
-    if ordered[0] != old[-1]:
-        early = next(url for url in ordered if url != old[-1])
+    last = list(old)[-1]
+    unplaced = [url for url in (last, *new) if "first" not in journal.entries[url].header]
+    if unplaced:
+        return Plan("rebuild", f"{unplaced[0]} has no value of the concat coordinate to "
+                    "order it by")
+    ordered = order(journal, [last, *new])
+    if ordered[0] != last:
+        early = next(url for url in ordered if url != last)
         return Plan("rebuild", f"{early} lies inside the archive's range (backfill)")
     return Plan("append", f"{len(new)} file(s) after the archive's last",
                 tuple(old), tuple(ordered[1:]), meta)
@@ -128,9 +149,25 @@ def extend(journal: Journal, target: Path, chosen: Plan, concat_dim: str, *,
     anchors = [first] if first == last else [first, last]
     group = combine_records(journal, [*anchors, *chosen.new], concat_dim, overlap=overlap,
                             codecs=codecs, storage_options=dict(storage_options))
+    try:
+        return _extend(journal, target, chosen, group, anchors, concat_dim, padded,
+                       storage_options)
+    except (NotAppendable, WriteError):
+        raise
+    except (RefgridError, OSError, KeyError, IndexError, TypeError, ValueError,
+            ArrowException) as e:  # the earlier output is not as this batch wrote it
+        raise NotAppendable(f"the earlier output cannot be extended ({type(e).__name__}: "
+                            f"{e})") from e
+
+
+def _extend(journal: Journal, target: Path, chosen: Plan, group: VirtualGroup,
+            anchors: list[str], concat_dim: str, padded: Padded,
+            storage_options: StorageOptions) -> Appended:
+    first, last = anchors[0], anchors[-1]
     skip = _length(journal, first, concat_dim) if last != first else 0
     meta = chosen.meta
-    old_docs: dict[str, dict[str, object]] = meta["metadata"]
+    old_docs: dict[str, dict[str, Any]] = meta["metadata"]
+    digests: Mapping[str, str] = meta[SOURCES_KEY].get(RECORDS_KEY, {})
     last_length = _length(journal, last, concat_dim)
     tails, whole = {}, {}
     for path, node in group.walk():
@@ -139,7 +176,7 @@ def extend(journal: Journal, target: Path, chosen: Plan, concat_dim: str, *,
                 raise NotAppendable(f"{concat_dim!r} is not the first dimension of {path!r} "
                                     "(its chunks interleave in the record files)")
             if _one_inline_chunk(node):
-                whole[path] = _grown(node, target, path, skip + last_length)
+                whole[path] = _grown(node, target, path, skip + last_length, digests)
             else:
                 tails[path] = node.slice(concat_dim, skip, node.shape[0])
     tail = sized(group.with_arrays({**tails, **whole}), storage_options)
@@ -154,10 +191,14 @@ def extend(journal: Journal, target: Path, chosen: Plan, concat_dim: str, *,
         assert isinstance(array, VirtualArray)
         key = document_key(path)
         old = old_docs.get(key)
-        if not isinstance(old, Mapping):
-            raise NotAppendable(f"the archive has no array {path!r}")
-        before = parse_chunk_grid(old["chunk_grid"], old["shape"])  # type: ignore[arg-type]
-        keep, kept = before.slice(0, 0, int(before.shape[0]) - last_length)
+        if not isinstance(old, Mapping) or old["shape"][1:] != list(array.shape[1:]):
+            raise NotAppendable(f"the archive's {path!r} is not shaped as the new files'")
+        before = parse_chunk_grid(old["chunk_grid"], old["shape"])
+        cut = int(before.shape[0]) - last_length
+        keep, kept = before.slice(0, 0, cut)
+        if cut < 0 or int(before.bounds(0)[kept.stop]) != cut:
+            raise NotAppendable(f"the archive's chunks of {path!r} do not end where its last "
+                                "file begins")
         grid = RectilinearGrid.concat([keep, array.grid], 0)
         docs[key] = {**docs[key], "shape": list(grid.shape), "chunk_grid": emit_chunk_grid(grid)}
         appended[path] = (kept.stop * (before.nchunks // max(before.chunk_counts[0], 1)),
@@ -177,11 +218,13 @@ def _one_inline_chunk(array: VirtualArray) -> bool:
     return array.grid.nchunks == 1 and int(array.manifest.path_id.reshape(-1)[0]) == INLINE
 
 
-def _grown(array: VirtualArray, target: Path, path: str, start: int) -> VirtualArray:
+def _grown(array: VirtualArray, target: Path, path: str, start: int,
+           digests: Mapping[str, str]) -> VirtualArray:
     """The archive's one-chunk ``path`` with ``array``'s elements from ``start`` on after
     it (the concat coordinate, re-encoded to the first file's units: its bytes grow with the
     steps, 8 a step, and are written again whole)."""
-    stored = read_record(target / record_name(path, 0))
+    name = record_name(path, 0)
+    stored = read_record(target / name, digests.get(name))
     if len(stored) != 1 or stored.raw is None or stored.raw[0] is None:
         raise NotAppendable(f"the archive's {path!r} is not one inline chunk")
     step = math.prod(array.shape[1:]) * array.dtype.itemsize
@@ -194,12 +237,15 @@ def _grown(array: VirtualArray, target: Path, path: str, start: int) -> VirtualA
 
 
 def _length(journal: Journal, url: str, concat_dim: str) -> int:
-    """How far the recorded file ``url`` extends along ``concat_dim``."""
+    """How far the recorded file ``url`` extends along ``concat_dim`` (every array of it
+    alike: groups whose own lengths along it differ are rebuilt)."""
     group, _ = loads(journal.record(url), f"{journal.path}: record of {url}")
-    for _, node in group.walk():
-        if isinstance(node, VirtualArray) and concat_dim in node.dims:
-            return node.shape[node.axis(concat_dim)]
-    return 0
+    lengths = {node.shape[node.axis(concat_dim)] for _, node in group.walk()
+               if isinstance(node, VirtualArray) and concat_dim in node.dims}
+    if len(lengths) > 1:
+        raise NotAppendable(f"the arrays of {url} differ in length along {concat_dim!r} "
+                            f"({sorted(lengths)})")
+    return lengths.pop() if lengths else 0
 
 
 def _check_same(old: Mapping[str, object], new: Mapping[str, object],

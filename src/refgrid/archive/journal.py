@@ -199,8 +199,11 @@ def _read_index(index: Path, records: Path) -> dict[str, Entry] | None:
         found = orjson.loads(data[:-4])
         if found["records"] != _signature(records):
             return None
-        return {header["url"]: Entry(header, int(offset), int(length))
-                for header, offset, length in found["entries"]}
+        entries = {header["url"]: Entry(header, int(offset), int(length))
+                   for header, offset, length in found["entries"]}
+        if any(e.header.get("format") != FORMAT for e in entries.values()):
+            return None  # records of another version: scanned (and dropped) as usual
+        return entries
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 

@@ -97,11 +97,12 @@ def _glob(pattern: str, options: StorageOptions) -> dict[str, SourceIdentity]:
 
 
 def _local_glob(pattern: str, target: str) -> dict[str, SourceIdentity]:
-    """Local matches by the standard library (a directory read and a ``stat`` a file, as the
-    scanner records identities: 10^5 files listed in a fraction of a second, where fsspec's
-    listing takes seconds — a growing archive is listed on every append)."""
+    """Local matches by the standard library (hidden files too, as fsspec lists them): a
+    directory read and a ``stat`` a file, as the scanner records identities — 10^5 files
+    listed in a fraction of a second, where fsspec's listing takes seconds, and a growing
+    archive is listed on every append."""
     found: dict[str, SourceIdentity] = {}
-    for path in sorted(glob.glob(target, recursive=True)):
+    for path in sorted(glob.glob(target, recursive=True, include_hidden=True)):
         try:
             stat = os.stat(path)
         except OSError:  # gone since the listing

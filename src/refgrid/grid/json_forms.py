@@ -182,7 +182,7 @@ def _expand(dim: int, spec: object, what: str, rle_allowed: bool, *, reach: int 
         return _taken(*_checked_entries(dim, spec, what, rle_allowed), reach, count)
     values, repeats = clean
     ends = np.cumsum(repeats)  # edges declared up to each entry
-    covered = np.cumsum(values * repeats)  # elements covered (below 2**62: no overflow)
+    covered = np.cumsum(values * repeats)  # elements covered (< 2**62 in all: checked)
     taken, need = len(values), repeats.copy()
     if reach is not None and len(values) and covered[-1] >= reach:
         taken = int(np.searchsorted(covered, reach)) + 1
@@ -198,8 +198,8 @@ def _expand(dim: int, spec: object, what: str, rle_allowed: bool, *, reach: int 
 
 
 ENTRY_BOUND = 2**31
-"""Lengths and repeats below this, in lists shorter than 2**31 entries, add up without
-overflow as int64 (the bulk path)."""
+"""Lengths and repeats below this (and covering fewer than 2**62 elements in all) add up
+without overflow as int64: the bulk path."""
 
 
 def _clean_entries(spec: list[object], rle_allowed: bool
@@ -215,8 +215,9 @@ def _clean_entries(spec: list[object], rle_allowed: bool
         table = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     except (TypeError, ValueError, OverflowError):  # a run that is not a pair, a huge value
         return None
-    if len(table) and ((table < 1).any() or (table >= ENTRY_BOUND).any()):
-        return None
+    if len(table) and ((table < 1).any() or (table >= ENTRY_BOUND).any()
+                       or float(table[:, 0].astype(float) @ table[:, 1]) >= 2.0**62):
+        return None  # (covered elements summed as int64 must not overflow)
     return table[:, 0], table[:, 1]
 
 

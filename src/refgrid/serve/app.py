@@ -144,12 +144,16 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
     is disabled: 403).
     """
     state_dir = Path(state) if state is not None else Path(root) / ".refgrid-follow"
+    if refresh_token is not None and not refresh_token.strip():
+        raise ArgumentError("the refresh token is empty: give one, or none to disable refresh")
     names = [f.name for f in follow]
     if len(set(names)) != len(names):
         raise ArgumentError(f"each followed archive needs a name of its own: {names}")
     followers = {f.name: Follower(f.checked(), state_dir, storage_options) for f in follow}
     pool = ThreadPoolExecutor(workers, thread_name_prefix="refgrid-serve")
-    catalog = Catalog(root, (*allow_sources, *(f.source_prefix for f in follow)), capacity,
+    followed_sources = (*(f.source_prefix for f in follow), str(state_dir.resolve())) \
+        if follow else ()  # (the state holds followed archives' rewritten chunks)
+    catalog = Catalog(root, (*allow_sources, *followed_sources), capacity,
                       recheck, storage_options, limits or ViewLimits(), pool,
                       {name: f.output for name, f in followers.items()})
     app = web.Application(middlewares=[_errors], client_max_size=4096)

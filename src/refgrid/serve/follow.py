@@ -22,6 +22,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +36,8 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 
 
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+RESERVED = ("healthz",)
+"""Paths of the service itself, which no followed archive may be named."""
 
 
 def seconds(text: str, what: str) -> float:
@@ -72,9 +75,9 @@ class Follow:
         return replace(follow, **options).checked()  # type: ignore[arg-type]
 
     def checked(self) -> Follow:
-        if not NAME.fullmatch(self.name):
+        if not NAME.fullmatch(self.name) or self.name in RESERVED:
             raise ArgumentError(f"cannot follow as {self.name!r}: a name is letters, digits, "
-                                "'.', '_', '-' and '/'")
+                                f"'.', '_', '-' and '/', and not {' or '.join(RESERVED)}")
         if not self.pattern:
             raise ArgumentError(f"{self.name}: no file pattern to follow")
         if not self.every > 0 or not self.older_than >= 0:
@@ -192,7 +195,30 @@ class Follower:
         """Rounds every ``every`` seconds, or at once when woken (a refresh), until
         cancelled."""
         while True:
-            await asyncio.get_running_loop().run_in_executor(None, self.round)
+            await _on_daemon_thread(self.round)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.follow.every)
             self.wake.clear()
+
+
+async def _on_daemon_thread(work: Callable[[], object]) -> None:
+    """Run ``work`` on a thread of its own that does not hold the process up when the
+    service stops (a round may be scanning for minutes; the loop's own executor is joined at
+    exit). A round stopped that way leaves the references as they were or as the next
+    round finds and repairs them: each file is swapped in whole."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finish() -> None:
+        if not done.done():  # (cancelled when the service stops)
+            done.set_result(None)
+
+    def target() -> None:
+        try:
+            work()
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the service stops
+                loop.call_soon_threadsafe(finish)
+
+    threading.Thread(target=target, name="refgrid-follow", daemon=True).start()
+    await done

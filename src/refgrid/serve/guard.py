@@ -8,19 +8,33 @@ service that runs for months needs a bound, as web servers have (Apache's
 each connection's aiohttp protocol: from the first byte of a request until its head ends
 (a blank line), and from the moment a connection opens, the head must arrive within
 ``timeout`` seconds or the connection is closed. The service answers only ``GET``,
-``HEAD`` and ``OPTIONS`` (bodies of at most 4 KiB), so every byte a client sends is a
-request head's until the blank line. Idle keep-alive connections are aiohttp's to close.
+``HEAD``, ``OPTIONS`` and ``POST /NAME/refresh``: a request's ``Content-Length`` says which
+bytes after its head are its body, and every other byte belongs to a head. Idle keep-alive
+connections are aiohttp's to close.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from collections.abc import Callable
 
 from aiohttp import web
 
 END_OF_HEAD = b"\r\n\r\n"
+HEAD_LIMIT = 65536
+CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d{1,12})", re.IGNORECASE)
+CHUNKED = re.compile(rb"\r\ntransfer-encoding:[^\r]*chunked", re.IGNORECASE)
+
+
+def _content_length(head: bytes) -> int:
+    """The body bytes that follow ``head``: its ``Content-Length``; for a chunked body, no
+    bound can be told from here, so the rest of the connection is left to aiohttp."""
+    if CHUNKED.search(head):
+        return 2**62
+    found = CONTENT_LENGTH.search(head)
+    return int(found[1]) if found else 0
 
 
 class HeadDeadline(asyncio.Protocol):
@@ -32,8 +46,10 @@ class HeadDeadline(asyncio.Protocol):
         self.timeout = timeout
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.tail = b""
-        """The last bytes received (a head's end may straddle two reads)."""
+        self.head = bytearray()
+        """The bytes of the request head arriving (up to :data:`HEAD_LIMIT`)."""
+        self.body = 0
+        """Bytes of the current request's body still to come (they are no head)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a TCP server's: a Transport
@@ -41,16 +57,32 @@ class HeadDeadline(asyncio.Protocol):
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        seen = self.tail + data
-        if END_OF_HEAD in seen:  # a head ended; bytes after it begin the next request
-            after = seen.rsplit(END_OF_HEAD, 1)[1]
-            self._disarm()
-            if after:
-                self._arm()
-        elif self.timer is None:
-            self._arm()
-        self.tail = seen[-3:]
+        self._watch(data)
         self.inner.data_received(data)
+
+    def _watch(self, data: bytes) -> None:
+        """Follow request heads and bodies through ``data``: the deadline runs while a head
+        is arriving (from its first byte, or from the connection's start)."""
+        view = memoryview(data)
+        while len(view):
+            if self.body:  # a body (Content-Length) is no head
+                taken = min(self.body, len(view))
+                self.body -= taken
+                view = view[taken:]
+                continue
+            if self.timer is None:
+                self._arm()
+            seen = len(self.head)
+            self.head += view[:HEAD_LIMIT]
+            end = self.head.find(END_OF_HEAD, max(0, seen - 3))
+            if end < 0:
+                del self.head[:-3]  # (aiohttp refuses heads that are too long)
+                return
+            used = end + len(END_OF_HEAD) - seen
+            self.body = _content_length(bytes(self.head[:end]))
+            self.head.clear()
+            self._disarm()
+            view = view[used:]
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received()

@@ -30,7 +30,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refgrid.core.keys import ZMETADATA
-from refgrid.core.sources import RECORDS_KEY, SOURCES_KEY, SourceIdentity, record_digest
+from refgrid.core.sources import (
+    ATTRIBUTES_KEY,
+    RECORDS_KEY,
+    SIDECAR_KEY,
+    SOURCES_KEY,
+    SourceIdentity,
+    record_digest,
+)
+from refgrid.errors import FormatError
 from refgrid.grid.rectilinear import GridForm
 from refgrid.model.manifest import ChunkManifest, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
@@ -103,7 +111,8 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
     written = 0
     for path, (row, manifest) in tail.items():
         first = row // record_size
-        old = read_record(target / record_name(path, first))[:row - first * record_size] \
+        name = record_name(path, first)
+        old = read_record(target / name, digests.get(name))[:row - first * record_size] \
             if row % record_size else Rows.empty()
         rows = Rows.concat(old, Rows.of(manifest, portable))
         for n in range(math.ceil(len(rows) / record_size)):
@@ -112,11 +121,15 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
                                           target / name)
             written += 1
     order = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in digests))
-    kept[RECORDS_KEY] = {name: digests[name] for array in order for name in sorted(
+    records = {name: digests[name] for array in order for name in sorted(
         (k for k in digests if k.rsplit("/", 1)[0] == array),
         key=lambda k: int(k.rsplit(".", 2)[1]))}
-    kept["sources"] = {**kept.get("sources", {}),
-                       **{portable(url): identity for url, identity in sources.items()}}
+    sidecar_name = sidecar.name if sidecar is not None else kept.get(SIDECAR_KEY)
+    kept = {"sources": {**kept.get("sources", {}),
+                        **{portable(url): identity for url, identity in sources.items()}},
+            **({ATTRIBUTES_KEY: kept[ATTRIBUTES_KEY]} if ATTRIBUTES_KEY in kept else {}),
+            **({SIDECAR_KEY: sidecar_name} if sidecar_name else {}),
+            RECORDS_KEY: records}  # (in the order section() writes them)
     temporary = temporary_for(target / ZMETADATA)
     try:
         temporary.write_text(json.dumps({SOURCES_KEY: kept, "metadata": metadata,
@@ -210,9 +223,14 @@ def _write_record(rows: Rows, target: Path) -> str:
     return record_digest(data)
 
 
-def read_record(path: Path) -> Rows:
-    """The rows of a record file refgrid wrote (one of its local reference directories)."""
-    table = pq.read_table(path)
+def read_record(path: Path, digest: str | None) -> Rows:
+    """The rows of a record file refgrid wrote (one of its local reference directories),
+    checked against the ``digest`` ``.zmetadata`` holds for it."""
+    data = path.read_bytes()
+    if digest is None or record_digest(data) != digest:
+        raise FormatError(str(path), None, "does not match its digest in .zmetadata: it is "
+                          "damaged or was changed")
+    table = pq.read_table(pa.BufferReader(data))
     paths = table.column("path").combine_chunks()
     raw = table.column("raw").to_numpy(zero_copy_only=False)
     return Rows(pc.fill_null(paths.indices, -1).to_numpy().astype(np.int64),
