@@ -276,14 +276,23 @@ def test_stacked_constants_keep_one_meaning(tmp_path):
 
 
 def test_a_resumed_batch_with_rewritten_chunks_writes_what_a_fresh_one_writes(tmp_path):
-    """The README's claim, "byte for byte", where padded chunks are rewritten into the sidecar
-    (chunks of 10 x 45 x 90 floats: too large to inline): the sidecar files' identities hold
-    their sizes only, not the times they were written."""
+    """The README's claim where padded chunks are rewritten into the sidecar (chunks of 10 x
+    45 x 90 floats: too large to inline): a batch killed after two files and run again
+    rebuilds, byte for byte what a fresh one writes (the sidecar files' identities hold their
+    sizes only, not the times they were written); a batch that appends the third file puts
+    its rewritten chunks in a second sidecar directory (one per write: the first is never
+    copied) and reads the same values."""
     files = write(tmp_path / "src", months(2001, 3, "days since {start}"), lat=45, lon=90)
-    fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
+    fresh, resumed, appended = tmp_path / "fresh", tmp_path / "resumed", tmp_path / "appended"
     refgrid.batch([str(f) for f in files], fresh / "out.parq", scheduler="synchronous")
     refgrid.batch([str(f) for f in files[:2]], resumed / "out.parq", scheduler="synchronous")
-    refgrid.batch([str(f) for f in files], resumed / "out.parq", scheduler="synchronous")
+    (resumed / "out.parq.report.json").unlink()  # killed before its report: rebuilt
+    again = refgrid.batch([str(f) for f in files], resumed / "out.parq",
+                          scheduler="synchronous")
+    refgrid.batch([str(f) for f in files[:2]], appended / "out.parq", scheduler="synchronous")
+    grown = refgrid.batch([str(f) for f in files], appended / "out.parq",
+                          scheduler="synchronous")
+    assert again.update.startswith("rebuild") and grown.update.startswith("append")
     assert any((fresh / "out.parq.chunks").rglob("c/*/*/*"))
 
     def tree(root):
@@ -292,6 +301,10 @@ def test_a_resumed_batch_with_rewritten_chunks_writes_what_a_fresh_one_writes(tm
 
     for name in ("out.parq", "out.parq.chunks"):
         assert tree(fresh / name) == tree(resumed / name), name
+    assert len(list((appended / "out.parq.chunks").iterdir())) == 2
+    with xr.open_dataset(fresh / "out.parq", engine="refgrid") as a, \
+            xr.open_dataset(appended / "out.parq", engine="refgrid") as b:
+        xr.testing.assert_identical(a.load(), b.load())
 
 
 def test_original_shape_is_the_shape_opened(tmp_path):
