@@ -207,9 +207,9 @@ def _extend(journal: Journal, target: Path, chosen: Plan, group: VirtualGroup,
                 bookkeeping(tail))
     new_sources: dict[str, SourceIdentity] = {
         url: identity for url, identity in tail.sources.items() if url not in anchors}
-    extended = append_parquet(target, meta, appended, docs, new_sources,
-                              sidecar if sidecar.is_dir() else None)
-    return Appended(group, extended.records)
+    records = append_parquet(target, meta, appended, docs, new_sources,
+                             sidecar if sidecar.is_dir() else None)
+    return Appended(group, records)
 
 
 def _one_inline_chunk(array: VirtualArray) -> bool:

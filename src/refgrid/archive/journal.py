@@ -28,7 +28,7 @@ from refgrid.archive.record import FORMAT
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.typed import JSON
 from refgrid.errors import BatchError
-from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for
+from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for, write_file
 
 RECORDS = "records.bin"
 LOCK = "lock"
@@ -213,12 +213,7 @@ def _write_index(index: Path, records: Path, entries: Mapping[str, Entry]) -> No
     a CRC of its own."""
     body = orjson.dumps({"records": _signature(records),
                          "entries": [[e.header, e.offset, e.length] for e in entries.values()]})
-    temporary = temporary_for(index)
-    try:
-        temporary.write_bytes(body + zlib.crc32(body).to_bytes(4, "big"))
-        replace_file(temporary, index)
-    finally:
-        temporary.unlink(missing_ok=True)
+    write_file(index, body + zlib.crc32(body).to_bytes(4, "big"))
 
 
 def _scan_records(f: IO[bytes]) -> Iterator[Entry | None]:

@@ -60,15 +60,15 @@ class _Requests:
     def __init__(self, members: np.ndarray, offset: np.ndarray, length: np.ndarray,
                  gap: int) -> None:
         order, starts, ends, firsts = coalesce(offset[members], length[members], gap)
-        self.members = members[order].tolist()
+        ranged = members[order]
+        self.members = ranged.tolist()
         self.starts = starts.tolist()
         self.ends = ends.tolist()
         self.bounds = [*firsts.tolist(), len(order)]
-        within = offset[members][order].astype(np.int64) - np.repeat(starts,
-                                                                     np.diff(self.bounds))
+        within = offset[ranged].astype(np.int64) - np.repeat(starts, np.diff(self.bounds))
         self.within = within.tolist()
         """Each range's first byte in its request's block."""
-        self.past = (within + length[members][order].astype(np.int64)).tolist()
+        self.past = (within + length[ranged].astype(np.int64)).tolist()
 
     def __len__(self) -> int:
         return len(self.starts)

@@ -68,11 +68,10 @@ class Follow:
     def parse(cls, text: str, **options: object) -> Follow:
         """``NAME=PATTERN`` (the CLI's ``--follow``), with the other fields given."""
         name, sep, pattern = text.partition("=")
-        follow = cls(name.strip("/"), pattern) if sep else cls("", "")
         if not sep:
             raise ArgumentError(f"--follow takes NAME=PATTERN (e.g. sst=/data/sst/*.nc), not "
                                 f"{text!r}")
-        return replace(follow, **options).checked()  # type: ignore[arg-type]
+        return replace(cls(name.strip("/"), pattern), **options).checked()  # type: ignore[arg-type]
 
     def checked(self) -> Follow:
         if not NAME.fullmatch(self.name) or self.name in RESERVED:

@@ -42,10 +42,13 @@ def clean_leftovers(target: Path) -> None:
 
 
 def write_file(target: Path, data: bytes) -> None:
-    """``data`` at ``target``, whole or not at all."""
+    """``data`` at ``target``, whole or not at all (a failed write leaves no temporary)."""
     temporary = temporary_for(target)
-    temporary.write_bytes(data)
-    replace_file(temporary, target)
+    try:
+        temporary.write_bytes(data)
+        replace_file(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def replace_file(temporary: Path, target: Path) -> None:

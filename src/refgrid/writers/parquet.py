@@ -43,7 +43,7 @@ from refgrid.grid.rectilinear import GridForm
 from refgrid.model.manifest import ChunkManifest, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import documents
-from refgrid.writers.atomic import replace_directory, replace_file, temporary_for
+from refgrid.writers.atomic import replace_directory, temporary_for, write_file
 from refgrid.writers.kerchunk_v2 import v2_documents
 from refgrid.writers.section import Portable, section
 
@@ -70,11 +70,8 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
         digests: dict[str, str] = {}
         for path, node in group.walk():
             if isinstance(node, VirtualArray):
-                rows = Rows.of(node.manifest, portable)
-                for n in range(math.ceil(len(rows) / record_size)):
-                    name = record_name(path, n)
-                    digests[name] = _write_record(
-                        rows[n * record_size:(n + 1) * record_size], temporary / name)
+                _write_records(Rows.of(node.manifest, portable), temporary, path, 0,
+                               record_size, digests)
         (temporary / ZMETADATA).write_text(
             json.dumps({SOURCES_KEY: section(group, portable, **{RECORDS_KEY: digests}),
                         "metadata": metadata, "record_size": record_size}),
@@ -93,7 +90,7 @@ def record_name(array: str, n: int) -> str:
 def append_parquet(target: Path, meta: Mapping[str, Any],
                    tail: Mapping[str, tuple[int, ChunkManifest]],
                    metadata: Mapping[str, object], sources: Mapping[str, SourceIdentity],
-                   sidecar: Path | None = None) -> Extended:
+                   sidecar: Path | None = None) -> int:
     """Extend the parquet references at ``target`` (whose ``.zmetadata`` is ``meta``, as
     read) in place, writing what changed only:
     ``tail`` maps an array to ``(row, manifest)`` — its chunks from C-order row ``row`` on
@@ -103,7 +100,8 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
     documents, sources and digests of the new extent) last: until then the directory reads
     as before (a reader that had loaded the old ``.zmetadata`` may meet the rewritten last
     record file, whose digest then differs: an error, never other references). The files
-    written are those a from-scratch write of the whole would write, byte for byte."""
+    written are those a from-scratch write of the whole would write, byte for byte. Returns
+    the number of record files written."""
     record_size = int(meta["record_size"])
     kept = dict(meta[SOURCES_KEY])
     digests: dict[str, str] = dict(kept.get(RECORDS_KEY, {}))
@@ -114,12 +112,8 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
         name = record_name(path, first)
         old = read_record(target / name, digests.get(name))[:row - first * record_size] \
             if row % record_size else Rows.empty()
-        rows = Rows.concat(old, Rows.of(manifest, portable))
-        for n in range(math.ceil(len(rows) / record_size)):
-            name = record_name(path, first + n)
-            digests[name] = _write_record(rows[n * record_size:(n + 1) * record_size],
-                                          target / name)
-            written += 1
+        written += _write_records(Rows.concat(old, Rows.of(manifest, portable)), target,
+                                  path, first, record_size, digests)
     order = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in digests))
     records = {name: digests[name] for array in order for name in sorted(
         (k for k in digests if k.rsplit("/", 1)[0] == array),
@@ -130,22 +124,9 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
             **({ATTRIBUTES_KEY: kept[ATTRIBUTES_KEY]} if ATTRIBUTES_KEY in kept else {}),
             **({SIDECAR_KEY: sidecar_name} if sidecar_name else {}),
             RECORDS_KEY: records}  # (in the order section() writes them)
-    temporary = temporary_for(target / ZMETADATA)
-    try:
-        temporary.write_text(json.dumps({SOURCES_KEY: kept, "metadata": metadata,
-                                         "record_size": record_size}), encoding="utf-8")
-        replace_file(temporary, target / ZMETADATA)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return Extended(written)
-
-
-@dataclass(frozen=True)
-class Extended:
-    """What :func:`append_parquet` wrote."""
-
-    records: int
-    """Record files written (the partial last one of each array rewritten, new ones)."""
+    write_file(target / ZMETADATA, json.dumps({SOURCES_KEY: kept, "metadata": metadata,
+                                               "record_size": record_size}).encode())
+    return written
 
 
 @dataclass(frozen=True)
@@ -206,21 +187,22 @@ class Rows:
             pa.array(self.raw, pa.binary())}, schema=SCHEMA)
 
 
-def _write_record(rows: Rows, target: Path) -> str:
-    """Write one record file (swapped in whole); its digest."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(rows.table(), sink, compression="zstd", write_statistics=False,
-                   write_page_checksum=True, use_dictionary=["path"],
-                   column_encoding=DELTA_ENCODED)
-    data = sink.getvalue().to_pybytes()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = temporary_for(target)
-    try:
-        temporary.write_bytes(data)
-        replace_file(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return record_digest(data)
+def _write_records(rows: Rows, root: Path, path: str, first: int, record_size: int,
+                   digests: dict[str, str]) -> int:
+    """``rows`` as record files ``first``, ``first + 1``... of ``path`` under ``root``, each
+    swapped in whole, their digests into ``digests``; how many were written."""
+    count = math.ceil(len(rows) / record_size)
+    for n in range(count):
+        sink = pa.BufferOutputStream()
+        pq.write_table(rows[n * record_size:(n + 1) * record_size].table(), sink,
+                       compression="zstd", write_statistics=False, write_page_checksum=True,
+                       use_dictionary=["path"], column_encoding=DELTA_ENCODED)
+        data = sink.getvalue().to_pybytes()
+        name = record_name(path, first + n)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        write_file(root / name, data)
+        digests[name] = record_digest(data)
+    return count
 
 
 def read_record(path: Path, digest: str | None) -> Rows:
