@@ -43,7 +43,7 @@ from refgrid.core.typed import StorageOptions
 from refgrid.errors import RefgridError, WriteError
 from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import INLINE, ChunkManifest, ManifestBuilder
+from refgrid.model.manifest import ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import bookkeeping, documents
 from refgrid.writers import sized
@@ -175,7 +175,7 @@ def _extend(journal: Journal, target: Path, chosen: Plan, group: VirtualGroup,
             if node.dims[0] != concat_dim:
                 raise NotAppendable(f"{concat_dim!r} is not the first dimension of {path!r} "
                                     "(its chunks interleave in the record files)")
-            if _one_inline_chunk(node):
+            if node.one_inline_chunk:
                 whole[path] = _grown(node, target, path, skip + last_length, digests)
             else:
                 tails[path] = node.slice(concat_dim, skip, node.shape[0])
@@ -210,12 +210,6 @@ def _extend(journal: Journal, target: Path, chosen: Plan, group: VirtualGroup,
     records = append_parquet(target, meta, appended, docs, new_sources,
                              sidecar if sidecar.is_dir() else None)
     return Appended(group, records)
-
-
-def _one_inline_chunk(array: VirtualArray) -> bool:
-    """Whether ``array`` is one inline chunk: the concat coordinate and re-encoded times as
-    :func:`refgrid.combine` makes them."""
-    return array.grid.nchunks == 1 and int(array.manifest.path_id.reshape(-1)[0]) == INLINE
 
 
 def _grown(array: VirtualArray, target: Path, path: str, start: int,

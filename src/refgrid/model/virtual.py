@@ -21,7 +21,7 @@ from refgrid.core.sources import SourceIdentity
 from refgrid.core.util import FrozenPickle
 from refgrid.errors import GridError, ModelError
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import ChunkManifest
+from refgrid.model.manifest import INLINE, ChunkManifest
 
 Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict",
                  "duplicate", "re-encoded"]
@@ -111,6 +111,12 @@ class VirtualArray(Displayed, FrozenPickle):
         if self.dtype.fields is None and self.dtype.itemsize > 1 and self.dtype.kind != "V":
             return self.dtype.newbyteorder("=")
         return self.dtype
+
+    @property
+    def one_inline_chunk(self) -> bool:
+        """Whether the array is one inline chunk: a concat coordinate, or times re-encoded,
+        as :func:`refgrid.combine` stores them."""
+        return self.grid.nchunks == 1 and int(self.manifest.path_id.reshape(-1)[0]) == INLINE
 
     def axis(self, dim: str) -> int:
         try:

@@ -9,6 +9,11 @@ chunks are found (:func:`padded_mask`), the grid they would have at their real e
 does), and each is fetched, decoded, cropped and re-encoded with the array's own codecs
 (:func:`cropped_chunks`). The writers store the result (``padded="rewrite"``, Icechunk); the
 served native view and the zarr store serve it as they are asked.
+
+A growing archive's served view crops the *final* chunk along the growing dimension as well
+(``end``): declared at its real extent, its bytes are those it will have once a file is
+appended after it (cropped then, as every interior chunk), so a reader holding the earlier
+metadata decodes the later bytes exactly.
 """
 
 from __future__ import annotations
@@ -31,12 +36,20 @@ BATCH = 64
 """Chunks fetched per request round."""
 
 
-def portable_documents_group(group: VirtualGroup) -> VirtualGroup:
-    """``group`` with its arrays on their portable grids, for their ``zarr.json`` documents
-    only: the manifests still name the padded chunks' stored bytes, which a reader must
-    crop (:func:`cropped_chunks`) before handing them out."""
-    return group.with_arrays({path: replace(array, grid=portable_grid(array.grid))
-                              for path, array in padded_arrays(group).items()})
+def portable_documents_group(group: VirtualGroup, end: str | None = None) -> VirtualGroup:
+    """``group`` with its arrays on their portable grids (``end``: the dimension along which
+    the final chunk is cropped too), for their ``zarr.json`` documents only: the manifests
+    still name the padded chunks' stored bytes, which a reader must crop
+    (:func:`cropped_chunks`) before handing them out."""
+    arrays = {path: node for path, node in group.walk() if isinstance(node, VirtualArray)
+              and padded_mask(node.grid, end_axis(node, end)).any()}
+    return group.with_arrays({path: replace(array, grid=portable_grid(
+        array.grid, end_axis(array, end))) for path, array in arrays.items()})
+
+
+def end_axis(array: VirtualArray, end: str | None) -> int | None:
+    """The axis of dimension ``end`` in ``array`` (None: it has no such dimension)."""
+    return array.dims.index(end) if end is not None and end in array.dims else None
 
 
 def padded_arrays(group: VirtualGroup) -> dict[str, VirtualArray]:
@@ -49,25 +62,28 @@ def padded_inside(grid: RectilinearGrid) -> bool:
     return any(a.padded_inside for a in grid.axes)
 
 
-def padded_mask(grid: RectilinearGrid) -> np.ndarray:
-    """Boolean grid of the chunks padded somewhere other than the array's end."""
+def padded_mask(grid: RectilinearGrid, end: int | None = None) -> np.ndarray:
+    """Boolean grid of the chunks padded somewhere other than the array's end (along axis
+    ``end``, its end as well)."""
     mask = np.zeros(grid.chunk_counts, dtype=bool)
     for dim, axis in enumerate(grid.axes):
         inside = (axis.encoded != axis.logical)
-        inside[-1:] = False
+        if dim != end:
+            inside[-1:] = False
         shape = [1] * grid.ndim
         shape[dim] = axis.nchunks
         mask |= inside.reshape(shape)
     return mask
 
 
-def portable_grid(grid: RectilinearGrid) -> RectilinearGrid:
+def portable_grid(grid: RectilinearGrid, end: int | None = None) -> RectilinearGrid:
     """Encoded lengths equal to logical ones, but the last chunk's: the array's final chunk
-    may still overflow the shape (the spec's trailing edge does exactly that)."""
+    may still overflow the shape (the spec's trailing edge does exactly that), except along
+    axis ``end``."""
     axes = []
-    for axis in grid.axes:
+    for dim, axis in enumerate(grid.axes):
         encoded = axis.logical.copy()
-        if axis.nchunks:
+        if axis.nchunks and dim != end:
             encoded[-1] = axis.encoded[-1]
         axes.append(AxisChunks(axis.logical, encoded, axis.empty_chunk))
     return RectilinearGrid(tuple(axes))
@@ -86,10 +102,10 @@ class Cropper:
     """What cropping one array's padded chunks needs — its portable grid and codec — made
     once, for a reader asked for such chunks one at a time (the served view, the store)."""
 
-    def __init__(self, path: str, array: VirtualArray) -> None:
+    def __init__(self, path: str, array: VirtualArray, end: int | None = None) -> None:
         self.path = path
         self.array = array
-        self.grid = portable_grid(array.grid)
+        self.grid = portable_grid(array.grid, end)
         try:
             self.codec = ChunkCodec(array.codecs, array.dtype)
         except Exception as e:  # a codec's own configuration checks raise anything

@@ -11,7 +11,14 @@ passed through — but
   for float32 factors, masked), each chunk decoded, unpacked and served uncompressed;
 * with ``check_decoding``, chunks that zarr's own codecs decode whatever pipeline reads them
   (strings, records, filters) are first decoded by refgrid's bounded decoders: a
-  decompression bomb is a named error at the chunk's limit, not memory zarr inflates.
+  decompression bomb is a named error at the chunk's limit, not memory zarr inflates;
+* with ``growing`` (a followed archive's concat dimension), what an append changes is only
+  what it adds: the final chunk along it is declared and served at its real extent (its bytes
+  are those it will have once it is inside the array), and an array stored as one inline
+  chunk (the concat coordinate) is served in chunks of
+  :data:`~refgrid.read.view_chunks.GROWING_CHUNK` elements, its last one full length — so a
+  reader holding an earlier version's metadata reads every chunk of it exactly from the
+  next version.
 
 Reads: each chunk takes one route (:meth:`NativeView.route`). A local chunk asked for alone
 is one ``pread`` on the file kept open (zarr asks for one chunk at a time, and an ``open``
@@ -25,9 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
@@ -37,7 +46,8 @@ from refgrid.core.sources import ATTRIBUTES_KEY, SourceCheck, held, is_local
 from refgrid.core.typed import StorageOptions
 from refgrid.core.util import thread_pool
 from refgrid.errors import ReadError
-from refgrid.model.manifest import INLINE, MISSING, UNSIZED
+from refgrid.grid.rectilinear import RectilinearGrid
+from refgrid.model.manifest import INLINE, MISSING, UNSIZED, ChunkManifest
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import (
     bookkeeping,
@@ -48,11 +58,12 @@ from refgrid.model.zarr_json import (
 )
 from refgrid.read.array import Reader, chunk_error, fetch_chunks
 from refgrid.read.batching import ChunkBatcher
-from refgrid.read.cropped import Cropper, padded_mask, portable_documents_group
+from refgrid.read.cropped import Cropper, end_axis, padded_mask, portable_documents_group
 from refgrid.read.decode import decoded_by_zarr
 from refgrid.read.fetch import OpenFiles
 from refgrid.read.unpacked import packed, unpack_values, unpacked_array
 from refgrid.read.view import Chunk, Parsed, Tree
+from refgrid.read.view_chunks import GROWING_CHUNK
 
 if TYPE_CHECKING:
     from refgrid.model.zarr_json import GroupDocument
@@ -65,9 +76,10 @@ WORKERS = 8
 """Threads fetching, cropping and decoding for the native views of this process (unless a
 view is given an executor of its own)."""
 
-Route = Literal["missing", "unpacked", "cropped", "inline", "local", "remote"]
+Route = Literal["missing", "unpacked", "cropped", "sliced", "inline", "local", "remote"]
 """How a chunk of a native view is read: never written (the fill value); unpacked, or
-cropped, by refgrid's reader; inline bytes; a byte range of a local file; of a remote one."""
+cropped, by refgrid's reader; a piece of a growing inline array; inline bytes; a byte range
+of a local file; of a remote one."""
 
 
 class NativeView:
@@ -76,7 +88,7 @@ class NativeView:
     def __init__(self, group: VirtualGroup, storage_options: StorageOptions | None = None,
                  verify_sources: bool = True, unpack: bool = False,
                  check_decoding: bool = False, *, executor: Executor | None = None,
-                 inline_reads: bool = True) -> None:
+                 inline_reads: bool = True, growing: str | None = None) -> None:
         self.storage_options = dict(storage_options or {})
         self.executor = executor or thread_pool("refgrid-view", WORKERS)
         self.inline_reads = inline_reads
@@ -84,23 +96,31 @@ class NativeView:
         self.check = SourceCheck(group.sources, self.storage_options) \
             if verify_sources and group.sources else None
         self.arrays: dict[str, VirtualArray] = node_paths(group)
-        portable = portable_documents_group(group)
+        self.ends = {path: end_axis(a, growing) for path, a in self.arrays.items()}
+        """Per array, the axis along which its final chunk is cropped too (growing)."""
+        portable = portable_documents_group(group, growing)
         self.unpacked = {path: unpacked_array(node) for path, node in
                          node_paths(portable).items() if unpack and packed(node)}
-        served = portable.with_arrays({_in_group(group, p): a
-                                       for p, a in self.unpacked.items()})
+        self.sliced = {path: _sliced(a) for path, a in self.arrays.items()
+                       if path not in self.unpacked and _sliceable(a, growing)}
+        """Arrays stored as one inline chunk along ``growing``, on the grid they are
+        served on."""
+        served = portable.with_arrays({_in_group(group, p): a for p, a in
+                                       {**self.unpacked, **self.sliced}.items()})
         docs = {k[:-len("zarr.json")].rstrip("/"): v for k, v in
                 store_documents(served).items()}
         if docs[""].get("node_type") == "group":
             docs[""] = cast("GroupDocument", consolidated(docs[""], docs))
-        self.tree = Tree(group, self.arrays, {n: json.dumps(d).encode() for n, d in
-                                              docs.items()},
+        keyed = {**self.arrays, **self.sliced}
+        self.tree = Tree(group, keyed, {n: json.dumps(d).encode() for n, d in docs.items()},
                          {path: a.manifest.path_id != MISSING if path not in self.unpacked
+                          and path not in self.sliced
                           else np.ones(a.manifest.shape, bool)  # missing: the fill unpacked
-                          for path, a in self.arrays.items()},
+                          for path, a in keyed.items()},
                          {BOOKKEEPING: json.dumps({ATTRIBUTES_KEY: bookkeeping(group)})
                           .encode()})
-        masks = {path: padded_mask(a.grid).reshape(-1) for path, a in self.arrays.items()}
+        masks = {path: padded_mask(a.grid, self.ends[path]).reshape(-1)
+                 for path, a in self.arrays.items()}
         self.padded = {path: mask for path, mask in masks.items() if mask.any()}
         self.checked_arrays = {path for path, a in self.arrays.items()
                                if check_decoding and path not in self.unpacked
@@ -127,6 +147,8 @@ class NativeView:
 
     def route(self, chunk: Chunk) -> Route:
         """How ``chunk`` is read (see :data:`Route`)."""
+        if chunk.array in self.sliced:
+            return "sliced"
         kind = int(self.arrays[chunk.array].manifest.path_id.reshape(-1)[chunk.flat])
         if chunk.array in self.unpacked:
             return "unpacked"
@@ -145,6 +167,8 @@ class NativeView:
         manifest = self.arrays[chunk.array].manifest
         if route == "inline":
             return len(manifest.inline[chunk.coords])
+        if route == "sliced":
+            return self._slice_bytes(chunk.array)
         if route not in ("local", "remote"):
             return None
         length = int(manifest.length.reshape(-1)[chunk.flat])
@@ -159,6 +183,8 @@ class NativeView:
                 out[k] = self._unpacked(chunk)
             elif route == "cropped":  # (decoded by refgrid's reader to crop it)
                 out[k] = self._cropped(chunk)
+            elif route == "sliced":
+                out[k] = self._slice(chunk)
             elif route == "inline":
                 data = bytes(self.arrays[chunk.array].manifest.inline[chunk.coords])
                 if chunk.array in self.checked_arrays:
@@ -256,10 +282,22 @@ class NativeView:
     def _cropped(self, chunk: Chunk) -> bytes | None:
         cropper = self._croppers.get(chunk.array)
         if cropper is None:
-            cropper = self._croppers[chunk.array] = Cropper(chunk.array,
-                                                            self.arrays[chunk.array])
+            cropper = self._croppers[chunk.array] = Cropper(
+                chunk.array, self.arrays[chunk.array], self.ends[chunk.array])
         return next(data for _, data in cropper.chunks(np.array([chunk.flat]),
                                                        self.storage_options, self.check))
+
+    def _slice_bytes(self, path: str) -> int:
+        array = self.arrays[path]
+        return GROWING_CHUNK * math.prod(array.shape[1:]) * array.dtype.itemsize
+
+    def _slice(self, chunk: Chunk) -> bytes:
+        """Piece ``chunk.coords[0]`` of a growing inline array, full length: past the
+        array's end, zeros — bytes no reader reads, which the next appends fill in."""
+        array, size = self.arrays[chunk.array], self._slice_bytes(chunk.array)
+        data = array.manifest.inline[(0,) * len(array.dims)]
+        piece = bytes(data[chunk.coords[0] * size:(chunk.coords[0] + 1) * size])
+        return piece + bytes(size - len(piece))
 
     def _unpacked(self, chunk: Chunk) -> bytes:
         array, served = self.arrays[chunk.array], self.unpacked[chunk.array]
@@ -286,6 +324,22 @@ class NativeView:
             found = self._batchers[loop] = ChunkBatcher(self.fetch, self.executor,
                                                         gather=GATHER)
         return found
+
+
+def _sliceable(array: VirtualArray, growing: str | None) -> bool:
+    """Whether ``array`` is one inline chunk along ``growing``, its first dimension, stored
+    uncompressed (so a piece of it is a slice of its bytes)."""
+    return growing is not None and array.dims[:1] == (growing,) and array.one_inline_chunk \
+        and len(array.codecs) == 1 and array.codecs[0].get("name") == "bytes" \
+        and array.dtype.kind not in "OT"
+
+
+def _sliced(array: VirtualArray) -> VirtualArray:
+    """``array`` on the grid it is served on when growing (no chunks of its own: read by
+    :meth:`NativeView._slice`)."""
+    grid = RectilinearGrid.regular(array.shape, (GROWING_CHUNK, *(max(1, n) for n in
+                                                                  array.shape[1:])))
+    return replace(array, grid=grid, manifest=ChunkManifest.empty(grid.chunk_counts))
 
 
 def _in_group(group: VirtualGroup, path: str) -> str:

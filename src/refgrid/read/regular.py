@@ -12,7 +12,11 @@ it covers and served uncompressed. View chunks are
   common native length), a missing native chunk a missing view chunk;
 * with ``chunks={"time": 30}`` the lengths given, the other dimensions as ``"native"``;
 
-and with ``unpack``, packed variables are served unpacked (:mod:`.unpacked`). The root
+and with ``unpack``, packed variables are served unpacked (:mod:`.unpacked`). A growing
+archive's view (``growing``: its concat dimension) chunks that dimension in lengths appends
+never change (:func:`~refgrid.read.view_chunks.growing_length`), so what a reader was told of
+a chunk stays true after an append: its last chunk gains values beyond the extent the reader
+knows, and nothing else changes. The root
 ``zarr.json`` carries consolidated metadata, so opening costs one request.
 """
 
@@ -180,7 +184,7 @@ class RegularView:
                  storage_options: StorageOptions | None = None,
                  verify_sources: bool = True, limits: ViewLimits | None = None, *,
                  executor: Executor | None = None, inline_reads: bool = True,
-                 name: str = "<dataset>") -> None:
+                 name: str = "<dataset>", growing: str | None = None) -> None:
         self.spec = spec
         self.executor = executor or thread_pool("refgrid-view", WORKERS)
         self.inline_reads = inline_reads
@@ -203,7 +207,7 @@ class RegularView:
             for path, node in arrays.items():
                 node = replace(node, attrs={k: v for k, v in node.attrs.items()
                                             if k != KEY_ENCODING_ATTR})  # its own keys
-                shape, native = view_chunks(node, spec.view_chunks)
+                shape, native = view_chunks(node, spec.view_chunks, growing)
                 records = zarr_records(original_dtype(node.attrs, node.value_dtype)) \
                     if DTYPE_ATTR in node.attrs else None
                 self.served[path] = Served(node, shape, native, spec.unpack and packed(node),

@@ -46,29 +46,50 @@ SMALL_ARRAY_BYTES = 2**20
 chunks of 16 bytes: one zarr call instead of 730)."""
 MAX_CANDIDATES = 1024
 """Block shapes weighed at most (many dimensions: fewer lengths tried along each)."""
+GROWING_CHUNK = 4096
+"""Elements per view chunk, along a growing archive's dimension, of an array stored as one
+inline chunk (its concat coordinate, whose one chunk grows with every append)."""
 
 
-def view_chunks(array: VirtualArray, chunks: ViewChunks) -> tuple[tuple[int, ...], bool]:
+def view_chunks(array: VirtualArray, chunks: ViewChunks,
+                growing: str | None = None) -> tuple[tuple[int, ...], bool]:
     """The view's chunk shape for ``array``, and whether it is the native one (a missing
-    native chunk then is a missing view chunk)."""
+    native chunk then is a missing view chunk). Along ``growing`` (a followed archive's
+    concat dimension) the length is one appends never change (:func:`growing_length`): a
+    chunk's extent, and so its values, stay those an earlier reader was told."""
     grid = array.grid
+    axis = array.dims.index(growing) if growing in array.dims else None
     if chunks == "auto":
         if not grid.ndim or array.dtype.kind in "OT":  # vlen: no gain from larger blocks
-            return view_chunks(array, "native")
-        if math.prod(array.shape) * array.value_dtype.itemsize <= SMALL_ARRAY_BYTES:
+            return view_chunks(array, "native", growing)
+        if axis is None and \
+                math.prod(array.shape) * array.value_dtype.itemsize <= SMALL_ARRAY_BYTES:
             shape = tuple(max(1, n) for n in array.shape)
             return shape, grid.is_regular and shape == tuple(grid.chunk_shape or ())
-        shape = assembled(array)
+        shape = assembled(array, axis)
         return shape, grid.is_regular and shape == tuple(grid.chunk_shape or ())
     if isinstance(chunks, str):
         if chunks != "native":
             raise ArgumentError(f"chunks must be 'auto', 'native' or {{dim: length}}, "
                                 f"not {chunks!r}")
         chunks = {}
-    if grid.is_regular and not any(d in chunks for d in array.dims):
+    if axis is None and grid.is_regular and not any(d in chunks for d in array.dims):
         return tuple(grid.chunk_shape or ()), True
-    return tuple(max(1, int(chunks[dim])) if dim in chunks else _typical(axis)
-                 for dim, axis in zip(array.dims, grid.axes, strict=True)), False
+    shape = tuple(max(1, int(chunks[dim])) if dim in chunks else
+                  growing_length(array, axis) if d == axis else _typical(along)
+                  for d, (dim, along) in enumerate(zip(array.dims, grid.axes, strict=True)))
+    return shape, axis is not None and grid.is_regular and \
+        shape == tuple(grid.chunk_shape or ())
+
+
+def growing_length(array: VirtualArray, axis: int) -> int:
+    """A chunk length along a growing dimension that appends leave as it is: the first
+    chunk's (a file's own, which no append changes), or :data:`GROWING_CHUNK` for an array
+    stored as one inline chunk."""
+    along = array.grid.axes[axis]
+    if array.one_inline_chunk or not along.nchunks:
+        return GROWING_CHUNK
+    return max(1, int(along.logical[0]))
 
 
 def _typical(axis: AxisChunks) -> int:
@@ -77,10 +98,14 @@ def _typical(axis: AxisChunks) -> int:
     return int(Counter(axis.logical.tolist()).most_common(1)[0][0])
 
 
-def assembled(array: VirtualArray) -> tuple[int, ...]:
-    """The block shape with the smallest worst cost ratio over the model's selections."""
-    return _best(tuple(_typical(axis) for axis in array.grid.axes), array.shape,
-                 array.value_dtype.itemsize)
+def assembled(array: VirtualArray, growing: int | None = None) -> tuple[int, ...]:
+    """The block shape with the smallest worst cost ratio over the model's selections;
+    along axis ``growing``, :func:`growing_length` (weighed as if the array were that long
+    there: its length changes with every append)."""
+    native = tuple(growing_length(array, d) if d == growing else _typical(axis)
+                   for d, axis in enumerate(array.grid.axes))
+    shape = tuple(native[d] if d == growing else n for d, n in enumerate(array.shape))
+    return _best(native, shape, array.value_dtype.itemsize)
 
 
 @functools.lru_cache(maxsize=256)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import hashlib
 import hmac
 import json
@@ -42,7 +43,7 @@ from refgrid.core.typed import StorageOptions
 from refgrid.errors import AccessError, ArgumentError, ReadError, RefgridError
 from refgrid.read.regular import ViewLimits, ViewSpec
 from refgrid.read.view import Directory, Document, View
-from refgrid.serve.catalog import Catalog, Dataset, Entry, collisions
+from refgrid.serve.catalog import Catalog, Dataset, Entry, Followed, collisions
 from refgrid.serve.follow import Follow, Follower
 from refgrid.serve.guard import GuardedSite
 from refgrid.serve.pages import dataset_page, index_page, listing_page
@@ -155,7 +156,10 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
         if follow else ()  # (the state holds followed archives' rewritten chunks)
     catalog = Catalog(root, (*allow_sources, *followed_sources), capacity,
                       recheck, storage_options, limits or ViewLimits(), pool,
-                      {name: f.output for name, f in followers.items()})
+                      {name: Followed(f.output, f.follow.concat_dim)
+                       for name, f in followers.items()})
+    for name, follower in followers.items():
+        follower.on_version = functools.partial(catalog.publish, name)
     app = web.Application(middlewares=[_errors], client_max_size=4096)
     app[CATALOG] = catalog
     app[SETTINGS] = Settings(request_timeout, max_pending, max_age)
@@ -393,17 +397,16 @@ async def _serve(request: web.Request, dataset: Dataset, view: View, segment: st
         return _metadata(request, dataset, found.text)
     if isinstance(found, Directory):
         return _listing(request, dataset, segment, key, found)
-    etag = _chunk_etag(dataset, tag, key)
-    not_modified = _not_modified(request, dataset, etag)
-    if not_modified is not None:
-        return not_modified
-    size = view.size(found)
-    if request.method == "HEAD" and size is not None:
-        return _chunk_head(request, dataset, etag, size)
     data = (await _waiting(request, view.aread([found])))[0]
     if data is None:
         raise HttpError(404, f"{dataset.entry.name}/{segment}: chunk {key!r} is absent "
                         "(reads as the fill value)")
+    etag = _chunk_etag(tag, data)
+    not_modified = _not_modified(request, dataset, etag)
+    if not_modified is not None:
+        return not_modified
+    if request.method == "HEAD":
+        return _chunk_head(request, dataset, etag, len(data))
     return _chunk(request, dataset, data, etag)
 
 
@@ -432,9 +435,14 @@ def _caching(request: web.Request, dataset: Dataset, etag: str) -> dict[str, str
             "Cache-Control": f"public, max-age={request.app[SETTINGS].max_age}"}
 
 
-def _chunk_etag(dataset: Dataset, view: str, key: str) -> str:
-    digest = hashlib.blake2b(f"{view}\x00{key}".encode(), digest_size=8).hexdigest()
-    return f'"{dataset.tag}-{digest}"'
+def _chunk_etag(view: str, content: bytes) -> str:
+    """A chunk's strong ETag, of its bytes: it changes exactly when they do, so an append
+    leaves the tags of the chunks it does not touch as they were (and caches keep them),
+    whatever it rewrote to hold them (a padded chunk cropped into a sidecar file keeps the
+    tag it had when it was cropped on the fly)."""
+    digest = hashlib.blake2b(view.encode() + b"\x00", digest_size=12)
+    digest.update(content)
+    return f'"{digest.hexdigest()}"'
 
 
 def _not_modified(request: web.Request, dataset: Dataset, etag: str) -> web.Response | None:

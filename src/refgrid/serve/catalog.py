@@ -9,11 +9,17 @@ so no URL can name a file outside it; files and directories whose real path (sym
 resolved) leaves the root are not datasets at all. Every source file a dataset's chunks name
 must lie under the allowed prefixes (the root, and those given): a dataset that names another
 file is refused whole, before anything of it is read.
+
+A followed archive is never opened by the catalog: its follower, which alone writes its
+references, publishes each version when a round has written it (:meth:`Catalog.publish`).
+A request holds the version it started on until it is answered, however many are published
+meanwhile, and the views of a growing archive are made so that what a reader learnt from one
+version stays true in the next (``growing`` in :mod:`refgrid.read.native` and
+:mod:`refgrid.read.regular`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -108,6 +114,15 @@ def _usable_name(name: str) -> bool:
     return all(p and p not in (".", "..") and not p.startswith("_") for p in parts)
 
 
+@dataclass(frozen=True)
+class Followed:
+    """A followed archive as the catalog knows it: where its references are written, and
+    the dimension it grows along."""
+
+    path: Path
+    concat_dim: str
+
+
 @dataclass
 class Dataset:
     """One opened dataset: its model and the views made of it so far."""
@@ -116,12 +131,12 @@ class Dataset:
     stamp: tuple[int, int, int]
     group: VirtualGroup
     storage_options: StorageOptions
-    tag: str
-    """Changes whenever what is served changes: the file's stamp and the sources' identities."""
     modified: float
     """Seconds since the epoch: the newest of the file's and its sources' modification times."""
     executor: Executor | None = None
     """The service's threads, which read chunks for its views (its loop never does)."""
+    growing: str | None = None
+    """A followed archive's concat dimension: its views keep what an append leaves alone."""
     native: NativeView = field(init=False)
     unpacked: NativeView | None = None
     """The native view with packed variables served unpacked (made when first asked for)."""
@@ -131,7 +146,7 @@ class Dataset:
 
     def __post_init__(self) -> None:
         self.native = NativeView(self.group, self.storage_options, executor=self.executor,
-                                 inline_reads=False)
+                                 inline_reads=False, growing=self.growing)
 
     def close(self) -> None:
         """Give back the files its views hold open (reads under way finish first)."""
@@ -155,7 +170,8 @@ class Dataset:
         with self.lock:
             if self.unpacked is None:
                 self.unpacked = NativeView(self.group, self.storage_options, unpack=True,
-                                           executor=self.executor, inline_reads=False)
+                                           executor=self.executor, inline_reads=False,
+                                           growing=self.growing)
             return self.unpacked
 
     def regular_view(self, spec: ViewSpec, limits: ViewLimits) -> RegularView:
@@ -165,7 +181,8 @@ class Dataset:
                 view = self.regular[spec] = RegularView(self.group, spec,
                                                         self.storage_options, limits=limits,
                                                         executor=self.executor,
-                                                        inline_reads=False)
+                                                        inline_reads=False,
+                                                        growing=self.growing)
             return view
 
 
@@ -185,10 +202,13 @@ class Catalog:
                  capacity: int = 32, recheck: float = 1.0,
                  storage_options: StorageOptions | None = None,
                  limits: ViewLimits | None = None, executor: Executor | None = None,
-                 followed: Mapping[str, Path] | None = None) -> None:
+                 followed: Mapping[str, Followed] | None = None) -> None:
         self.root = Path(os.path.realpath(root))
         self.followed = dict(followed or {})
-        """Followed archives: name → their references (served once they exist)."""
+        """Followed archives by name (served once a version is published)."""
+        self.versions: dict[str, Dataset | Refused] = {}
+        """The published version of each followed archive (never evicted, never reopened
+        by the catalog)."""
         self.executor = executor
         """The threads the datasets' views read chunks on (None: refgrid's own)."""
         if not self.root.is_dir():
@@ -221,13 +241,31 @@ class Catalog:
         return True
 
     def _discover(self) -> dict[str, Entry]:
-        """The root's datasets and the followed archives that have references yet (a
-        followed name hides a dataset of the same name under the root)."""
+        """The root's datasets and the followed archives published yet (a followed name
+        hides a dataset of the same name under the root)."""
         found = discover(self.root)
-        for name, path in self.followed.items():
-            if (path / ZMETADATA).is_file():
-                found[name] = Entry(name, path, "parquet")
+        for name, followed in self.followed.items():
+            found.pop(name, None)
+            if name in self.versions:
+                found[name] = Entry(name, followed.path, "parquet")
         return found
+
+    def publish(self, name: str) -> None:
+        """Serve the followed archive ``name`` as its references now are (blocking: its
+        follower calls it when a round has written a version, and nothing writes them
+        meanwhile). Requests under way finish on the version they started on. A version
+        that cannot be served raises the :class:`RefgridError` saying why, and the one
+        before it stays served."""
+        followed = self.followed[name]
+        entry = Entry(name, followed.path, "parquet")
+        opened = self._open(entry, _stamp(followed.path))
+        if isinstance(opened, Refused):
+            raise opened.error
+        with self.lock:
+            before = self.versions.get(name)
+            self.versions[name] = opened
+            self.entries[name] = entry
+        _close(before)
 
     def split(self, parts: list[str]) -> tuple[Entry, list[str]] | None:
         """The dataset a URL path (split at ``/``) starts with, and the rest of the path."""
@@ -242,7 +280,11 @@ class Catalog:
 
     def fresh(self, name: str) -> Dataset | None:
         """The opened dataset ``name`` if its file was checked less than ``recheck`` seconds
-        ago (no system call: the event loop may ask)."""
+        ago, or a followed archive's published version (no system call: the event loop may
+        ask)."""
+        if name in self.followed:
+            version = self.versions.get(name)
+            return version if isinstance(version, Dataset) else None
         known = self.opened.get(name)
         if isinstance(known, Dataset) and time.monotonic() - known.checked < self.recheck:
             return known
@@ -255,6 +297,11 @@ class Catalog:
         fresh = self.fresh(entry.name)
         if fresh is not None:
             return fresh
+        if entry.name in self.followed:
+            version = self.versions.get(entry.name)
+            if version is None:
+                raise AccessError(entry.name, None, "no version of it is published yet")
+            return _served(version)
         with self.lock:
             opening = self.opening.setdefault(entry.name, threading.Lock())
         with opening:
@@ -291,8 +338,8 @@ class Catalog:
 
     def _open(self, entry: Entry, stamp: tuple[int, int, int]) -> Dataset | Refused:
         real = Path(os.path.realpath(entry.path))
-        followed = self.followed.get(entry.name) == entry.path  # (in the state directory)
-        if not followed and not real.is_relative_to(self.root):  # a symlink since it was found
+        followed = self.followed.get(entry.name)
+        if followed is None and not real.is_relative_to(self.root):  # a symlink since it was found
             return Refused(entry, stamp, AccessError(entry.name, None, "leads out of the "
                                                      "served root"))
         try:
@@ -303,14 +350,11 @@ class Catalog:
         except RefgridError as e:
             log.warning("cannot serve %s: %s", entry.name, e)
             return Refused(entry, stamp, e)
-        identities = sorted((url, tuple(sorted(ident.items())))
-                            for url, ident in group.sources.items())
-        tag = hashlib.blake2b(repr((stamp, identities)).encode(), digest_size=9).hexdigest()
         mtimes = [stamp[0] / 1e9] + [float(i["mtime"]) for i in group.sources.values()
                                      if isinstance(i.get("mtime"), int | float)]
         log.info("opened %s (%s)", entry.name, entry.kind)
-        return Dataset(entry, stamp, group, self.storage_options, tag, max(mtimes),
-                       self.executor)
+        return Dataset(entry, stamp, group, self.storage_options, max(mtimes), self.executor,
+                       followed.concat_dim if followed is not None else None)
 
 
     def survey(self, limit: int) -> list[tuple[str, RefgridError]]:

@@ -5,13 +5,14 @@
 files modified less than ``older_than`` seconds ago (still being written), and runs a batch
 over the rest into parquet references kept in the service's state directory: new and changed
 files are scanned in worker processes with batch's per-file deadline, and files after the
-archive's end are appended at the cost of what they add (:mod:`refgrid.archive.extend`). The
-catalog serves NAME from those references and notices each new version within its
-``recheck`` interval. A file that fails is reported in the status and tried again on the next
-round; it never holds back the others. A restarted service finds its state (the references
-and the batch's work directory) and scans nothing it had scanned. ``POST /NAME/refresh``
-(with the token given at start-up) runs a round now; ``GET /NAME/status`` tells how the
-archive stands.
+archive's end are appended at the cost of what they add (:mod:`refgrid.archive.extend`). When a
+round has written a new version, the follower publishes it (``on_version``: the catalog opens
+it, on the round's thread, and serves NAME from it from then on); nothing reads the references
+while a round writes them. A file that fails is reported in the status and tried again on the
+next round; it never holds back the others. A restarted service finds its state (the references
+and the batch's work directory) and scans nothing it had scanned. ``POST /NAME/refresh`` (with
+the token given at start-up) runs a round now; ``GET /NAME/status`` tells how the archive
+stands.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from refgrid.core.inputs import expand, is_pattern
+from refgrid.core.keys import ZMETADATA
 from refgrid.core.typed import JSON, JSONObject, StorageOptions
 from refgrid.errors import ArgumentError, RefgridError
 
@@ -137,6 +139,10 @@ class Follower:
         self.wake = asyncio.Event()
         self.lock = threading.Lock()
         """Held by a round (a refresh during one waits for the next)."""
+        self.on_version: Callable[[], None] | None = None
+        """Called on the round's thread when the references hold a version not yet served
+        (a new one, or the one a restarted service finds); raises if it cannot be served."""
+        self.served = False
 
     def round(self) -> Status:
         """List, scan what is new or changed, publish (blocking: run it on a thread). The
@@ -146,14 +152,23 @@ class Follower:
             status = replace(self.status, rounds=self.status.rounds + 1,
                              last_round=time.time())
             try:
-                self._round(status)
+                written = self._round(status)
+                if self.on_version is not None and (written or not self.served) and \
+                        (self.output / ZMETADATA).is_file():
+                    try:
+                        self.on_version()
+                        self.served = True
+                    except RefgridError as e:
+                        status.error = f"the new version cannot be served (the one before " \
+                                       f"it stays served): {e}"
             except Exception as e:  # a bug, not the archive's: said, and the next round tries
                 log.exception("following %s: the round failed", self.follow.name)
                 status.error = f"the round failed: {type(e).__name__}: {e}"
             self.status = status
             return status
 
-    def _round(self, status: Status) -> None:
+    def _round(self, status: Status) -> bool:
+        """One round; whether it wrote a new version of the references."""
         from refgrid.archive import batch
 
         try:
@@ -161,13 +176,13 @@ class Follower:
         except RefgridError as e:  # no file yet is no error
             status.error = None if "no file matches" in str(e) else str(e)
             status.waiting = 0
-            return
+            return False
         settled = status.last_round - self.follow.older_than  # modified before: written
         ready = {url: ident for url, ident in listed.items()
                  if ident is None or float(ident.get("mtime", 0)) <= settled}
         status.waiting = len(listed) - len(ready)
         if not ready:
-            return
+            return False
         self.output.parent.mkdir(parents=True, exist_ok=True)
         try:
             result = batch(list(ready), self.output, concat_dim=self.follow.concat_dim,
@@ -177,7 +192,7 @@ class Follower:
         except RefgridError as e:
             status.error = str(e)
             log.warning("following %s: %s", self.follow.name, e)
-            return
+            return False
         status.error = None
         status.failed = [{"url": f.url, "error": f.error, "message": f.message}
                          for f in result.failed]
@@ -189,6 +204,8 @@ class Follower:
                          default=None)
             status.lag = None if newest is None else round(status.last_update - newest, 3)
             log.info("following %s: %s", self.follow.name, result.update)
+            return True
+        return False
 
     async def run(self) -> None:
         """Rounds every ``every`` seconds, or at once when woken (a refresh), until
