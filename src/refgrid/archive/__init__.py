@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from refgrid.archive.assemble import combine_records
 from refgrid.archive.deadline import GUARD, importing_script, note_unguarded
-from refgrid.archive.extend import NotAppendable, Plan, extend, plan
+from refgrid.archive.extend import (
+    IcechunkOutput,
+    NotAppendable,
+    ParquetOutput,
+    Plan,
+    extend,
+    plan,
+)
 from refgrid.archive.journal import RECORDS, Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
@@ -29,6 +36,7 @@ from refgrid.core.inputs import expand
 from refgrid.core.sources import SourceIdentity, identity_difference
 from refgrid.core.tasks import progress_bar, showing
 from refgrid.core.typed import StorageOptions, Untyped
+from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
 from refgrid.scanners.source import Source
 from refgrid.writers import (
@@ -220,19 +228,26 @@ def batch(
         settings = {"concat_dim": concat_dim, "format": chosen, "padded": padded,
                     "overlap": overlap, "codecs": codecs}
         result = replace(result, settings=settings)
-        how = plan(journal, target, good, chosen, settings) if repository is None else \
-            Plan("rebuild", "an Icechunk commit holds every reference")
+        commit = message or f"refgrid batch: {len(good)} files along {concat_dim!r}"
+        writing = ParquetOutput(target, chosen, padded, options) if repository is None else \
+            IcechunkOutput(target, repository, commit, options) \
+            if _is_repository(repository) else None
+        how = plan(journal, writing, good, settings) if writing is not None else \
+            Plan("rebuild", "an Icechunk session is written whole (a repository is appended "
+                 "to)")
         try:
-            if how.path == "append":
+            if how.path == "append" and writing is not None:
                 try:
-                    appended = extend(journal, target, how, concat_dim, overlap=overlap,
-                                      codecs=codecs, padded=padded, storage_options=options)
+                    appended = extend(journal, writing, how, concat_dim, overlap=overlap,
+                                      codecs=codecs, storage_options=options)
                 except NotAppendable as e:
                     how = Plan("rebuild", str(e))
                 else:
-                    result = replace(result, update=f"{how}: {appended.records} record "
-                                     "file(s) written", notes=[
-                                         str(entry) for entry in appended.group.report])
+                    written = f"{appended.records} record file(s) written" if \
+                        appended.snapshot is None else "a commit of the new references"
+                    result = replace(result, update=f"{how}: {written}", notes=[
+                        str(entry) for entry in appended.group.report],
+                        snapshot=appended.snapshot)
                     _save(result)
                     return result
             if how.path == "unchanged":
@@ -245,9 +260,9 @@ def batch(
             raise
     result = replace(result, notes=[str(entry) for entry in group.report], update=str(how))
     if repository is not None:
-        snapshot = write(group, repository, message=message or
-                         f"refgrid batch: {len(good)} files along {concat_dim!r}",
-                         storage_options=options)
+        snapshot = write(group, repository, message=commit, storage_options=options)
+        if isinstance(writing, IcechunkOutput):
+            writing.saved_group(snapshot, group)
         result = replace(result, snapshot=snapshot)
     else:
         saved = save(group, target, format=chosen, padded=padded, storage_options=options)
@@ -255,6 +270,12 @@ def batch(
             result = replace(result, rewritten=str(saved.rewrite))
     _save(result)
     return result
+
+
+def _is_repository(target: object) -> bool:
+    """An Icechunk ``Repository`` (appended to), not a ``Session`` (written whole)."""
+    icechunk = import_extra("icechunk", "icechunk", "Icechunk output")
+    return isinstance(target, icechunk.Repository)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""An append that costs what it adds: new files after the end of a parquet archive.
+"""An append that costs what it adds: new files after the end of a parquet archive or of an
+Icechunk repository's branch.
 
 A batch over a grown archive would combine every recorded file and write the whole output
 again — minutes and gigabytes for 10^5 files. When the files new since the output was written
@@ -6,9 +7,12 @@ all come after its last file along the concat dimension (the usual growth: a fil
 and nothing recorded changed or went away, :func:`extend` combines only the archive's first
 file (whose units, calendar and attributes every file is re-encoded to and checked against),
 its last file (continuity: no overlap, the padded last chunk that becomes interior) and the
-new files, and writes the new extent (:func:`refgrid.writers.parquet.append_parquet`): the
-record files from the last file's first chunk on, and ``.zmetadata``. Time and memory then
-grow with the new files, not with the archive.
+new files, and writes the new extent: for parquet
+(:func:`refgrid.writers.parquet.append_parquet`) the record files from the last file's first
+chunk on, and ``.zmetadata``; for Icechunk (:func:`refgrid.writers.icechunk.append_icechunk`)
+one commit of the changed documents and the chunks from the last file's first on. Time and
+memory then grow with the new files, not with the archive. :class:`Output` is what differs
+between the two.
 
 The result equals a from-scratch batch of the same files, or the append is not taken: every
 document of the combined first/last/new files, but for its shape and chunk grid, must equal
@@ -21,17 +25,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pyarrow import ArrowException
 
 from refgrid.archive.assemble import combine_records, order
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
-from refgrid.core.keys import ZMETADATA, document_key
+from refgrid.core.keys import ZMETADATA, KeyEncoding, chunk_key, document_key
 from refgrid.core.sources import (
     ATTRIBUTES_KEY,
     RECORDS_KEY,
@@ -46,9 +50,15 @@ from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import bookkeeping, documents
+from refgrid.read.cropped import portable_documents_group, portable_grid
 from refgrid.writers import sized
+from refgrid.writers.atomic import write_file
+from refgrid.writers.icechunk import append_icechunk
 from refgrid.writers.padded import Padded, needs_rewrite, rewrite_padded, sidecar_for
 from refgrid.writers.parquet import append_parquet, read_record, record_name
+
+if TYPE_CHECKING:  # the icechunk extra
+    from icechunk import Repository
 
 GRID_KEYS = ("shape", "chunk_grid")
 """What an append changes in an array's document."""
@@ -74,19 +84,16 @@ class Plan:
         return f"{self.path}: {self.reason}"
 
 
-def plan(journal: Journal, target: Path, good: Sequence[str], format: str,
+def plan(journal: Journal, output: Output, good: Sequence[str],
          settings: Mapping[str, str]) -> Plan:
-    """Whether the files ``good`` (recorded, scanned without failure) can be appended to the
-    output at ``target``, written by an earlier batch from the same work directory with the
-    same ``settings`` (which its report beside the output holds)."""
-    if not target.exists():
-        return Plan("new", "no earlier output")
-    if format != "parquet":
-        return Plan("rebuild", f"{format} references are written whole (parquet output "
-                    "appends what it adds)")
+    """Whether the files ``good`` (recorded, scanned without failure) can be appended to
+    ``output``, written by an earlier batch from the same work directory with the same
+    ``settings`` (which its report beside the output holds)."""
+    meta = output.earlier()
+    if isinstance(meta, Plan):
+        return meta
     try:
-        before = json.loads(target.with_name(target.name + ".report.json").read_text(
-            encoding="utf-8"))
+        before = json.loads(output.report.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         return Plan("rebuild", f"the earlier run's report cannot be read ({e})")
     if not isinstance(before, dict) or before.get("settings") != dict(settings) or \
@@ -94,9 +101,8 @@ def plan(journal: Journal, target: Path, good: Sequence[str], format: str,
         return Plan("rebuild", "the earlier output was written with other settings (or "
                     "failed)")
     try:
-        meta = json.loads((target / ZMETADATA).read_text(encoding="utf-8"))
         sources = meta[SOURCES_KEY]["sources"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:
         return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: {e})")
     old = {url: identity for url, identity in sources.items()
            if isinstance(identity, Mapping) and not identity.get("rewritten")}
@@ -133,7 +139,9 @@ class Appended:
     group: VirtualGroup
     """The first, last and new files combined (its report: the combine's notes)."""
     records: int
-    """Record files written."""
+    """Record files (or commits) written."""
+    snapshot: str | None = None
+    """The Icechunk snapshot committed."""
 
 
 class NotAppendable(Exception):
@@ -141,17 +149,188 @@ class NotAppendable(Exception):
     beyond its extent: the output is rebuilt instead (the message says why)."""
 
 
-def extend(journal: Journal, target: Path, chosen: Plan, concat_dim: str, *,
+class Output:
+    """Where an append writes: what differs between parquet references and an Icechunk
+    repository (the rest of :func:`plan` and :func:`extend` is the same for both)."""
+
+    target: Path
+    """The output (an Icechunk output: its name in the work directory), whose report lies
+    beside it."""
+
+    @property
+    def report(self) -> Path:
+        return self.target.with_name(self.target.name + ".report.json")
+
+    def earlier(self) -> Mapping[str, Any] | Plan:
+        """The earlier output's documents and refgrid section (``.zmetadata``'s form), or
+        the plan when it has none to extend."""
+        raise NotImplementedError
+
+    def inline(self, meta: Mapping[str, Any], path: str) -> bytes:
+        """The stored bytes of the archive's one-inline-chunk array ``path``."""
+        raise NotImplementedError
+
+    def prepared(self, tail: VirtualGroup) -> VirtualGroup:
+        """``tail`` as this output stores it (padded chunks rewritten, say)."""
+        return tail
+
+    def grid(self, array: VirtualArray) -> RectilinearGrid:
+        """The grid this output declares for ``array``."""
+        return array.grid
+
+    def documents(self, tail: VirtualGroup) -> dict[str, Mapping[str, object]]:
+        return dict(documents(tail))
+
+    def write(self, meta: Mapping[str, Any], tail: VirtualGroup,
+              appended: Mapping[str, tuple[int, int, ChunkManifest]],
+              docs: Mapping[str, Mapping[str, object]],
+              sources: Mapping[str, SourceIdentity]) -> tuple[int, str | None]:
+        """Write the new extent: per array, its chunks from ``(row, first chunk along the
+        concat dimension)`` on; returns the files (or commits) written and the snapshot
+        committed (None: none)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ParquetOutput(Output):
+    target: Path
+    format: str
+    padded: Padded
+    storage_options: StorageOptions
+
+    def earlier(self) -> Mapping[str, Any] | Plan:
+        if not self.target.exists():
+            return Plan("new", "no earlier output")
+        if self.format != "parquet":
+            return Plan("rebuild", f"{self.format} references are written whole (parquet "
+                        "output appends what it adds)")
+        try:
+            meta: Mapping[str, Any] = json.loads((self.target / ZMETADATA).read_text(
+                encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: "
+                        f"{e})")
+        return meta
+
+    def inline(self, meta: Mapping[str, Any], path: str) -> bytes:
+        name = record_name(path, 0)
+        stored = read_record(self.target / name,
+                             meta[SOURCES_KEY].get(RECORDS_KEY, {}).get(name))
+        if len(stored) != 1 or stored.raw is None or stored.raw[0] is None:
+            raise NotAppendable(f"the archive's {path!r} is not one inline chunk")
+        return bytes(stored.raw[0])
+
+    def prepared(self, tail: VirtualGroup) -> VirtualGroup:
+        if self.padded == "rewrite" and needs_rewrite(tail):
+            tail, _ = rewrite_padded(tail, sidecar_for(self.target),
+                                     storage_options=self.storage_options)
+        return tail
+
+    def write(self, meta: Mapping[str, Any], tail: VirtualGroup,
+              appended: Mapping[str, tuple[int, int, ChunkManifest]],
+              docs: Mapping[str, Mapping[str, object]],
+              sources: Mapping[str, SourceIdentity]) -> tuple[int, str | None]:
+        sidecar = sidecar_for(self.target)
+        return append_parquet(self.target, meta, {p: (row, manifest) for p, (row, _, manifest)
+                                                  in appended.items()},
+                              docs, sources, sidecar if sidecar.is_dir() else None), None
+
+
+@dataclass(frozen=True)
+class IcechunkOutput(Output):
+    """An Icechunk repository's branch; the archive's sources and bookkeeping, and the
+    snapshot they describe, kept in ``state`` (the work directory's ``icechunk.refgrid.json``:
+    a commit need not carry them)."""
+
+    target: Path
+    repository: Repository
+    message: str
+    storage_options: StorageOptions
+    branch: str = "main"
+
+    @property
+    def state(self) -> Path:
+        return self.target.with_name(self.target.name + ".refgrid.json")
+
+    def earlier(self) -> Mapping[str, Any] | Plan:
+        if not self.state.exists():
+            return Plan("new", "no earlier commit by this batch")
+        try:
+            kept = json.loads(self.state.read_text(encoding="utf-8"))
+            head = self.repository.lookup_branch(self.branch)
+        except (OSError, ValueError) as e:
+            return Plan("rebuild", f"refgrid's record of the repository cannot be read ({e})")
+        except Exception as e:  # icechunk's own errors: no such branch
+            return Plan("rebuild", f"the branch {self.branch!r} cannot be read "
+                        f"({type(e).__name__}: {e})")
+        if not isinstance(kept, dict) or kept.get("snapshot") != head:
+            return Plan("rebuild", f"the branch {self.branch!r} has commits this batch did not "
+                        "make")
+        store = self.repository.readonly_session(branch=self.branch).store
+        try:
+            docs = {key: json.loads(_get(store, key)) for key in kept["documents"]}
+        except Exception as e:  # icechunk's and zarr's own errors
+            return Plan("rebuild", f"the repository's documents cannot be read "
+                        f"({type(e).__name__}: {e})")
+        return {"metadata": docs, SOURCES_KEY: {k: kept[k] for k in ("sources", ATTRIBUTES_KEY)
+                                                if k in kept}}
+
+    def inline(self, meta: Mapping[str, Any], path: str) -> bytes:
+        doc = meta["metadata"][document_key(path)]
+        store = self.repository.readonly_session(branch=self.branch).store
+        return _get(store, chunk_key(path, (0,) * len(doc["shape"]),
+                                     KeyEncoding.from_json(doc.get("chunk_key_encoding"))))
+
+    def grid(self, array: VirtualArray) -> RectilinearGrid:
+        return portable_grid(array.grid)
+
+    def documents(self, tail: VirtualGroup) -> dict[str, Mapping[str, object]]:
+        return dict(documents(portable_documents_group(tail)))
+
+    def write(self, meta: Mapping[str, Any], tail: VirtualGroup,
+              appended: Mapping[str, tuple[int, int, ChunkManifest]],
+              docs: Mapping[str, Mapping[str, object]],
+              sources: Mapping[str, SourceIdentity]) -> tuple[int, str | None]:
+        changed = {document_key(path): docs[document_key(path)] for path in appended}
+        snapshot = append_icechunk(self.repository, tail, {
+            path: start for path, (_, start, _) in appended.items()}, changed,
+            message=self.message, branch=self.branch, storage_options=self.storage_options)
+        self.saved(snapshot, {**meta[SOURCES_KEY].get("sources", {}), **sources},
+                   docs, meta[SOURCES_KEY].get(ATTRIBUTES_KEY))
+        return 1, snapshot
+
+    def saved_group(self, snapshot: str, group: VirtualGroup) -> None:
+        """Record what ``snapshot``, a whole write of ``group``, holds."""
+        self.saved(snapshot, group.sources, documents(group), bookkeeping(group))
+
+    def saved(self, snapshot: str, sources: Mapping[str, object],
+              docs: Iterable[str], attributes: object | None) -> None:
+        """Record what ``snapshot`` holds, for the next append."""
+        kept = {"snapshot": snapshot, "sources": dict(sources), "documents": list(docs),
+                **({ATTRIBUTES_KEY: attributes} if attributes else {})}
+        write_file(self.state, json.dumps(kept).encode())
+
+
+def _get(store: object, key: str) -> bytes:
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    found = sync(store.get(key, default_buffer_prototype()))  # type: ignore[attr-defined]
+    if found is None:
+        raise NotAppendable(f"the repository has no {key}")
+    return bytes(found.to_bytes())
+
+
+def extend(journal: Journal, output: Output, chosen: Plan, concat_dim: str, *,
            overlap: Literal["error", "allow"], codecs: Literal["error", "recode"],
-           padded: Padded, storage_options: StorageOptions) -> Appended:
-    """Append ``chosen.new`` to the parquet output at ``target`` (see the module)."""
+           storage_options: StorageOptions) -> Appended:
+    """Append ``chosen.new`` to ``output`` (see the module)."""
     first, last = chosen.old[0], chosen.old[-1]
     anchors = [first] if first == last else [first, last]
     group = combine_records(journal, [*anchors, *chosen.new], concat_dim, overlap=overlap,
                             codecs=codecs, storage_options=dict(storage_options))
     try:
-        return _extend(journal, target, chosen, group, anchors, concat_dim, padded,
-                       storage_options)
+        return _extend(journal, output, chosen, group, anchors, concat_dim, storage_options)
     except (NotAppendable, WriteError):
         raise
     except (RefgridError, OSError, KeyError, IndexError, TypeError, ValueError,
@@ -160,14 +339,12 @@ def extend(journal: Journal, target: Path, chosen: Plan, concat_dim: str, *,
                             f"{e})") from e
 
 
-def _extend(journal: Journal, target: Path, chosen: Plan, group: VirtualGroup,
-            anchors: list[str], concat_dim: str, padded: Padded,
-            storage_options: StorageOptions) -> Appended:
+def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
+            anchors: list[str], concat_dim: str, storage_options: StorageOptions) -> Appended:
     first, last = anchors[0], anchors[-1]
     skip = _length(journal, first, concat_dim) if last != first else 0
     meta = chosen.meta
     old_docs: dict[str, dict[str, Any]] = meta["metadata"]
-    digests: Mapping[str, str] = meta[SOURCES_KEY].get(RECORDS_KEY, {})
     last_length = _length(journal, last, concat_dim)
     tails, whole = {}, {}
     for path, node in group.walk():
@@ -176,16 +353,13 @@ def _extend(journal: Journal, target: Path, chosen: Plan, group: VirtualGroup,
                 raise NotAppendable(f"{concat_dim!r} is not the first dimension of {path!r} "
                                     "(its chunks interleave in the record files)")
             if node.one_inline_chunk:
-                whole[path] = _grown(node, target, path, skip + last_length, digests)
+                whole[path] = _grown(node, output.inline(meta, path), skip + last_length)
             else:
                 tails[path] = node.slice(concat_dim, skip, node.shape[0])
-    tail = sized(group.with_arrays({**tails, **whole}), storage_options)
-    sidecar = sidecar_for(target)
-    if padded == "rewrite" and needs_rewrite(tail):
-        tail, _ = rewrite_padded(tail, sidecar, storage_options=storage_options)
-    docs: dict[str, Mapping[str, object]] = dict(documents(tail))
-    appended: dict[str, tuple[int, ChunkManifest]] = {
-        path: (0, array.manifest) for path, array in whole.items()}
+    tail = output.prepared(sized(group.with_arrays({**tails, **whole}), storage_options))
+    docs = output.documents(tail)
+    appended: dict[str, tuple[int, int, ChunkManifest]] = {
+        path: (0, 0, array.manifest) for path, array in whole.items()}
     for path in tails:
         array = tail[path]
         assert isinstance(array, VirtualArray)
@@ -199,30 +373,23 @@ def _extend(journal: Journal, target: Path, chosen: Plan, group: VirtualGroup,
         if cut < 0 or int(before.bounds(0)[kept.stop]) != cut:
             raise NotAppendable(f"the archive's chunks of {path!r} do not end where its last "
                                 "file begins")
-        grid = RectilinearGrid.concat([keep, array.grid], 0)
+        grid = RectilinearGrid.concat([keep, output.grid(array)], 0)
         docs[key] = {**docs[key], "shape": list(grid.shape), "chunk_grid": emit_chunk_grid(grid)}
         appended[path] = (kept.stop * (before.nchunks // max(before.chunk_counts[0], 1)),
-                          array.manifest)
+                          kept.stop, array.manifest)
     _check_same(old_docs, docs, meta[SOURCES_KEY].get(ATTRIBUTES_KEY) or {},
                 bookkeeping(tail))
     new_sources: dict[str, SourceIdentity] = {
         url: identity for url, identity in tail.sources.items() if url not in anchors}
-    records = append_parquet(target, meta, appended, docs, new_sources,
-                             sidecar if sidecar.is_dir() else None)
-    return Appended(group, records)
+    return Appended(group, *output.write(meta, tail, appended, docs, new_sources))
 
 
-def _grown(array: VirtualArray, target: Path, path: str, start: int,
-           digests: Mapping[str, str]) -> VirtualArray:
-    """The archive's one-chunk ``path`` with ``array``'s elements from ``start`` on after
-    it (the concat coordinate, re-encoded to the first file's units: its bytes grow with the
-    steps, 8 a step, and are written again whole)."""
-    name = record_name(path, 0)
-    stored = read_record(target / name, digests.get(name))
-    if len(stored) != 1 or stored.raw is None or stored.raw[0] is None:
-        raise NotAppendable(f"the archive's {path!r} is not one inline chunk")
+def _grown(array: VirtualArray, stored: bytes, start: int) -> VirtualArray:
+    """The archive's one-chunk array (``stored``, its bytes) with ``array``'s elements from
+    ``start`` on after it (the concat coordinate, re-encoded to the first file's units: its
+    bytes grow with the steps, 8 a step, and are written again whole)."""
     step = math.prod(array.shape[1:]) * array.dtype.itemsize
-    data = bytes(stored.raw[0]) + array.manifest.inline[(0,) * len(array.dims)][start * step:]
+    data = stored + array.manifest.inline[(0,) * len(array.dims)][start * step:]
     shape = (len(data) // step if step else 0, *array.shape[1:])
     grid = RectilinearGrid.regular(shape, [max(1, n) for n in shape])
     built = ManifestBuilder(grid.chunk_counts)

@@ -11,7 +11,8 @@ cannot stay virtual: each is read once, cropped, re-encoded and stored as Icechu
 chunk (:func:`refgrid.read.cropped.cropped_chunks`) — only those are copied. Icechunk 1.x
 (Python 3.11) knows only regular grids, so there a rectilinear array is refused, naming it.
 Each write is one commit: writing a grown archive again commits its new extent,
-and the earlier snapshot still reads the old one. Sources must lie under one of the
+and the earlier snapshot still reads the old one; a batch's append (:func:`append_icechunk`)
+commits only the new extent's documents and the chunks from the archive's last file on. Sources must lie under one of the
 repository's virtual chunk containers (``icechunk.VirtualChunkContainer``); one that does
 not is an error naming it.
 """
@@ -144,48 +145,96 @@ def write_icechunk(group: VirtualGroup, target: Repository | Session, *,
 
     store = session.store
     buffer = default_buffer_prototype().buffer
-    padded = padded_arrays(group)
-    portable = group.with_arrays({path: _without_padded(node) for path, node in padded.items()})
+    portable = group.with_arrays({path: _without_padded(node)
+                                  for path, node in padded_arrays(group).items()})
     for key, document in documents(portable).items():
         sync(store.set(key, buffer.from_bytes(dumps(document).encode())))
-    for path, node in portable.walk():
-        if isinstance(node, VirtualArray):
-            _chunk_refs(icechunk, store, path, node, group.sources, buffer)
+    arrays = {path: 0 for path, node in group.walk() if isinstance(node, VirtualArray)}
+    _write_chunks(icechunk, store, group, arrays, storage_options)
+    return _commit(session, message or "refgrid: write virtual references")
+
+
+def append_icechunk(repository: Repository, tail: VirtualGroup, starts: Mapping[str, int],
+                    metadata: Mapping[str, Mapping[str, object]], *, message: str,
+                    branch: str = "main",
+                    storage_options: StorageOptions | None = None) -> str:
+    """Commit to ``branch`` what an append adds (:mod:`refgrid.archive.extend`): the
+    ``metadata`` documents (the arrays' new extents), and the chunks of each array
+    ``tail[path]`` placed from chunk ``starts[path]`` on along its first dimension — the
+    archive's last file again (its padded last chunk, now inside the array, stored
+    cropped) and the new files. Every other chunk stays in the snapshots before; the commit
+    holds the new references only. Returns the snapshot id."""
+    icechunk = import_extra("icechunk", "icechunk", "Icechunk output")
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    session = repository.writable_session(branch)
+    buffer = default_buffer_prototype().buffer
+    for key, document in metadata.items():
+        sync(session.store.set(key, buffer.from_bytes(dumps(document).encode())))
+    _write_chunks(icechunk, session.store, tail, starts, storage_options)
+    return _commit(session, message)
+
+
+def _write_chunks(icechunk: ModuleType, store: IcechunkStore, group: VirtualGroup,
+                  arrays: Mapping[str, int], storage_options: StorageOptions | None) -> None:
+    """The chunks of ``group``'s ``arrays`` (by path: the chunk index along the first
+    dimension they start at): stored chunks as virtual references, inline ones and padded
+    interior ones (read, cropped, re-encoded) as Icechunk's own."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    buffer = default_buffer_prototype().buffer
+    padded = padded_arrays(group)
+    for path, start in arrays.items():
+        node = group[path]
+        assert isinstance(node, VirtualArray)
+        _chunk_refs(icechunk, store, path, _without_padded(node) if path in padded else node,
+                    group.sources, buffer, start)
     check = SourceCheck(group.sources, storage_options)
     for path, node in padded.items():
+        if path not in arrays:
+            continue
         for coords, data in cropped_chunks(path, node, storage_options or {}, check):
-            if data is None:  # absent: missing in Icechunk too
-                continue
-            sync(store.set(chunk_key(path, coords, key_encoding(node)),
-                           buffer.from_bytes(data)))
+            if data is not None:  # absent: missing in Icechunk too
+                sync(store.set(chunk_key(path, _moved(coords, arrays[path]),
+                                         key_encoding(node)), buffer.from_bytes(data)))
+
+
+def _moved(coords: tuple[int, ...], start: int) -> tuple[int, ...]:
+    return (coords[0] + start, *coords[1:]) if coords else coords
+
+
+def _commit(session: Session, message: str) -> str:
     try:
-        return str(session.commit(message or "refgrid: write virtual references"))
+        return str(session.commit(message))
     except Exception as e:  # icechunk's own errors (conflicts, nothing to commit...)
         raise WriteError(f"cannot commit to the Icechunk repository: {type(e).__name__}: "
                          f"{e}") from e
 
 
 def _chunk_refs(icechunk: ModuleType, store: IcechunkStore, path: str, array: VirtualArray,
-                sources: Mapping[str, SourceIdentity], buffer: type[Buffer]) -> None:
+                sources: Mapping[str, SourceIdentity], buffer: type[Buffer],
+                start: int = 0) -> None:
     from zarr.core.sync import sync
 
     manifest = array.manifest
     flat, ids, offsets, lengths = manifest.stored()
     urls = [location(u) for u in manifest.paths]
     checksums = [_checksum(sources.get(u)) for u in manifest.paths]
-    specs = [icechunk.VirtualChunkSpec(list(chunk_coords(f, manifest.shape)), urls[i], o, n,
-                                       **checksums[i])
+    specs = [icechunk.VirtualChunkSpec(list(_moved(chunk_coords(f, manifest.shape), start)),
+                                       urls[i], o, n, **checksums[i])
              for f, i, o, n in zip(flat.tolist(), ids, offsets, lengths, strict=True)]
     if specs:
         failed = store.set_virtual_refs(f"/{path}", specs, validate_containers=True)
         if failed:
             f = failed[0]
-            bad = urls[int(manifest.path_id[tuple(f)])]
+            bad = urls[int(manifest.path_id[(f[0] - start, *f[1:])])]
             raise WriteError(f"array {path!r}: {len(failed)} chunk(s) lie outside the "
                              f"repository's virtual chunk containers, e.g. {bad}; add an "
                              "icechunk.VirtualChunkContainer for its prefix")
     for coords, data in manifest.inline.items():
-        sync(store.set(chunk_key(path, coords, key_encoding(array)),
+        sync(store.set(chunk_key(path, _moved(coords, start), key_encoding(array)),
                        buffer.from_bytes(data)))
 
 
