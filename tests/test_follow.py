@@ -167,3 +167,50 @@ def test_an_empty_refresh_token_is_refused(tmp_path):
 
     with pytest.raises(ArgumentError, match="token is empty"):
         make_app(str(tmp_path), refresh_token=" ")
+
+
+# -- remote archives ---------------------------------------------------------------------------
+
+def follow_remote(tmp_path, pattern: str, storage_options: dict | None, land) -> None:
+    """A service following ``pattern``: the files there are served; two more land
+    (``land(indices)`` puts them there) and are appended and served, read as the files."""
+    local = tmp_path / "files"
+    root = tmp_path / "root"
+    root.mkdir()
+    land(write_archive(local, range(3)))
+    follow = Follow("tas", pattern, every=0.2, older_than=0, scheduler="synchronous")
+    for server in start_refgrid_serve(root, follow=[follow], recheck=0.0,
+                                      storage_options=storage_options):
+        status = wait_for(f"{server.url}/tas/status", lambda s: s["files"] == 3)
+        assert status["files"] == 3 and status["error"] is None, status
+        land(write_archive(local, range(3, 5)))
+        status = wait_for(f"{server.url}/tas/status", lambda s: s["files"] == 5)
+        assert status["update"].startswith("append: 2 file(s)"), status
+        xr.testing.assert_identical(served(f"{server.url}/tas/native"),
+                                    expected(list(local.glob("*.nc"))))
+
+
+def test_an_archive_growing_on_s3_is_followed(s3_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    prefix = f"follow-{tmp_path.name}"
+
+    def land(files: list[Path]) -> None:
+        for path in files:
+            s3_server.upload(path, f"{prefix}/{path.name}")
+
+    follow_remote(tmp_path, f"s3://{s3_server.bucket}/{prefix}/tas_*.nc",
+                  s3_server.storage_options, land)
+
+
+def test_an_archive_growing_on_a_web_server_is_followed(tmp_path):
+    from servers import start_http
+
+    site = tmp_path / "site"
+    (site / "landing").mkdir(parents=True)
+
+    def land(files: list[Path]) -> None:
+        for path in files:
+            (site / "landing" / path.name).write_bytes(path.read_bytes())
+
+    for http in start_http(site, listings=True):
+        follow_remote(tmp_path, f"{http.url}/landing/tas_*.nc", None, land)

@@ -48,7 +48,7 @@ def expand_counting(sources: Iterable[str], storage_options: StorageOptions | No
     times: dict[str, int] = {}
     for source in _with_lists(sources):
         if is_pattern(source):
-            named: dict[str, SourceIdentity | None] = dict(_glob(source, options))
+            named = _glob(source, options)
         elif is_local(source):
             path = os.path.abspath(source.removeprefix("file://"))
             _not_a_data_directory(source, path)
@@ -76,11 +76,11 @@ def _with_lists(sources: Iterable[str]) -> Iterable[str]:
                     if line.strip() and not line.lstrip().startswith("#"))
 
 
-def _glob(pattern: str, options: StorageOptions) -> dict[str, SourceIdentity]:
+def _glob(pattern: str, options: StorageOptions) -> dict[str, SourceIdentity | None]:
     local = is_local(pattern)
     target = os.path.abspath(pattern.removeprefix("file://")) if local else pattern
     if local:
-        return _local_glob(pattern, target)
+        return dict(_local_glob(pattern, target))
     try:
         fs, _ = filesystem(target, options)
         listing = fs.glob(target, detail=True)
@@ -93,7 +93,9 @@ def _glob(pattern: str, options: StorageOptions) -> dict[str, SourceIdentity]:
              for p, info in listing.items() if info.get("type") != "directory"}
     if not files:
         raise ArgumentError(f"no file matches {pattern}")
-    return {url: identity_from_info(files[url]) for url in sorted(files)}
+    # (a web server's listing gives names, not sizes: those identities are taken at scan)
+    return {url: identity_from_info(files[url]) if files[url].get("size") is not None
+            else None for url in sorted(files)}
 
 
 def _local_glob(pattern: str, target: str) -> dict[str, SourceIdentity]:
