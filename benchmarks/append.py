@@ -7,8 +7,10 @@ every reference reads real bytes), whose record carries that file's own times. T
 appended files are real NetCDF files with the following days; ``refgrid.batch``
 (in-process scans) lists every file, scans the new ones and appends. Targets on 2 cores:
 the append to 10^5 files within 1.5x the append to 10^3, and one file appended to 10^5
-files in <= 1 s. (Peers in the same run — a rebuild, kerchunk's ``MultiZarrToZarr`` over
-everything again, VirtualiZarr + Icechunk — are still to come.)
+files in <= 1 s. Peers in the same run: the rebuild an append replaces (every record
+combined), kerchunk's way (the new file's references, then ``MultiZarrToZarr`` over every
+file's again; up to 10^4 files), and VirtualiZarr + Icechunk appending one file along time
+(``to_icechunk(append_dim="time")``), its values checked against the files'.
 
     python benchmarks/append.py [SIZE ...]
 """
@@ -22,6 +24,8 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+
+os.environ.setdefault("ICECHUNK_LOG", "error")  # (its warnings about local storage)
 
 import numpy as np
 import xarray  # noqa: F401 - imported by the batch's time decoding: not part of what is timed
@@ -116,6 +120,108 @@ def appended(root: Path, size: int, count: int, work: Path) -> tuple[float, str]
     return time.perf_counter() - t0, result.update or ""
 
 
+def rebuilt(root: Path, size: int, count: int, work: Path) -> float:
+    """Seconds to bring the archive up to date by combining every record again (what an
+    append replaces: the batch's rebuild — here an output written anew from the same work
+    directory, so only the new file is scanned)."""
+    shutil.copytree(root / "tas.parq.parts", work / "tas.parq.parts")
+    files = work / "new"
+    files.mkdir()
+    for k in range(size, size + count):
+        write_file(files / f"tas_{k:06d}.nc", k * STEPS)
+    sources = [str(root / "files" / "tas_*.nc"), str(files / "tas_*.nc")]
+    t0 = time.perf_counter()
+    refgrid.batch(sources, work / "tas.parq", progress=False, scheduler="synchronous")
+    return time.perf_counter() - t0
+
+
+def kerchunk_appended(root: Path, size: int, count: int, work: Path) -> float:
+    """Seconds kerchunk takes to add ``count`` files: their references
+    (``SingleHdf5ToZarr``), then ``MultiZarrToZarr`` over every file's references again,
+    written as JSON — the earlier files' references made beforehand, as a kerchunk workflow
+    keeps them (here the template's, each with its own URL and times). Timing only: with
+    30 steps in chunks of 7, kerchunk's combine places the chunks wrongly."""
+    import base64
+    import json
+
+    from kerchunk.combine import MultiZarrToZarr
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    template = SingleHdf5ToZarr(str(root / "template.nc"), inline_threshold=8192).translate()
+    stored = template["refs"]["time/0"]  # a chunk of the file's (unlimited: padded) times
+    padded = bytearray(base64.b64decode(stored[len("base64:"):]) if stored.startswith(
+        "base64:") else stored.encode())
+    earlier = []
+    for k in range(size):
+        refs = {key: ([str(root / "files" / f"tas_{k:06d}.nc"), *value[1:]]
+                      if isinstance(value, list) else value)
+                for key, value in template["refs"].items()}
+        padded[:STEPS * 8] = np.arange(k * STEPS, (k + 1) * STEPS, dtype="<f8").tobytes()
+        refs["time/0"] = "base64:" + base64.b64encode(padded).decode()
+        earlier.append({"version": 1, "refs": refs})
+    files = work / "new"
+    files.mkdir()
+    new = [write_file(files / f"tas_{k:06d}.nc", k * STEPS) for k in range(size, size + count)]
+    t0 = time.perf_counter()
+    added = [SingleHdf5ToZarr(str(f), inline_threshold=8192).translate() for f in new]
+    combined = MultiZarrToZarr([*earlier, *added], concat_dims=["time"],
+                               identical_dims=["lat", "lon"]).translate()
+    (work / "refs.json").write_text(json.dumps(combined))
+    return time.perf_counter() - t0
+
+
+def virtualizarr_appended(root: Path, work: Path) -> str:
+    """What VirtualiZarr + Icechunk do with the same files: each opened virtually and
+    appended along time (``to_icechunk(append_dim="time")``)."""
+    try:
+        import icechunk
+        from obstore.store import LocalStore
+        from virtualizarr import open_virtual_dataset
+        from virtualizarr.parsers import HDFParser
+        try:
+            from obspec_utils.registry import ObjectStoreRegistry
+        except ImportError:
+            from virtualizarr.registry import ObjectStoreRegistry  # older releases
+    except ImportError as e:
+        return f"not run ({e})"
+    files = work / "vz"
+    files.mkdir()
+    paths = [write_file(files / f"tas_{k:06d}.nc", k * STEPS) for k in range(2)]
+    registry = ObjectStoreRegistry({"file://": LocalStore()})
+    config = icechunk.RepositoryConfig.default()
+    config.set_virtual_chunk_container(icechunk.VirtualChunkContainer(
+        f"file://{files}/", icechunk.local_filesystem_store(str(files))))
+    access = getattr(icechunk.credentials, "LocalFileSystemAccess", None)
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(work / "repo")),
+                                      config, {f"file://{files}/": access})
+    seconds = 0.0
+    try:
+        for k, path in enumerate(paths):
+            t0 = time.perf_counter()
+            vds = open_virtual_dataset(f"file://{path}", registry=registry, parser=HDFParser())
+            session = repo.writable_session("main")
+            vds.vz.to_icechunk(session.store, **({"append_dim": "time"} if k else {}))
+            session.commit(f"file {k}")
+            seconds = time.perf_counter() - t0
+    except Exception as e:  # what it says about files whose length is no chunk multiple
+        return f"refused: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    import xarray as xr
+    import zarr
+
+    with zarr.config.set({"array.rectilinear_chunks": True}), \
+            xr.open_zarr(repo.readonly_session("main").store, consolidated=False) as got, \
+            xr.open_mfdataset(paths, combine="nested", concat_dim="time") as want:
+        wrong = int((got.tas.values != want.tas.values).sum())
+    return f"one file appended in {seconds:.3f} s; " + (
+        "values as the files'" if not wrong else f"{wrong:,} of {want.tas.size:,} values "
+        "differ from the files' (silently: the chunks are placed as if each file's length "
+        "were a multiple of its chunks)")
+
+
+KERCHUNK_MAX = 10_000
+"""kerchunk's combine of every file again is run up to this size (10^5: many minutes)."""
+
+
 def main(sizes: list[int]) -> None:
     ones = {}
     for size in sizes:
@@ -127,6 +233,20 @@ def main(sizes: list[int]) -> None:
                   flush=True)
             if count == 1:
                 ones[size] = seconds
+        with tempfile.TemporaryDirectory() as tmp:
+            seconds = rebuilt(root, size, 1, Path(tmp))
+        print(f"{'':>7}        the same, rebuilt (every record combined): {seconds:7.3f} s",
+              flush=True)
+        if size <= KERCHUNK_MAX:
+            with tempfile.TemporaryDirectory() as tmp:
+                seconds = kerchunk_appended(root, size, 1, Path(tmp))
+            print(f"{'':>7}        kerchunk (MultiZarrToZarr over every file): "
+                  f"{seconds:7.3f} s", flush=True)
+        else:
+            print(f"{'':>7}        kerchunk: not run above {KERCHUNK_MAX:,} files", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"VirtualiZarr + Icechunk, appending these files along time: "
+              f"{virtualizarr_appended(DATA, Path(tmp))}", flush=True)
     if 1000 in ones and 100_000 in ones:
         ratio = ones[100_000] / ones[1000]
         print(f"append 1 file at 10^5 / at 10^3: {ratio:.2f}x (target <= {TARGET_RATIO}x: "
