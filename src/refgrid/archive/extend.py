@@ -44,6 +44,7 @@ from refgrid.core.sources import (
     identity_difference,
 )
 from refgrid.core.typed import StorageOptions
+from refgrid.core.util import gc_paused
 from refgrid.errors import RefgridError, WriteError
 from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import RectilinearGrid
@@ -205,8 +206,9 @@ class ParquetOutput(Output):
             return Plan("rebuild", f"{self.format} references are written whole (parquet "
                         "output appends what it adds)")
         try:
-            meta: Mapping[str, Any] = json.loads((self.target / ZMETADATA).read_text(
-                encoding="utf-8"))
+            with gc_paused():  # a table of 10^5 sources
+                meta: Mapping[str, Any] = json.loads((self.target / ZMETADATA).read_text(
+                    encoding="utf-8"))
         except (OSError, ValueError) as e:
             return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: "
                         f"{e})")

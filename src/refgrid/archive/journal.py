@@ -27,6 +27,7 @@ import orjson
 from refgrid.archive.record import FORMAT
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.typed import JSON
+from refgrid.core.util import gc_paused
 from refgrid.errors import BatchError
 from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for, write_file
 
@@ -196,11 +197,12 @@ def _read_index(index: Path, records: Path) -> dict[str, Entry] | None:
         data = index.read_bytes()
         if zlib.crc32(data[:-4]).to_bytes(4, "big") != data[-4:]:
             return None
-        found = orjson.loads(data[:-4])
-        if found["records"] != _signature(records):
-            return None
-        entries = {header["url"]: Entry(header, int(offset), int(length))
-                   for header, offset, length in found["entries"]}
+        with gc_paused():  # 10^5 headers: the collector would walk them again and again
+            found = orjson.loads(data[:-4])
+            if found["records"] != _signature(records):
+                return None
+            entries = {header["url"]: Entry(header, int(offset), int(length))
+                       for header, offset, length in found["entries"]}
         if any(e.header.get("format") != FORMAT for e in entries.values()):
             return None  # records of another version: scanned (and dropped) as usual
         return entries

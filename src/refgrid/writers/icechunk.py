@@ -10,11 +10,11 @@ it decodes every chunk to its declared shape, so a chunk padded inside an irregu
 cannot stay virtual: each is read once, cropped, re-encoded and stored as Icechunk's own
 chunk (:func:`refgrid.read.cropped.cropped_chunks`) — only those are copied. Icechunk 1.x
 (Python 3.11) knows only regular grids, so there a rectilinear array is refused, naming it.
-Each write is one commit: writing a grown archive again commits its new extent,
-and the earlier snapshot still reads the old one; a batch's append (:func:`append_icechunk`)
-commits only the new extent's documents and the chunks from the archive's last file on. Sources must lie under one of the
-repository's virtual chunk containers (``icechunk.VirtualChunkContainer``); one that does
-not is an error naming it.
+Each write is one commit: writing a grown archive again commits its new extent, and the
+earlier snapshot still reads the old one; a batch's append (:func:`append_icechunk`) commits
+only the new extent's documents and the chunks from the archive's last file on. Sources must
+lie under one of the repository's virtual chunk containers
+(``icechunk.VirtualChunkContainer``); one that does not is an error naming it.
 """
 
 from __future__ import annotations
