@@ -121,7 +121,8 @@ def main() -> int:
                                   lambda: served[0] >= total)
             thread.join()
             took = time.perf_counter() - started
-            stop_at = time.perf_counter() + min(took, 30)
+            calm = min(took, 30)
+            stop_at = time.perf_counter() + calm
             static = run_clients(port, "tas", truth, CLIENTS, ["native", "regular"],
                                  lambda: time.perf_counter() > stop_at)
         finally:
@@ -131,8 +132,8 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 process.kill()
     ratio = growing.p99() / static.p99()
-    for name, tally in (("while growing", growing), ("static", static)):
-        print(f"{name:>14}: {tally.requests:,} requests in {took:.0f} s, "
+    for name, tally, seconds in (("while growing", growing, took), ("static", static, calm)):
+        print(f"{name:>14}: {tally.requests:,} requests in {seconds:.0f} s, "
               f"{len(tally.errors)} errors, {len(tally.torn)} torn, "
               f"{len(tally.versions)} versions read, p50 "
               f"{np.percentile(tally.latencies, 50) * 1e3:.1f} ms, p99 {tally.p99() * 1e3:.1f} ms")

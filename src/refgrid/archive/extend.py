@@ -62,6 +62,8 @@ if TYPE_CHECKING:  # the icechunk extra
     from icechunk import Repository
 
 GRID_KEYS = ("shape", "chunk_grid")
+SNAPSHOT = "snapshot"
+"""(In an Icechunk output's ``meta``) the snapshot the append is planned on."""
 """What an append changes in an array's document."""
 
 
@@ -274,8 +276,8 @@ class IcechunkOutput(Output):
         except Exception as e:  # icechunk's and zarr's own errors
             return Plan("rebuild", f"the repository's documents cannot be read "
                         f"({type(e).__name__}: {e})")
-        return {"metadata": docs, SOURCES_KEY: {k: kept[k] for k in ("sources", ATTRIBUTES_KEY)
-                                                if k in kept}}
+        return {"metadata": docs, SNAPSHOT: head,
+                SOURCES_KEY: {k: kept[k] for k in ("sources", ATTRIBUTES_KEY) if k in kept}}
 
     def inline(self, meta: Mapping[str, Any], path: str) -> bytes:
         doc = meta["metadata"][document_key(path)]
@@ -296,9 +298,14 @@ class IcechunkOutput(Output):
         changed = {document_key(path): docs[document_key(path)] for path in appended}
         snapshot = append_icechunk(self.repository, tail, {
             path: start for path, (_, start, _) in appended.items()}, changed,
-            message=self.message, branch=self.branch, storage_options=self.storage_options)
-        self.saved(snapshot, {**meta[SOURCES_KEY].get("sources", {}), **sources},
-                   docs, meta[SOURCES_KEY].get(ATTRIBUTES_KEY))
+            message=self.message, parent=meta[SNAPSHOT], branch=self.branch,
+            storage_options=self.storage_options)
+        try:
+            self.saved(snapshot, {**meta[SOURCES_KEY].get("sources", {}), **sources},
+                       docs, meta[SOURCES_KEY].get(ATTRIBUTES_KEY))
+        except OSError as e:
+            raise WriteError(f"snapshot {snapshot} is committed, but {self.state} could not "
+                             f"record it ({e}): the next run commits the whole archive") from e
         return 1, snapshot
 
     def saved_group(self, snapshot: str, group: VirtualGroup) -> None:

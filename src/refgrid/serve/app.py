@@ -431,8 +431,14 @@ def _http_date(seconds: float) -> str:
 
 
 def _caching(request: web.Request, dataset: Dataset, etag: str) -> dict[str, str]:
+    """A growing archive's responses are revalidated every time (``no-cache``: a cache asks
+    with the ETag and gets a 304 while the bytes are the same): the last chunk along the
+    growing dimension gains values with each append, and a cached copy of an earlier
+    version's would be read as the fill value by a reader holding the later metadata."""
+    cache = "public, no-cache" if dataset.growing is not None else \
+        f"public, max-age={request.app[SETTINGS].max_age}"
     return {"ETag": etag, "Last-Modified": _http_date(dataset.modified),
-            "Cache-Control": f"public, max-age={request.app[SETTINGS].max_age}"}
+            "Cache-Control": cache}
 
 
 def _chunk_etag(view: str, content: bytes) -> str:

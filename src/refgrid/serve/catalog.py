@@ -206,7 +206,7 @@ class Catalog:
         self.root = Path(os.path.realpath(root))
         self.followed = dict(followed or {})
         """Followed archives by name (served once a version is published)."""
-        self.versions: dict[str, Dataset | Refused] = {}
+        self.versions: dict[str, Dataset] = {}
         """The published version of each followed archive (never evicted, never reopened
         by the catalog)."""
         self.executor = executor
@@ -283,8 +283,7 @@ class Catalog:
         ago, or a followed archive's published version (no system call: the event loop may
         ask)."""
         if name in self.followed:
-            version = self.versions.get(name)
-            return version if isinstance(version, Dataset) else None
+            return self.versions.get(name)
         known = self.opened.get(name)
         if isinstance(known, Dataset) and time.monotonic() - known.checked < self.recheck:
             return known
@@ -301,7 +300,7 @@ class Catalog:
             version = self.versions.get(entry.name)
             if version is None:
                 raise AccessError(entry.name, None, "no version of it is published yet")
-            return _served(version)
+            return version
         with self.lock:
             opening = self.opening.setdefault(entry.name, threading.Lock())
         with opening:

@@ -152,20 +152,28 @@ class Follower:
             status = replace(self.status, rounds=self.status.rounds + 1,
                              last_round=time.time())
             try:
-                written = self._round(status)
-                if self.on_version is not None and (written or not self.served) and \
-                        (self.output / ZMETADATA).is_file():
-                    try:
-                        self.on_version()
-                        self.served = True
-                    except RefgridError as e:
-                        status.error = f"the new version cannot be served (the one before " \
-                                       f"it stays served): {e}"
+                if not self.served:  # a restarted service serves its state before scanning
+                    self._publish(status)
+                if self._round(status) or not self.served:
+                    self._publish(status)
             except Exception as e:  # a bug, not the archive's: said, and the next round tries
                 log.exception("following %s: the round failed", self.follow.name)
                 status.error = f"the round failed: {type(e).__name__}: {e}"
             self.status = status
             return status
+
+    def _publish(self, status: Status) -> None:
+        """Hand the references as they now are to :attr:`on_version`; one that cannot be
+        served is said in the status and handed again after the next round."""
+        if self.on_version is None or not (self.output / ZMETADATA).is_file():
+            return
+        try:
+            self.on_version()
+            self.served = True
+        except RefgridError as e:
+            self.served = False
+            status.error = f"the new version cannot be served (the one before it stays " \
+                           f"served): {e}"
 
     def _round(self, status: Status) -> bool:
         """One round; whether it wrote a new version of the references."""

@@ -156,19 +156,30 @@ def write_icechunk(group: VirtualGroup, target: Repository | Session, *,
 
 def append_icechunk(repository: Repository, tail: VirtualGroup, starts: Mapping[str, int],
                     metadata: Mapping[str, Mapping[str, object]], *, message: str,
-                    branch: str = "main",
+                    parent: str, branch: str = "main",
                     storage_options: StorageOptions | None = None) -> str:
     """Commit to ``branch`` what an append adds (:mod:`refgrid.archive.extend`): the
     ``metadata`` documents (the arrays' new extents), and the chunks of each array
     ``tail[path]`` placed from chunk ``starts[path]`` on along its first dimension — the
     archive's last file again (its padded last chunk, now inside the array, stored
     cropped) and the new files. Every other chunk stays in the snapshots before; the commit
-    holds the new references only. Returns the snapshot id."""
+    holds the new references only, on top of snapshot ``parent`` (the one the append was
+    planned on: a branch moved since is an error). Returns the snapshot id."""
     icechunk = import_extra("icechunk", "icechunk", "Icechunk output")
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
+    if not rectilinear_supported(icechunk):
+        odd = [key for key, doc in metadata.items() if isinstance(doc.get("chunk_grid"), dict)
+               and cast("dict[str, object]", doc["chunk_grid"]).get("name") != "regular"]
+        if odd:
+            raise WriteError(f"{odd[0].removesuffix('/zarr.json')}: the appended archive needs "
+                             f"a rectilinear grid, which Icechunk {icechunk.__version__} cannot "
+                             "store (Icechunk >= 2, on Python >= 3.12, can)")
     session = repository.writable_session(branch)
+    if session.snapshot_id != parent:
+        raise WriteError(f"the branch {branch!r} moved to {session.snapshot_id} while an "
+                         f"append to {parent} was prepared: run the batch again")
     buffer = default_buffer_prototype().buffer
     for key, document in metadata.items():
         sync(session.store.set(key, buffer.from_bytes(dumps(document).encode())))
