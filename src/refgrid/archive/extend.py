@@ -62,9 +62,9 @@ if TYPE_CHECKING:  # the icechunk extra
     from icechunk import Repository
 
 GRID_KEYS = ("shape", "chunk_grid")
+"""What an append changes in an array's document."""
 SNAPSHOT = "snapshot"
 """(In an Icechunk output's ``meta``) the snapshot the append is planned on."""
-"""What an append changes in an array's document."""
 
 
 @dataclass(frozen=True)

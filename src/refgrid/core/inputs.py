@@ -81,7 +81,7 @@ def _glob(pattern: str, options: StorageOptions) -> dict[str, SourceIdentity | N
     local = is_local(pattern)
     target = os.path.abspath(pattern.removeprefix("file://")) if local else pattern
     if local:
-        return dict(_local_glob(pattern, target))
+        return _local_glob(pattern, target)
     try:
         fs, _ = filesystem(target, options)
         listing = fs.glob(target, detail=True)
@@ -99,12 +99,12 @@ def _glob(pattern: str, options: StorageOptions) -> dict[str, SourceIdentity | N
             else None for url in sorted(files)}
 
 
-def _local_glob(pattern: str, target: str) -> dict[str, SourceIdentity]:
+def _local_glob(pattern: str, target: str) -> dict[str, SourceIdentity | None]:
     """Local matches by the standard library (hidden files too, as fsspec lists them): a
     directory read and a ``stat`` a file, as the scanner records identities — 10^5 files
     listed in a fraction of a second, where fsspec's listing takes seconds, and a growing
     archive is listed on every append."""
-    found: dict[str, SourceIdentity] = {}
+    found: dict[str, SourceIdentity | None] = {}
     with gc_paused():  # 10^5 identities
         for path in sorted(glob.glob(target, recursive=True, include_hidden=True)):
             try:
