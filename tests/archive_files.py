@@ -4,6 +4,7 @@ identical in every file, and every seventh file's times in other units."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,7 +21,9 @@ def write_archive(directory: Path, indices: Iterable[int], lat: int = LAT,
                   lon: int = LON) -> list[Path]:
     """Files ``tas_{k:05d}.nc`` for each index ``k``; file k starts the day after file k-1
     ends, whichever files are written (an archive can grow by later indices). A larger
-    ``lat`` by ``lon`` makes padded chunks too large to inline."""
+    ``lat`` by ``lon`` makes padded chunks too large to inline. Each file lands whole (written
+    under a hidden name, then renamed), as a transfer tool lands it: a follower scanning the
+    directory with no settle time must never meet a file half written."""
     import netCDF4
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -29,7 +32,8 @@ def write_archive(directory: Path, indices: Iterable[int], lat: int = LAT,
         start = sum(lengths(range(k)))
         n = lengths([k])[0]
         path = directory / f"tas_{k:05d}.nc"
-        with netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
+        partial = directory / f".{path.name}.part"
+        with netCDF4.Dataset(partial, "w", format="NETCDF4") as ds:
             ds.title = f"daily tas, file {k}"
             ds.createDimension("time", None)
             ds.createDimension("lat", lat)
@@ -47,6 +51,7 @@ def write_archive(directory: Path, indices: Iterable[int], lat: int = LAT,
             tas.units = "K"
             rng = np.random.default_rng(k)
             tas[:] = 250 + 50 * rng.random((n, lat, lon), dtype="f4")
+        os.replace(partial, path)
         out.append(path)
     return out
 
