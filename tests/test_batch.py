@@ -412,6 +412,35 @@ def test_the_index_of_records_spares_a_batch_reading_them_and_damage_is_still_na
         refgrid.batch(sources, tmp_path / "t.json", scheduler="synchronous", progress=False)
 
 
+def test_an_append_adds_a_frame_to_the_index_and_a_torn_frame_costs_a_reread(archive,
+                                                                           tmp_path):
+    """A batch that records one more file appends its header to the index (the earlier
+    bytes untouched); a frame torn by a kill makes the next batch read the records whole,
+    with the same result, and write the index as one frame again."""
+    _, good, _ = archive
+    output, index = tmp_path / "t.parq", tmp_path / "t.parq.parts" / "index.bin"
+    refgrid.batch([str(p) for p in good[:3]], output, scheduler="synchronous",
+                  progress=False)
+    first = index.read_bytes()
+    refgrid.batch([str(p) for p in good[:4]], output, scheduler="synchronous",
+                  progress=False)
+    grown = index.read_bytes()
+    assert grown.startswith(first) and len(first) < len(grown) < 2 * len(first)
+    with Journal(tmp_path / "t.parq.parts") as journal:
+        assert list(journal.entries) == [str(p) for p in good[:4]]
+        assert journal._frames == 2
+    index.write_bytes(grown[:-3])  # the last frame's CRC cut short
+    result = refgrid.batch([str(p) for p in good[:5]], output, scheduler="synchronous",
+                           progress=False)
+    assert (result.scanned, result.reused) == (1, 4)
+    with Journal(tmp_path / "t.parq.parts") as journal:
+        assert journal._frames == 1 and len(journal.entries) == 5
+    xr.testing.assert_identical(
+        xr.open_dataset(output, engine="refgrid").load(),
+        xr.open_mfdataset(good[:5], engine="netcdf4", combine="by_coords",
+                          data_vars="all").load())
+
+
 def test_a_record_naming_code_to_run_is_refused(tmp_path):
     """Records are pickles of plain data: one that names any other global never loads."""
     import pickle

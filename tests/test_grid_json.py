@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from grid_strategies import grids
 from refgrid import GridError, RectilinearGrid
-from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid, rle
+from refgrid.grid.json_forms import emit_chunk_grid, grown_chunk_grid, parse_chunk_grid, rle
 
 
 def _validate(doc: dict, schema: dict) -> None:
@@ -187,3 +187,38 @@ def test_edge_lists_read_in_bulk_as_item_by_item(spec, bound, by_count):
                                  count)
     np.testing.assert_array_equal(edges, slow)
     assert declared == slow_declared
+
+
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=2, max_size=8),
+       st.integers(1, 7), st.integers(1, 3))
+def test_a_grown_grid_edited_at_its_end_is_the_grid_emitted_whole(files, split, other):
+    """Appending files to an archive edits the end of its first dimension's runs: the same
+    document as emitting the whole grown grid, and the same count of chunks kept — or None
+    (then the grid is parsed whole)."""
+    split = min(split, len(files) - 1)  # the archive: files[:split]; its last is re-added
+
+    def grid(part):
+        return RectilinearGrid.concat([RectilinearGrid.regular([n, 5], [c, other])
+                                       for n, c in part], 0)
+
+    archive, kept, tail = grid(files[:split]), files[:split - 1], grid(files[split - 1:])
+    doc = emit_chunk_grid(archive)
+    got = grown_chunk_grid(doc, archive.shape, files[split - 1][0], tail)
+    whole = RectilinearGrid.concat([grid(kept), tail], 0) if kept else tail
+    if got is not None:
+        assert got == (emit_chunk_grid(whole), grid(kept).chunk_counts[0] if kept else 0)
+        assert parse_chunk_grid(got[0], whole.shape) == whole
+    else:  # the whole grid is parsed only where editing the runs does not apply
+        assert doc["name"] != "rectilinear" or "encoded_chunk_shapes" in doc["configuration"] \
+            or any(a.padded_inside for a in tail.axes) or \
+            emit_chunk_grid(whole)["name"] == "regular"
+
+
+def test_a_grown_grid_refuses_an_end_inside_a_chunk():
+    archive = RectilinearGrid.concat([RectilinearGrid.regular([30], [10]),
+                                      RectilinearGrid.regular([7], [7])], 0)
+    tail = RectilinearGrid.concat([RectilinearGrid.regular([7], [7]),
+                                   RectilinearGrid.regular([8], [4])], 0)
+    assert grown_chunk_grid(emit_chunk_grid(archive), [37], 5, tail) is None  # inside 7
+    doc, kept = grown_chunk_grid(emit_chunk_grid(archive), [37], 7, tail)
+    assert kept == 3 and doc["configuration"]["chunk_shapes"] == [[[10, 3], [7, 1], [4, 2]]]

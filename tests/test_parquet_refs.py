@@ -202,3 +202,47 @@ def test_third_party_dictionary_paths_with_narrow_indices_and_nulls():
     assert manifest.urls().tolist() == ["s3://b/f0.nc", "s3://b/f127.nc", None, "s3://b/f5.nc"]
     assert manifest.offset.tolist() == [10, 20, 0, 40]
     assert manifest.length.tolist() == [1, 2, 0, 4]
+
+
+def test_attributes_that_are_not_finite_survive_the_fast_json_of_an_append(tmp_path):
+    """``.zmetadata``'s sources table is written and parsed by orjson, which refuses (or
+    writes as null) the NaN and Infinity attribute values may be: those stay as netCDF4
+    reads them through a batch and an append."""
+    import math
+
+    import netCDF4
+
+    from refgrid.core import jsonio
+
+    def written(k: int) -> None:
+        with netCDF4.Dataset(tmp_path / f"f{k}.nc", "w") as ds:
+            ds.note = np.nan
+            ds.createDimension("time", None)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = np.arange(3 * k, 3 * k + 3)
+            v = ds.createVariable("v", "f4", ("time",), fill_value=np.float32(np.nan))
+            v.valid_max = np.inf
+            v.valid_min = -np.inf
+            v[:] = [1.0, np.nan, 3.0]
+
+    out = tmp_path / "out.parq"
+    for k in range(3):
+        written(k)
+        refgrid.batch(str(tmp_path / "f*.nc"), out, scheduler="synchronous", progress=False)
+    assert json.loads((tmp_path / "out.parq.report.json").read_text())["update"].startswith(
+        "append")
+    with closed(xr.open_dataset(out, engine="refgrid", mask_and_scale=False)) as ds, \
+            netCDF4.Dataset(tmp_path / "f0.nc") as truth:
+        assert math.isnan(ds.attrs["note"]) and math.isnan(truth.note)
+        assert ds["v"].attrs["valid_max"] == truth["v"].valid_max == np.inf
+        assert ds["v"].attrs["valid_min"] == -np.inf
+        assert ds.sizes["time"] == 9 and np.isnan(ds["v"].values[1::3]).all()
+    meta = jsonio.loads((out / ".zmetadata").read_bytes())  # json's fallback: NaN inside
+    assert len(meta["refgrid"]["sources"]) == 3
+    for text in (b'{"big": 123456789012345678901234567890}', b'[-12345678901234567890]',
+                 b'[18446744073709551615, 1.2345678901234567e-300, "01234567890123456789"]',
+                 b'{"a": [NaN, Infinity, -Infinity]}'):
+        got, want = jsonio.loads(text), json.loads(text)
+        assert repr(got) == repr(want) and type(got) is type(want), text
+    assert jsonio.dumps_table({"f": {"size": 2**70}}) == b'{"f":{"size":1180591620717411303424}}'

@@ -35,6 +35,7 @@ from pyarrow import ArrowException
 from refgrid.archive.assemble import combine_records, order
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
+from refgrid.core import jsonio
 from refgrid.core.keys import ZMETADATA, KeyEncoding, chunk_key, document_key
 from refgrid.core.sources import (
     ATTRIBUTES_KEY,
@@ -44,9 +45,13 @@ from refgrid.core.sources import (
     identity_difference,
 )
 from refgrid.core.typed import StorageOptions
-from refgrid.core.util import gc_paused
 from refgrid.errors import RefgridError, WriteError
-from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
+from refgrid.grid.json_forms import (
+    ChunkGridJSON,
+    emit_chunk_grid,
+    grown_chunk_grid,
+    parse_chunk_grid,
+)
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import VirtualArray, VirtualGroup
@@ -108,16 +113,17 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
     except (KeyError, TypeError) as e:
         return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: {e})")
     old = {url: identity for url, identity in sources.items()
-           if isinstance(identity, Mapping) and not identity.get("rewritten")}
+           if isinstance(identity, dict) and not identity.get("rewritten")}
     if not old:
         return Plan("rebuild", "the earlier output names no source file")
-    listed = set(good)
-    gone = [url for url in old if url not in listed]
+    gone = old.keys() - set(good)
     if gone:
         return Plan("rebuild", f"{len(gone)} file(s) of the output are gone or failed (e.g. "
-                    f"{gone[0]})")
-    changed = [url for url, identity in old.items() if identity_difference(
-        cast(SourceIdentity, identity), journal.entries[url].header["identity"])]
+                    f"{next(url for url in old if url in gone)})")
+    entries = journal.entries
+    changed = [url for url, identity in old.items()
+               if identity != entries[url].header["identity"] and identity_difference(
+                   cast(SourceIdentity, identity), entries[url].header["identity"])]
     if changed:
         return Plan("rebuild", f"{len(changed)} file(s) of the output changed since it was "
                     f"written (e.g. {changed[0]})")
@@ -208,9 +214,7 @@ class ParquetOutput(Output):
             return Plan("rebuild", f"{self.format} references are written whole (parquet "
                         "output appends what it adds)")
         try:
-            with gc_paused():  # a table of 10^5 sources
-                meta: Mapping[str, Any] = json.loads((self.target / ZMETADATA).read_text(
-                    encoding="utf-8"))
+            meta: Mapping[str, Any] = jsonio.loads((self.target / ZMETADATA).read_bytes())
         except (OSError, ValueError) as e:
             return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: "
                         f"{e})")
@@ -376,21 +380,31 @@ def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
         old = old_docs.get(key)
         if not isinstance(old, Mapping) or old["shape"][1:] != list(array.shape[1:]):
             raise NotAppendable(f"the archive's {path!r} is not shaped as the new files'")
-        before = parse_chunk_grid(old["chunk_grid"], old["shape"])
-        cut = int(before.shape[0]) - last_length
-        keep, kept = before.slice(0, 0, cut)
-        if cut < 0 or int(before.bounds(0)[kept.stop]) != cut:
-            raise NotAppendable(f"the archive's chunks of {path!r} do not end where its last "
-                                "file begins")
-        grid = RectilinearGrid.concat([keep, output.grid(array)], 0)
-        docs[key] = {**docs[key], "shape": list(grid.shape), "chunk_grid": emit_chunk_grid(grid)}
-        appended[path] = (kept.stop * (before.nchunks // max(before.chunk_counts[0], 1)),
-                          kept.stop, array.manifest)
+        grid = output.grid(array)
+        grown = grown_chunk_grid(old["chunk_grid"], old["shape"], last_length, grid) or \
+            _grown_whole(old, last_length, grid, path)
+        docs[key] = {**docs[key], "shape": [int(old["shape"][0]) - last_length + grid.shape[0],
+                                            *old["shape"][1:]], "chunk_grid": grown[0]}
+        appended[path] = (grown[1] * math.prod(grid.chunk_counts[1:]), grown[1],
+                          array.manifest)
     _check_same(old_docs, docs, meta[SOURCES_KEY].get(ATTRIBUTES_KEY) or {},
                 bookkeeping(tail))
     new_sources: dict[str, SourceIdentity] = {
         url: identity for url, identity in tail.sources.items() if url not in anchors}
     return Appended(group, *output.write(meta, tail, appended, docs, new_sources))
+
+
+def _grown_whole(old: Mapping[str, Any], last_length: int, grid: RectilinearGrid,
+                 path: str) -> tuple[ChunkGridJSON, int]:
+    """The grown grid's document and the chunks kept along the concat dimension, from the
+    archive's whole grid (where :func:`grown_chunk_grid` does not apply)."""
+    before = parse_chunk_grid(old["chunk_grid"], old["shape"])
+    cut = int(before.shape[0]) - last_length
+    keep, kept = before.slice(0, 0, cut)
+    if cut < 0 or int(before.bounds(0)[kept.stop]) != cut:
+        raise NotAppendable(f"the archive's chunks of {path!r} do not end where its last "
+                            "file begins")
+    return emit_chunk_grid(RectilinearGrid.concat([keep, grid], 0)), kept.stop
 
 
 def _grown(array: VirtualArray, stored: bytes, start: int) -> VirtualArray:

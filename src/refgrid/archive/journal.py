@@ -18,9 +18,8 @@ import fcntl
 import os
 import zlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NotRequired, TypedDict
+from typing import IO, NamedTuple, NotRequired, TypedDict
 
 import orjson
 
@@ -35,7 +34,13 @@ RECORDS = "records.bin"
 LOCK = "lock"
 INDEX = "index.bin"
 """The headers, offsets and lengths of the records up to a point of ``records.bin``, written
-when a batch closes the work directory: the next one reads the records after it only."""
+when a batch closes the work directory: the next one reads the records after it only. A
+sequence of frames (a length, a JSON body, its CRC): the first indexes every record, each
+later one the records a batch added (appended, so a 1-file append writes one header, not
+10^5); every frame names the records file it describes, and the last must name it as it
+is."""
+FRAMES = 64
+"""Frames an index may reach before a batch writes it whole again, as one."""
 
 
 class Header(TypedDict):
@@ -48,8 +53,9 @@ class Header(TypedDict):
     crc: NotRequired[int]
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
+    """(A named tuple: 10^5 are built when a work directory opens.)"""
+
     header: Header
     offset: int
     """Where the record (after its header line) starts."""
@@ -74,6 +80,10 @@ class Journal:
                              "for it, or give this one its own --work-dir") from None
         self.path = directory / RECORDS
         self.entries: dict[str, Entry] = {}
+        self._added: dict[str, Entry] = {}
+        """The records this batch appended (the index's next frame)."""
+        self._frames = 0
+        """The index's frames as it was read (0: it was not)."""
         try:
             self._load()
             self._out: IO[bytes] = open(self.path, "ab")  # noqa: SIM115 - held until close
@@ -96,6 +106,8 @@ class Journal:
         try:
             if self._dirty:
                 _write_index(self.directory / INDEX, self.path, self.entries)
+            elif self._added:
+                _add_frame(self.directory / INDEX, self.path, self._added)
         except OSError:  # the index only saves time: the next batch reads the records
             pass
         finally:
@@ -112,9 +124,10 @@ class Journal:
         if indexed is None:
             self.entries, clean = read_entries(self.path)
         else:
-            self.entries = indexed
-        self._dirty = indexed is None
-        """The index does not describe the records file: written again on :meth:`close`."""
+            self.entries, self._frames = indexed
+        self._dirty = indexed is None or self._frames >= FRAMES
+        """The index is to be written whole on :meth:`close` (it does not describe the
+        records file, or has frames enough)."""
         if not clean:
             self._compact()
 
@@ -149,8 +162,8 @@ class Journal:
             self._out.flush()
         except OSError as e:
             raise BatchError(f"cannot write the batch records {self.path}: {e}") from e
-        self.entries[header["url"]] = Entry(header, offset, len(record))
-        self._dirty = True
+        self.entries[header["url"]] = self._added[header["url"]] = \
+            Entry(header, offset, len(record))
 
     def record(self, url: str) -> bytes:
         """The recorded bytes of ``url`` (checked against the CRC of its header)."""
@@ -190,32 +203,54 @@ def _signature(records: Path) -> list[int]:
     return [stat.st_size, stat.st_mtime_ns]
 
 
-def _read_index(index: Path, records: Path) -> dict[str, Entry] | None:
-    """The entries an index holds — None when it is absent or damaged, or the records file
-    is not the one it describes (appended to by a killed batch, compacted, edited)."""
+def _read_index(index: Path, records: Path) -> tuple[dict[str, Entry], int] | None:
+    """The entries an index holds and its frames — None when it is absent or damaged, or
+    the records file is not the one it describes (appended to by a killed batch, compacted,
+    edited)."""
     try:
         data = index.read_bytes()
-        if zlib.crc32(data[:-4]).to_bytes(4, "big") != data[-4:]:
-            return None
+        entries: dict[str, Entry] = {}
+        frames, at, signature = 0, 0, None
         with gc_paused():  # 10^5 headers: the collector would walk them again and again
-            found = orjson.loads(data[:-4])
-            if found["records"] != _signature(records):
-                return None
-            entries = {header["url"]: Entry(header, int(offset), int(length))
-                       for header, offset, length in found["entries"]}
-        if any(e.header.get("format") != FORMAT for e in entries.values()):
-            return None  # records of another version: scanned (and dropped) as usual
-        return entries
+            while at < len(data):
+                size = int.from_bytes(data[at:at + 4], "big")
+                body = data[at + 4:at + 4 + size]
+                crc = data[at + 4 + size:at + 8 + size]
+                if len(body) != size or zlib.crc32(body).to_bytes(4, "big") != crc:
+                    return None
+                found = orjson.loads(body)
+                if found["format"] != FORMAT:
+                    return None  # records of another version: scanned (and dropped) as usual
+                signature = found["records"]
+                entries.update((row[0]["url"], Entry._make(row)) for row in found["entries"])
+                frames, at = frames + 1, at + 8 + size
+        return (entries, frames) if signature == _signature(records) else None
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 
 
+def _frame(records: Path, entries: Mapping[str, Entry]) -> bytes:
+    """A frame of ``entries``, every one of the current record format (:meth:`Journal.append`
+    writes it, :func:`read_entries` keeps no other): checked once a frame on reading."""
+    rows = [[e.header, e.offset, e.length] for e in entries.values()]
+    body = orjson.dumps({"records": _signature(records), "format": FORMAT, "entries": rows})
+    return len(body).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
+
+
 def _write_index(index: Path, records: Path, entries: Mapping[str, Entry]) -> None:
-    """Index ``entries`` (every record of the records file as it is now), atomically, with
-    a CRC of its own."""
-    body = orjson.dumps({"records": _signature(records),
-                         "entries": [[e.header, e.offset, e.length] for e in entries.values()]})
-    write_file(index, body + zlib.crc32(body).to_bytes(4, "big"))
+    """Index ``entries`` (every record of the records file as it is now) as one frame,
+    atomically."""
+    write_file(index, _frame(records, entries))
+
+
+def _add_frame(index: Path, records: Path, added: Mapping[str, Entry]) -> None:
+    """Append a frame of the records ``added`` since the index was read. A frame torn by
+    a kill fails its CRC: the next batch reads the records file whole and indexes it
+    again."""
+    with open(index, "ab") as f:
+        f.write(_frame(records, added))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _scan_records(f: IO[bytes]) -> Iterator[Entry | None]:

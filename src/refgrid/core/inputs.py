@@ -7,9 +7,13 @@ which files a resumed batch must scan again costs no request per file.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
+from functools import partial
+from operator import itemgetter
 from stat import S_ISDIR
 
 from refgrid.core.sources import (
@@ -106,15 +110,35 @@ def _local_glob(pattern: str, target: str) -> dict[str, SourceIdentity | None]:
     archive is listed on every append."""
     found: dict[str, SourceIdentity | None] = {}
     with gc_paused():  # 10^5 identities
-        for path in sorted(glob.glob(target, recursive=True, include_hidden=True)):
+        for path, stat in _matches(target):
             try:
-                stat = os.stat(path)
+                status = stat()
             except OSError:  # gone since the listing
                 continue
-            if not S_ISDIR(stat.st_mode):
-                found[path] = stat_identity(stat)
+            if not S_ISDIR(status.st_mode):
+                found[path] = stat_identity(status)
     if not found:
         raise ArgumentError(f"no file matches {pattern}")
+    return found
+
+
+def _matches(target: str) -> list[tuple[str, Callable[[], os.stat_result]]]:
+    """The paths ``target`` matches, sorted, each with how to ``stat`` it. A pattern in the
+    file name only (``/data/tas_*.nc``, the usual archive) is one directory read, its names
+    matched as :mod:`glob` matches them (hidden ones too): :func:`glob.glob` joins and
+    filters 10^5 names in Python, a third of a grown archive's listing."""
+    directory, name = os.path.split(target)
+    if is_pattern(directory) or "**" in name:
+        return [(path, partial(os.stat, path)) for path in
+                sorted(glob.glob(target, recursive=True, include_hidden=True))]
+    match = re.compile(fnmatch.translate(name)).fullmatch
+    found: list[tuple[str, Callable[[], os.stat_result]]]
+    try:
+        with os.scandir(directory) as entries:
+            found = [(entry.path, entry.stat) for entry in entries if match(entry.name)]
+    except OSError:  # no such directory: no match
+        return []
+    found.sort(key=itemgetter(0))
     return found
 
 

@@ -95,6 +95,52 @@ def emit_chunk_grid(grid: RectilinearGrid, form: GridForm = "auto") -> ChunkGrid
     return {"name": "rectilinear", "configuration": config}
 
 
+def grown_chunk_grid(doc: object, shape: Sequence[int], drop: int,
+                     tail: RectilinearGrid) -> tuple[ChunkGridJSON, int] | None:
+    """The ``rectilinear`` document ``doc`` (of an array of ``shape``) with the chunks of its
+    last ``drop`` elements along the first dimension replaced by ``tail``'s, and how many
+    chunks along it are kept: what :func:`emit_chunk_grid` writes for the grown grid, made by
+    editing the end of the run list (a grown archive's 10^5 files have 2x10^5 runs, parsed
+    and written again otherwise). None where this does not apply — another form, padding
+    inside, other chunks along other dimensions, the chunks not ending where the last
+    ``drop`` elements begin, a grid that becomes regular — and the caller parses the grid
+    whole."""
+    config = doc.get("configuration") if isinstance(doc, Mapping) else None
+    if not isinstance(config, Mapping) or cast(Mapping[str, object], doc).get("name") != \
+            "rectilinear" or config.get("kind") != "inline" or \
+            "encoded_chunk_shapes" in config or any(a.padded_inside for a in tail.axes):
+        return None
+    specs, grown = config.get("chunk_shapes"), [_edges_spec(a, False) for a in tail.axes]
+    if not isinstance(specs, list) or len(specs) != len(shape) or specs[1:] != grown[1:] or \
+            not isinstance(specs[0], list) or not isinstance(grown[0], list):
+        return None
+    runs_kept = list(specs[0])
+    try:  # the final chunk is declared at its stored length: past the array's end
+        remove = drop + sum(v * n for v, n in runs_kept) - int(shape[0])
+        kept = sum(n for _, n in runs_kept)
+        while remove > 0 and runs_kept:
+            length, repeat = runs_kept[-1]
+            if type(length) is not int or type(repeat) is not int or length < 1:
+                return None
+            whole = min(repeat, remove // length)
+            if whole < 1:
+                return None  # the last elements begin inside a chunk
+            remove, kept = remove - whole * length, kept - whole
+            runs_kept[-1:] = [[length, repeat - whole]] if whole < repeat else []
+    except (TypeError, ValueError):  # not runs
+        return None
+    new = list(cast(list[list[int]], grown[0]))
+    if remove != 0 or drop > int(shape[0]):
+        return None
+    if runs_kept and new and runs_kept[-1][0] == new[0][0]:
+        runs_kept[-1], new = [new[0][0], runs_kept[-1][1] + new[0][1]], new[1:]
+    joined = runs_kept + new
+    if len(joined) == 1 and all(len(cast(list[object], s)) == 1 for s in specs[1:]):
+        return None  # regular now
+    return {"name": "rectilinear",
+            "configuration": {"kind": "inline", "chunk_shapes": [joined, *specs[1:]]}}, kept
+
+
 def rle(values: np.ndarray) -> list[int | list[int]]:
     """Run-length encode edge lengths, using ``[length, repeat]`` where it is no longer."""
     if len(values) == 0:

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from refgrid.core.jsonio import loads
 from refgrid.core.keys import METADATA, ZMETADATA, document_keys
 from refgrid.core.sources import (
     ATTRIBUTES_KEY,
@@ -117,7 +118,7 @@ def load_parquet_references(url: str, storage_options: StorageOptions) -> Parque
     fs, root = filesystem(url, storage_options)
     root = root.rstrip("/")
     try:
-        meta = json.loads(fs.cat_file(f"{root}/{ZMETADATA}"))
+        meta = loads(fs.cat_file(f"{root}/{ZMETADATA}"))
         documents = {k: json.loads(v) if isinstance(v, str) else v
                      for k, v in meta["metadata"].items()}
         record_size = int(meta["record_size"])

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from refgrid.core.jsonio import dumps_table
 from refgrid.core.keys import ZMETADATA
 from refgrid.core.sources import (
     ATTRIBUTES_KEY,
@@ -72,10 +73,8 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
             if isinstance(node, VirtualArray):
                 _write_records(Rows.of(node.manifest, portable), temporary, path, 0,
                                record_size, digests)
-        (temporary / ZMETADATA).write_text(
-            json.dumps({SOURCES_KEY: section(group, portable, **{RECORDS_KEY: digests}),
-                        "metadata": metadata, "record_size": record_size}),
-            encoding="utf-8")
+        (temporary / ZMETADATA).write_bytes(zmetadata(
+            section(group, portable, **{RECORDS_KEY: digests}), metadata, record_size))
         replace_directory(temporary, target)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -124,9 +123,22 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
             **({ATTRIBUTES_KEY: kept[ATTRIBUTES_KEY]} if ATTRIBUTES_KEY in kept else {}),
             **({SIDECAR_KEY: sidecar_name} if sidecar_name else {}),
             RECORDS_KEY: records}  # (in the order section() writes them)
-    write_file(target / ZMETADATA, json.dumps({SOURCES_KEY: kept, "metadata": metadata,
-                                               "record_size": record_size}).encode())
+    write_file(target / ZMETADATA, zmetadata(kept, metadata, record_size))
     return written
+
+
+def zmetadata(kept: Mapping[str, Any], metadata: Mapping[str, object],
+              record_size: int) -> bytes:
+    """``.zmetadata``: refgrid's section ``kept``, the documents and the record size. Its
+    sources table (10^5 identities in a grown archive, rewritten on every append) is written
+    by orjson (:mod:`refgrid.core.jsonio`), the rest — attributes may be NaN — by json; a
+    from-scratch write and an append write the same bytes."""
+    rest = json.dumps({k: v for k, v in kept.items() if k != "sources"})
+    if "sources" in kept:
+        rest = '{"sources": ' + dumps_table(kept["sources"]).decode() + \
+            (", " + rest[1:] if rest != "{}" else "}")
+    return (f'{{"{SOURCES_KEY}": {rest}, "metadata": {json.dumps(metadata)}, '
+            f'"record_size": {int(record_size)}}}').encode()
 
 
 @dataclass(frozen=True)
