@@ -42,6 +42,12 @@ def test_manifest_validation():
         ChunkManifest(("a",), np.array([0, 1]), np.zeros(2), np.zeros(2))
     with pytest.raises(ModelError, match="inline chunks disagree"):
         ChunkManifest((), np.array([INLINE, MISSING]), np.zeros(2), np.zeros(2))
+    with pytest.raises(ModelError, match=r"disagree.*\(1,\)"):  # the wrong chunk
+        ChunkManifest((), np.array([INLINE, MISSING]), np.zeros(2), np.zeros(2),
+                      {(1,): b"\x00"})
+    with pytest.raises(ModelError, match=r"disagree.*\(5,\)"):  # beyond the grid
+        ChunkManifest((), np.array([INLINE, MISSING]), np.zeros(2), np.zeros(2),
+                      {(0,): b"\x00", (5,): b"\x00"})
     m = ChunkManifest((), np.array([INLINE, MISSING]), np.zeros(2), np.zeros(2),
                       {(0,): b"\x00\x01"})
     assert m.missing.tolist() == [False, True]
@@ -141,3 +147,24 @@ def test_group_navigation_and_equality():
 ])
 def test_same_value(a, b, equal):
     assert same_value(a, b) is equal
+
+
+def test_chunks_inlined_in_bulk_are_those_inlined_one_by_one():
+    """A parquet record file's 10^5 inline chunks are made in one call: the same manifest
+    as a chunk at a time, earlier inline bytes of a chunk replaced."""
+    from refgrid.model.manifest import ManifestBuilder, chunk_coords
+
+    shape, flat = (4, 3, 2), np.array([0, 5, 7, 23])
+    data = [bytes([k]) * (k + 1) for k in range(len(flat))]
+    one, bulk = ManifestBuilder(shape), ManifestBuilder(shape)
+    for b in (one, bulk):
+        b.inlined((0, 2, 1), b"old")  # flat 5
+        b.range((1, 0, 0), "f.nc", 10, 20)  # flat 6
+    for k, d in zip(flat.tolist(), data, strict=True):
+        one.inlined(chunk_coords(k, shape), d)
+    bulk.inlined_many(flat, data)
+    assert one.build() == bulk.build()
+    assert dict(bulk.build().inline)[(0, 2, 1)] == data[1]
+    scalar = ManifestBuilder(())
+    scalar.inlined_many(np.array([0]), [b"x"])
+    assert dict(scalar.build().inline) == {(): b"x"}

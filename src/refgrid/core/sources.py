@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, cast
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -189,12 +189,20 @@ def stored_identities(container: object, sidecar: str | None = None
     if not isinstance(value, Mapping):
         return {}
     out: dict[str, SourceIdentity] = {}
-    for url, entry in value.items():
-        if isinstance(url, str) and isinstance(entry, Mapping) and isinstance(
-                entry.get("size"), int):
-            out[in_sidecar(url, sidecar)] = SourceIdentity(**{  # type: ignore[typeddict-item]
-                k: entry[k] for k in SourceIdentity.__annotations__ if k in entry})
+    fields = frozenset(IDENTITY_FIELDS)
+    for url, entry in value.items():  # (10^5 entries as a grown archive opens: the usual
+        # entry, a parsed dict of the expected fields, is kept as it is)
+        if type(entry) is not dict or type(entry.get("size")) is not int or \
+                type(url) is not str:
+            continue
+        out[in_sidecar(url, sidecar) if sidecar is not None else url] = cast(
+            SourceIdentity, entry if entry.keys() <= fields else
+            {k: entry[k] for k in IDENTITY_FIELDS if k in entry})
     return out
+
+
+IDENTITY_FIELDS = tuple(SourceIdentity.__annotations__)
+"""What a stored identity may hold (anything else is dropped as it is read)."""
 
 
 def identity_difference(was: SourceIdentity, now: SourceIdentity) -> str:

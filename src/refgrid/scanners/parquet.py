@@ -37,7 +37,7 @@ from refgrid.core.sources import (
 )
 from refgrid.core.typed import JSONObject, StorageOptions
 from refgrid.errors import FormatError, NotFoundError
-from refgrid.model.manifest import MISSING, ChunkManifest, ManifestBuilder, chunk_coords
+from refgrid.model.manifest import MISSING, ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import VirtualGroup
 from refgrid.model.zarr_json import group_from_documents, with_bookkeeping
 from refgrid.scanners.kerchunk import v2_group
@@ -176,8 +176,7 @@ def _fill(table: pa.Table, start: int, built: ManifestBuilder,
     if "raw" in table.column_names and not pa.types.is_null(table.schema.field("raw").type):
         raw = table.column("raw")
         rows = np.flatnonzero(pc.fill_null(pc.binary_length(raw), 0).to_numpy())
-        for i, data in zip(rows.tolist(), raw.take(rows).to_pylist(), strict=True):
-            built.inlined(chunk_coords(start + i, built.shape), data)
+        built.inlined_many(start + rows, raw.take(rows).to_pylist())
 
 
 def _integers(table: pa.Table, column: str) -> np.ndarray:
