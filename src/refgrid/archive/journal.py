@@ -247,7 +247,8 @@ def _add_frame(index: Path, records: Path, added: Mapping[str, Entry]) -> None:
     """Append a frame of the records ``added`` since the index was read. A frame torn by
     a kill fails its CRC: the next batch reads the records file whole and indexes it
     again."""
-    with open(index, "ab") as f:
+    with open(index, "r+b") as f:  # (an index removed meanwhile is not begun by a delta)
+        f.seek(0, os.SEEK_END)
         f.write(_frame(records, added))
         f.flush()
         os.fsync(f.fileno())

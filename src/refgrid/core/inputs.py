@@ -60,6 +60,9 @@ def expand_counting(sources: Iterable[str], storage_options: StorageOptions | No
             named = {path: None}
         else:
             named = {source: None}
+        if not found:  # (the first source: 10^5 files of a grown archive's pattern)
+            found, times = dict(named), dict.fromkeys(named, 1)
+            continue
         for url, identity in named.items():
             times[url] = times.get(url, 0) + 1
             if url not in found or found[url] is None:
