@@ -220,5 +220,11 @@ def test_a_grown_grid_refuses_an_end_inside_a_chunk():
     tail = RectilinearGrid.concat([RectilinearGrid.regular([7], [7]),
                                    RectilinearGrid.regular([8], [4])], 0)
     assert grown_chunk_grid(emit_chunk_grid(archive), [37], 5, tail) is None  # inside 7
+    short = {"name": "rectilinear", "configuration": {"kind": "inline",
+                                                        "chunk_shapes": [[[10, 3], [5, 1]]]}}
+    assert grown_chunk_grid(short, [37], 7, tail) is None  # runs shorter than the array
+    past = {"name": "rectilinear", "configuration": {"kind": "inline",
+                                                       "chunk_shapes": [[[10, 3], [7, 2]]]}}
+    assert grown_chunk_grid(past, [37], 7, tail) is None  # a chunk past the end
     doc, kept = grown_chunk_grid(emit_chunk_grid(archive), [37], 7, tail)
     assert kept == 3 and doc["configuration"]["chunk_shapes"] == [[[10, 3], [7, 1], [4, 2]]]

@@ -48,6 +48,14 @@ def test_manifest_validation():
     with pytest.raises(ModelError, match=r"disagree.*\(5,\)"):  # beyond the grid
         ChunkManifest((), np.array([INLINE, MISSING]), np.zeros(2), np.zeros(2),
                       {(0,): b"\x00", (5,): b"\x00"})
+    for keys in ({(0.0,): b"\x00"}, {(0,): b"\x00", (0, 1): b"\x00"}, {("0",): b"\x00"},
+                 {(True,): b"\x00"}):  # not chunk coordinates
+        with pytest.raises(ModelError, match="disagree"):
+            ChunkManifest((), np.array([INLINE, MISSING]), np.zeros(2), np.zeros(2), keys)
+    with pytest.raises(ModelError, match="disagree"):  # a 0-d manifest's key is ()
+        ChunkManifest((), np.array(INLINE), np.zeros(()), np.zeros(()), {(0,): b"\x00"})
+    assert ChunkManifest((), np.array(INLINE), np.zeros(()), np.zeros(()),
+                         {(): b"\x00"}).inline == {(): b"\x00"}
     m = ChunkManifest((), np.array([INLINE, MISSING]), np.zeros(2), np.zeros(2),
                       {(0,): b"\x00\x01"})
     assert m.missing.tolist() == [False, True]

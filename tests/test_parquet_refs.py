@@ -241,8 +241,11 @@ def test_attributes_that_are_not_finite_survive_the_fast_json_of_an_append(tmp_p
     meta = jsonio.loads((out / ".zmetadata").read_bytes())  # json's fallback: NaN inside
     assert len(meta["refgrid"]["sources"]) == 3
     for text in (b'{"big": 123456789012345678901234567890}', b'[-12345678901234567890]',
+                 b'[-9999999999999999999, 9223372036854775807]',
                  b'[18446744073709551615, 1.2345678901234567e-300, "01234567890123456789"]',
                  b'{"a": [NaN, Infinity, -Infinity]}'):
         got, want = jsonio.loads(text), json.loads(text)
         assert repr(got) == repr(want) and type(got) is type(want), text
     assert jsonio.dumps_table({"f": {"size": 2**70}}) == b'{"f":{"size":1180591620717411303424}}'
+    odd = {"f": {"size": 1, "mtime": float("nan")}, "g": {"size": 2, "mtime": float("inf")}}
+    assert jsonio.dumps_table(odd) == json.dumps(odd, separators=(",", ":")).encode()

@@ -17,15 +17,15 @@ import orjson
 from refgrid.core.util import gc_paused
 
 _DIGITS = bytes(ord("0") if chr(c).isdigit() and c < 128 else ord(" ") for c in range(256))
-LONG_NUMBER = b"0" * 20
-"""Twenty digits in a row (after ``_DIGITS``): an integer orjson may read as a float (a float
-written by json has 17 significant digits at most; a string of digits is sent to json too,
-which costs time only)."""
+LONG_NUMBER = b"0" * 19
+"""Nineteen digits in a row (after ``_DIGITS``): an integer orjson may read as a float (it
+keeps -2**63 .. 2**64-1; a float written by json has 17 significant digits at most; a string
+of digits is sent to json too, which costs time only)."""
 
 
 def loads(data: bytes) -> Any:
-    """``data`` parsed as json would parse it; a ``json.JSONDecodeError`` when it is not
-    JSON."""
+    """``data`` parsed as json would parse it; a ``ValueError`` (``json.JSONDecodeError``,
+    ``UnicodeDecodeError``) when it is not JSON."""
     with gc_paused():  # 10^5 small dicts
         if LONG_NUMBER in data.translate(_DIGITS):
             return json.loads(data)
@@ -36,8 +36,11 @@ def loads(data: bytes) -> Any:
 
 
 def dumps_table(table: Mapping[str, Mapping[str, str | int | float]]) -> bytes:
-    """A table of file identities (sizes, modification times, ETags: never NaN), compact."""
+    """A table of file identities (sizes, modification times, ETags), compact. A table read
+    from elsewhere may hold what orjson writes otherwise than json — a NaN or infinite
+    number (as ``null``), an integer beyond 64 bits — and is then written by json."""
     try:
-        return orjson.dumps(table)
+        out = orjson.dumps(table)
     except TypeError:  # an integer beyond 64 bits
-        return json.dumps(table, separators=(",", ":")).encode()
+        out = b":null"
+    return out if b":null" not in out else json.dumps(table, separators=(",", ":")).encode()

@@ -191,13 +191,13 @@ def stored_identities(container: object, sidecar: str | None = None
     out: dict[str, SourceIdentity] = {}
     fields = frozenset(IDENTITY_FIELDS)
     for url, entry in value.items():  # (10^5 entries as a grown archive opens: the usual
-        # entry, a parsed dict of the expected fields, is kept as it is)
-        if type(entry) is not dict or type(entry.get("size")) is not int or \
-                type(url) is not str:
+        # entry, a parsed dict of the expected fields, is copied as it is)
+        if not isinstance(url, str) or not isinstance(entry, Mapping) or not isinstance(
+                entry.get("size"), int):
             continue
         out[in_sidecar(url, sidecar) if sidecar is not None else url] = cast(
-            SourceIdentity, entry if entry.keys() <= fields else
-            {k: entry[k] for k in IDENTITY_FIELDS if k in entry})
+            SourceIdentity, dict(entry) if type(entry) is dict and entry.keys() <= fields
+            else {k: entry[k] for k in IDENTITY_FIELDS if k in entry})
     return out
 
 

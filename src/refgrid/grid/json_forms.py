@@ -116,8 +116,10 @@ def grown_chunk_grid(doc: object, shape: Sequence[int], drop: int,
         return None
     runs_kept = list(specs[0])
     try:  # the final chunk is declared at its stored length: past the array's end
-        remove = drop + sum(v * n for v, n in runs_kept) - int(shape[0])
-        kept = sum(n for _, n in runs_kept)
+        padding = sum(v * n for v, n in runs_kept) - int(shape[0])
+        if not runs_kept or not 0 <= padding < runs_kept[-1][0]:
+            return None  # (too short, or chunks past the end: the whole parse says which)
+        remove, kept = drop + padding, sum(n for _, n in runs_kept)
         while remove > 0 and runs_kept:
             length, repeat = runs_kept[-1]
             if type(length) is not int or type(repeat) is not int or length < 1:
@@ -135,7 +137,7 @@ def grown_chunk_grid(doc: object, shape: Sequence[int], drop: int,
     if runs_kept and new and runs_kept[-1][0] == new[0][0]:
         runs_kept[-1], new = [new[0][0], runs_kept[-1][1] + new[0][1]], new[1:]
     joined = runs_kept + new
-    if len(joined) == 1 and all(len(cast(list[object], s)) == 1 for s in specs[1:]):
+    if len(joined) == 1 and all(isinstance(s, list) and len(s) == 1 for s in specs[1:]):
         return None  # regular now
     return {"name": "rectilinear",
             "configuration": {"kind": "inline", "chunk_shapes": [joined, *specs[1:]]}}, kept

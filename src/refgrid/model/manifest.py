@@ -42,15 +42,21 @@ def flat_index(coords: tuple[int, ...], shape: Sequence[int]) -> int:
 
 def flat_indices(coords: Sequence[tuple[int, ...]] | Mapping[tuple[int, ...], object],
                  shape: Sequence[int]) -> np.ndarray:
-    """The C-order indices of many chunks at once (10^5 inline chunks of a grown archive;
-    -1 for coordinates outside ``shape``)."""
-    if not coords:
+    """The C-order indices of many chunks at once (10^5 inline chunks of a grown archive),
+    all -1 when any of ``coords`` is not a chunk of ``shape``."""
+    keys = list(coords)
+    if not keys:
         return np.zeros(0, np.int64)
+    bad = np.full(len(keys), -1, np.int64)
     if not shape:
-        return np.zeros(len(coords), np.int64)
-    table = np.array(list(coords), dtype=np.int64).reshape(len(coords), -1)
-    if table.shape[1] != len(shape) or (table < 0).any() or (table >= shape).any():
-        return np.full(len(coords), -1, np.int64)
+        return np.zeros(len(keys), np.int64) if all(k == () for k in keys) else bad
+    try:
+        table = np.array(keys)
+    except ValueError:  # keys of several lengths
+        return bad
+    if table.dtype.kind not in "iu" or table.ndim != 2 or table.shape[1] != len(shape) or \
+            (table < 0).any() or (table >= np.asarray(shape)).any():
+        return bad
     return np.asarray(np.ravel_multi_index(tuple(table.T), tuple(shape)), dtype=np.int64)
 
 
@@ -84,7 +90,7 @@ class ChunkManifest(Displayed, FrozenPickle):
                 marked, np.sort(flat_indices(self.inline, self.shape))):
             found = {tuple(int(i) for i in c) for c in np.argwhere(self.path_id == INLINE)}
             raise ModelError("manifest inline chunks disagree with the chunks marked inline: "
-                             f"{sorted(found ^ set(self.inline))[:5]}")
+                             f"{sorted(found ^ set(self.inline), key=repr)[:5]}")
 
     @classmethod
     def empty(cls, shape: Sequence[int]) -> ChunkManifest:
