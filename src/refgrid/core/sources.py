@@ -33,7 +33,7 @@ import fsspec
 from fsspec.core import url_to_fs
 
 from refgrid.core.typed import StorageOptions, Untyped
-from refgrid.core.util import thread_pool
+from refgrid.core.util import gc_paused, thread_pool
 from refgrid.errors import MissingExtraError, NotFoundError, ReadError, ScanError
 
 SOURCES_KEY = "refgrid"
@@ -184,25 +184,32 @@ def identity_from_info(info: Mapping[str, Untyped]) -> SourceIdentity:
 def stored_identities(container: object, sidecar: str | None = None
                       ) -> dict[str, SourceIdentity]:
     """The table stored in a reference set's top level (or ``.zmetadata``), kept only where
-    it has the expected shape; files of the sidecar named where it lies now (``sidecar``)."""
+    it has the expected shape; files of the sidecar named where it lies now (``sidecar``).
+    A grown archive opens with 10^5 entries: the usual one — a dict, just parsed, of the
+    expected fields with an integer size — is copied as it is, and only the others are
+    checked and copied field by field."""
     value = section(container).get("sources")
     if not isinstance(value, Mapping):
         return {}
     out: dict[str, SourceIdentity] = {}
-    fields = frozenset(IDENTITY_FIELDS)
-    for url, entry in value.items():  # (10^5 entries as a grown archive opens: the usual
-        # entry, a parsed dict of the expected fields, is copied as it is)
-        if not isinstance(url, str) or not isinstance(entry, Mapping) or not isinstance(
-                entry.get("size"), int):
-            continue
-        out[in_sidecar(url, sidecar) if sidecar is not None else url] = cast(
-            SourceIdentity, dict(entry) if type(entry) is dict and entry.keys() <= fields
-            else {k: entry[k] for k in IDENTITY_FIELDS if k in entry})
+    with gc_paused():  # 10^5 small dicts: the collector would walk them again and again
+        for url, entry in value.items():
+            if type(entry) is dict and type(entry.get("size")) is int and \
+                    entry.keys() <= _FIELDS and type(url) is str:
+                kept = cast(SourceIdentity, entry.copy())  # (the caller's stays its own)
+            elif isinstance(url, str) and isinstance(entry, Mapping) and \
+                    isinstance(entry.get("size"), int):
+                kept = cast(SourceIdentity,
+                            {k: entry[k] for k in IDENTITY_FIELDS if k in entry})
+            else:
+                continue
+            out[in_sidecar(url, sidecar) if sidecar is not None else url] = kept
     return out
 
 
 IDENTITY_FIELDS = tuple(SourceIdentity.__annotations__)
 """What a stored identity may hold (anything else is dropped as it is read)."""
+_FIELDS = frozenset(IDENTITY_FIELDS)
 
 
 def identity_difference(was: SourceIdentity, now: SourceIdentity) -> str:
