@@ -146,6 +146,33 @@ def test_combined_references_record_every_source(tmp_path):
     assert set(refgrid.scan(refs).sources) == {str(f) for f in files}
 
 
+@pytest.mark.parametrize("form", ["refs.json", "refs.parq"])
+def test_stored_identities_read_as_json_reads_them(tmp_path, form):
+    """The sources table is parsed by orjson where it can be: a table as json reads it —
+    a size beyond 64 bits stays an integer (orjson would give a float), a NaN time reads
+    (orjson refuses it), malformed entries are dropped and extra fields too — and the
+    caller's parsed container is not shared."""
+    from refgrid.core.sources import stored_identities
+
+    refs = refgrid.write(refgrid.scan(SOURCE / "tas_200101.nc"), tmp_path / form)
+    where = refs / ".zmetadata" if refs.is_dir() else refs
+    stored = json.loads(where.read_text())
+    stored["refgrid"]["sources"].update({
+        "/big.nc": {"size": 2**70}, "/nan.nc": {"size": 1, "mtime": float("nan")},
+        "/extra.nc": {"size": 2, "etag": "e", "colour": "red"}, "/bad.nc": {"size": "2"},
+        "/list.nc": [1, 2], "/float.nc": {"size": 2.0}})
+    where.write_text(json.dumps(stored))
+    sources = refgrid.scan(refs).sources
+    assert set(sources) == {str(SOURCE / "tas_200101.nc"), "/big.nc", "/nan.nc", "/extra.nc"}
+    assert sources["/big.nc"] == {"size": 2**70} and type(sources["/big.nc"]["size"]) is int
+    assert np.isnan(sources["/nan.nc"]["mtime"])
+    assert sources["/extra.nc"] == {"size": 2, "etag": "e"}
+    table = json.loads(where.read_text())
+    kept = stored_identities(table)
+    kept[str(SOURCE / "tas_200101.nc")]["size"] = -1
+    assert table["refgrid"]["sources"][str(SOURCE / "tas_200101.nc")]["size"] > 0
+
+
 def test_netcdf3_empty_record_variable_with_a_negative_begin(tmp_path):
     """OverflowError at scanners/netcdf3.py."""
     path = tmp_path / "f.nc"
