@@ -28,6 +28,7 @@ from archive_files import CHUNK, lengths, write_archive, write_corrupt
 from helpers import FIXTURES, killed
 from refgrid.archive.journal import RECORDS, Journal, read_entries
 from refgrid.cli import main
+from refgrid.core.sources import StoredSources
 
 GOOD = 200
 
@@ -148,6 +149,68 @@ def test_append_scans_only_the_new_files_and_equals_a_fresh_run(archive, tmp_pat
         xr.testing.assert_identical(opened(tmp_path / "tas.parq"), ds.load())
 
 
+def test_an_archive_written_before_the_sources_had_record_files_is_appended_to(
+        archive, tmp_path):
+    """Parquet archives of before kept every source's identity in ``.zmetadata``: one opens
+    as it did, and its first append moves the table into record files — the result equals a
+    fresh run of all the files, byte for byte. An archive's sources are read when first
+    asked for, not as it opens."""
+    grown = copied(archive[0], 30, tmp_path / "archive")
+    out = tmp_path / "tas.parq"
+    refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
+    before = opened(out)
+    sources = refgrid.scan(out).sources
+    assert isinstance(sources, StoredSources) and not sources._pages and \
+        len(sources) == 30
+    meta = json.loads((out / ".zmetadata").read_text())
+    section = meta["refgrid"]
+    assert section.pop("source_table")["rows"] == 30
+    section["records"] = {k: v for k, v in section["records"].items()
+                          if not k.startswith(".sources/")}
+    meta["refgrid"] = {"sources": dict(sources.items()), **section}
+    shutil.rmtree(out / ".sources")
+    (out / ".zmetadata").write_text(json.dumps(meta))
+    assert dict(refgrid.scan(out).sources) == dict(sources)
+    xr.testing.assert_identical(opened(out), before)
+    write_archive(grown, range(30, 33))
+    appended = refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
+    refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "fresh.parq", progress=False)
+    assert appended.update.startswith("append: 3 file(s)"), appended.update
+    assert tree_bytes(out) == tree_bytes(tmp_path / "fresh.parq")
+
+
+def test_files_whose_names_do_not_sort_in_time_are_appended_to(archive, tmp_path,
+                                                                 monkeypatch):
+    """The sources' record files are sorted by URL (a file's identity is one record file
+    away), and ``.zmetadata`` says which files come first and last in time: an archive whose
+    names sort backwards is appended to as any other, and equals a fresh run."""
+    monkeypatch.setitem(refgrid.writers.save.__kwdefaults__, "record_size", 20)
+    grown = tmp_path / "archive"
+    grown.mkdir()
+
+    def landed(days: range) -> None:
+        write_archive(tmp_path / "written", days)
+        for k in days:
+            (tmp_path / "written" / f"tas_{k:05d}.nc").rename(grown / f"{99999 - k}_tas.nc")
+
+    landed(range(30))
+    out = tmp_path / "tas.parq"
+    refgrid.batch(str(grown / "*_tas.nc"), out, progress=False)
+    table = json.loads((out / ".zmetadata").read_text())["refgrid"]["source_table"]
+    assert (table["first"], table["last"]) == (str(grown / "99999_tas.nc"),
+                                               str(grown / "99970_tas.nc"))
+    assert table["pages"][0] == str(grown / "99970_tas.nc")  # (sorted by URL)
+    landed(range(30, 33))
+    appended = refgrid.batch(str(grown / "*_tas.nc"), out, progress=False)
+    assert appended.update.startswith("append: 3 file(s)"), appended.update
+    refgrid.batch(str(grown / "*_tas.nc"), tmp_path / "fresh.parq", progress=False)
+    assert tree_bytes(out) == tree_bytes(tmp_path / "fresh.parq")
+    files = [grown / f"{99999 - k}_tas.nc" for k in range(33)]
+    with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal",
+                           coords="minimal", compat="override") as ds:
+        xr.testing.assert_identical(opened(out), ds.load())
+
+
 def test_an_append_writes_only_the_last_record_file_and_those_after_it(archive, tmp_path,
                                                                         monkeypatch):
     """Record files of 20 chunks: growing a 40-file archive (3 chunks a file) by 5 files
@@ -168,6 +231,8 @@ def test_an_append_writes_only_the_last_record_file_and_those_after_it(archive, 
     assert len(before) == -(-sum(chunks[:40]) // 20) and len(after) == -(-sum(chunks) // 20)
     assert untouched == {f"refs.{n}.parq" for n in range(sum(chunks[:39]) // 20)}
     assert appended.update.startswith("append: 5 file(s)")
+    assert sorted(p.name for p in (out / ".sources").iterdir()) == \
+        ["refs.0.parq", "refs.1.parq", "refs.2.parq"]  # the sources: 20 a record file
     write_archive(grown, range(45, 47))
     refgrid.batch(str(grown / "tas_*.nc"), out, progress=False)
     fresh = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "fresh.parq", progress=False)

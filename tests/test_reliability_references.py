@@ -21,6 +21,37 @@ def test_missing_record_file_of_a_refgrid_parquet_set_is_an_error(tmp_path):
         xr.open_dataset(refs, engine="refgrid")
 
 
+@pytest.mark.parametrize("damage", ["flipped", "deleted", "rows", "table"])
+def test_a_damaged_source_table_is_an_error_at_the_first_read(tmp_path, damage):
+    """The sources' identities are read (and checked against their digests) by the first
+    read that checks a source: a damaged table is an error naming it there, never a read
+    that skips the check."""
+    group = refgrid.combine([refgrid.scan(FIXTURES / "monthly" / "chunk10" / f"tas_2001{m}.nc")
+                             for m in ("01", "02", "03")], "time")
+    refs = refgrid.write(group, tmp_path / "refs.parq", record_size=2)
+    page = refs / ".sources" / "refs.1.parq"
+    meta = json.loads((refs / ".zmetadata").read_text())
+    if damage == "flipped":
+        data = bytearray(page.read_bytes())
+        data[len(data) // 2] ^= 1
+        page.write_bytes(bytes(data))
+    elif damage == "deleted":
+        page.unlink()
+    elif damage == "rows":
+        meta["refgrid"]["source_table"]["rows"] = 2
+        meta["refgrid"]["source_table"]["pages"] = meta["refgrid"]["source_table"]["pages"][:1]
+    else:
+        meta["refgrid"]["source_table"] = [3]
+    (refs / ".zmetadata").write_text(json.dumps(meta))
+    expected = {"flipped": r"\.sources/refs\.1\.parq.* does not match its digest",
+                "deleted": r"\.sources/refs\.1\.parq.* cannot be read",
+                "rows": "other source record files than the 1 that 2 sources fill",
+                "table": 'is not {"rows": n, "page_rows"'}[damage]
+    with pytest.raises(refgrid.FormatError, match=expected), \
+            xr.open_dataset(refs, engine="refgrid") as ds:
+        ds["tas"].load()
+
+
 @pytest.mark.parametrize("record_size", [0, -3, "x"])
 def test_unusable_record_size_is_a_format_error(tmp_path, record_size):
     """record_size=0 raised ZeroDivisionError."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -42,6 +42,7 @@ from refgrid.core.sources import (
     RECORDS_KEY,
     SOURCES_KEY,
     SourceIdentity,
+    filesystem,
     identity_difference,
 )
 from refgrid.core.typed import StorageOptions
@@ -57,6 +58,7 @@ from refgrid.model.manifest import ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import bookkeeping, documents
 from refgrid.read.cropped import portable_documents_group, portable_grid
+from refgrid.scanners.parquet import source_table, stored_sources
 from refgrid.writers import sized
 from refgrid.writers.atomic import write_file
 from refgrid.writers.icechunk import append_icechunk
@@ -81,12 +83,15 @@ class Plan:
     path: Literal["new", "unchanged", "append", "rebuild"]
     reason: str
     old: tuple[str, ...] = ()
-    """The archive's files, in order (for an append)."""
+    """The archive's files, its first and last along the concat dimension first and last
+    (for an append)."""
     new: tuple[str, ...] = ()
     """The files to add, in order (for an append)."""
     meta: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    """The output's ``.zmetadata`` as read (for an append: parsed once, 10 MB at 10^5
-    files)."""
+    """The output's ``.zmetadata`` as read (for an append)."""
+    sources: Mapping[str, SourceIdentity] = field(default_factory=dict, repr=False,
+                                                  compare=False)
+    """The output's sources, its rewritten chunk files among them (for an append)."""
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
@@ -109,11 +114,11 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
         return Plan("rebuild", "the earlier output was written with other settings (or "
                     "failed)")
     try:
-        sources = meta[SOURCES_KEY]["sources"]
-    except (KeyError, TypeError) as e:
+        sources = output.sources(meta)
+        old = {url: identity for url, identity in sources.items()
+               if isinstance(identity, dict) and not identity.get("rewritten")}
+    except (RefgridError, KeyError, TypeError) as e:
         return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: {e})")
-    old = {url: identity for url, identity in sources.items()
-           if isinstance(identity, dict) and not identity.get("rewritten")}
     if not old:
         return Plan("rebuild", "the earlier output names no source file")
     gone = old.keys() - set(good)
@@ -123,14 +128,17 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
     entries = journal.entries
     changed = [url for url, identity in old.items()
                if identity != entries[url].header["identity"] and identity_difference(
-                   cast(SourceIdentity, identity), entries[url].header["identity"])]
+                   identity, entries[url].header["identity"])]
     if changed:
         return Plan("rebuild", f"{len(changed)} file(s) of the output changed since it was "
                     f"written (e.g. {changed[0]})")
     new = [url for url in good if url not in old]
     if not new:
         return Plan("unchanged", "no new file")
-    last = list(old)[-1]
+    first, last = output.ends(meta) or (next(iter(old)), list(old)[-1])
+    if first not in old or last not in old:
+        return Plan("rebuild", "the earlier output's first and last files are not among "
+                    "its sources")
     unplaced = [url for url in (last, *new) if "first" not in journal.entries[url].header]
     if unplaced:
         return Plan("rebuild", f"{unplaced[0]} has no value of the concat coordinate to "
@@ -140,7 +148,8 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
         early = next(url for url in ordered if url != last)
         return Plan("rebuild", f"{early} lies inside the archive's range (backfill)")
     return Plan("append", f"{len(new)} file(s) after the archive's last",
-                tuple(old), tuple(ordered[1:]), meta)
+                (first, *(url for url in old if url not in (first, last)), last)
+                if first != last else (first,), tuple(ordered[1:]), meta, sources)
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,16 @@ class Output:
         the plan when it has none to extend."""
         raise NotImplementedError
 
+    def sources(self, meta: Mapping[str, Any]) -> Mapping[str, SourceIdentity]:
+        """The archive's sources by URL, as its section names them (``meta``: as
+        :meth:`earlier` read it)."""
+        return cast("Mapping[str, SourceIdentity]", meta[SOURCES_KEY]["sources"])
+
+    def ends(self, meta: Mapping[str, Any]) -> tuple[str, str] | None:
+        """The archive's first and last files along its concat dimension, where its sources'
+        order does not say (None: the first and last of them)."""
+        return None
+
     def inline(self, meta: Mapping[str, Any], path: str) -> bytes:
         """The stored bytes of the archive's one-inline-chunk array ``path``."""
         raise NotImplementedError
@@ -193,10 +212,12 @@ class Output:
     def write(self, meta: Mapping[str, Any], tail: VirtualGroup,
               appended: Mapping[str, tuple[int, int, ChunkManifest]],
               docs: Mapping[str, Mapping[str, object]],
-              sources: Mapping[str, SourceIdentity]) -> tuple[int, str | None]:
+              sources: Mapping[str, SourceIdentity],
+              known: Container[str]) -> tuple[int, str | None]:
         """Write the new extent: per array, its chunks from ``(row, first chunk along the
-        concat dimension)`` on; returns the files (or commits) written and the snapshot
-        committed (None: none)."""
+        concat dimension)`` on, and ``sources`` but those the archive names (``known``, as
+        it names them: the last file's rewritten chunks, say); returns the files (or
+        commits) written and the snapshot committed (None: none)."""
         raise NotImplementedError
 
 
@@ -220,6 +241,16 @@ class ParquetOutput(Output):
                         f"{e})")
         return meta
 
+    def sources(self, meta: Mapping[str, Any]) -> Mapping[str, SourceIdentity]:
+        fs, root = filesystem(str(self.target))
+        return stored_sources(meta, str(self.target), fs, root, None,
+                              meta[SOURCES_KEY].get(RECORDS_KEY, {}))
+
+    def ends(self, meta: Mapping[str, Any]) -> tuple[str, str] | None:
+        table = source_table(meta, str(self.target))  # (sorted by URL: it says which)
+        return (table.first, table.last) if table is not None and table.first and \
+            table.last else None
+
     def inline(self, meta: Mapping[str, Any], path: str) -> bytes:
         name = record_name(path, 0)
         stored = read_record(self.target / name,
@@ -237,11 +268,13 @@ class ParquetOutput(Output):
     def write(self, meta: Mapping[str, Any], tail: VirtualGroup,
               appended: Mapping[str, tuple[int, int, ChunkManifest]],
               docs: Mapping[str, Mapping[str, object]],
-              sources: Mapping[str, SourceIdentity]) -> tuple[int, str | None]:
+              sources: Mapping[str, SourceIdentity],
+              known: Container[str]) -> tuple[int, str | None]:
         sidecar = sidecar_for(self.target)
         return append_parquet(self.target, meta, {p: (row, manifest) for p, (row, _, manifest)
                                                   in appended.items()},
-                              docs, sources, sidecar if sidecar.is_dir() else None), None
+                              docs, sources, sidecar if sidecar.is_dir() else None,
+                              known), None
 
 
 @dataclass(frozen=True)
@@ -298,7 +331,8 @@ class IcechunkOutput(Output):
     def write(self, meta: Mapping[str, Any], tail: VirtualGroup,
               appended: Mapping[str, tuple[int, int, ChunkManifest]],
               docs: Mapping[str, Mapping[str, object]],
-              sources: Mapping[str, SourceIdentity]) -> tuple[int, str | None]:
+              sources: Mapping[str, SourceIdentity],
+              known: Container[str]) -> tuple[int, str | None]:
         changed = {document_key(path): docs[document_key(path)] for path in appended}
         snapshot = append_icechunk(self.repository, tail, {
             path: start for path, (_, start, _) in appended.items()}, changed,
@@ -391,7 +425,8 @@ def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
                 bookkeeping(tail))
     new_sources: dict[str, SourceIdentity] = {
         url: identity for url, identity in tail.sources.items() if url not in anchors}
-    return Appended(group, *output.write(meta, tail, appended, docs, new_sources))
+    return Appended(group, *output.write(meta, tail, appended, docs, new_sources,
+                                         chosen.sources))
 
 
 def _grown_whole(old: Mapping[str, Any], last_length: int, grid: RectilinearGrid,

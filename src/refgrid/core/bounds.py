@@ -35,7 +35,9 @@ stalled once mostly stalls again, and each attempt costs a whole ``read_timeout`
 @dataclass(frozen=True)
 class Limits:
     max_chunks: int = 2**26
-    """Chunks in one array's grid (a manifest costs 20 bytes a chunk: 1.3 GiB at most)."""
+    """Chunks along one dimension of an array's grid, and in an array whose references are
+    held whole (a manifest costs 20 bytes a chunk: 1.3 GiB at most). A parquet archive read
+    page by page may hold more: its record files are loaded as reads need them."""
     max_chunk_bytes: int = 2**31
     """Decoded bytes of one chunk: a chunk claiming more is refused before decoding."""
     max_variable_chunk_bytes: int = 2**23

@@ -24,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import NotRequired, TypedDict, cast
@@ -73,6 +74,12 @@ def in_sidecar(url: str, directory: str | None) -> str:
     return directory + url[len(SIDECAR_TEMPLATE):]
 
 
+SOURCE_TABLE_KEY = "source_table"
+"""Key, in parquet's ``.zmetadata`` section, of ``{"rows": n, "pages": [URL, ...], "first":
+URL, "last": URL}``: the sources' identities are not in ``.zmetadata`` but in record files
+of their own (``.sources/refs.<n>.parq``), sorted by URL, ``pages`` holding each one's first
+URL (a file's identity is one record file away), ``first`` and ``last`` the archive's first
+and last files along its concat dimension."""
 RECORDS_KEY = "records"
 """Key, beside ``sources`` in parquet's ``.zmetadata`` section, of each record file's digest
 (relative name → :func:`record_digest`)."""
@@ -181,35 +188,46 @@ def identity_from_info(info: Mapping[str, Untyped]) -> SourceIdentity:
     return out
 
 
+IDENTITY_FIELDS = tuple(SourceIdentity.__annotations__)
+"""What a stored identity may hold (anything else is dropped as it is read)."""
+_TYPES: dict[str, type | tuple[type, ...]] = {"size": int, "mtime": (int, float), "etag": str,
+                                              "version": str, "rewritten": bool}
+_USUAL = frozenset({"size", "mtime"})
+
+
 def stored_identities(container: object, sidecar: str | None = None
                       ) -> dict[str, SourceIdentity]:
     """The table stored in a reference set's top level (or ``.zmetadata``), kept only where
-    it has the expected shape; files of the sidecar named where it lies now (``sidecar``).
-    A grown archive opens with 10^5 entries: the usual one — a dict, just parsed, of the
-    expected fields with an integer size — is copied as it is, and only the others are
-    checked and copied field by field."""
+    it has the expected shape (:func:`valid_identity`); files of the sidecar named where it
+    lies now (``sidecar``). A table of 10^5 entries is read in one pass: the usual entry —
+    a dict, just parsed, of a size and a modification time — is copied as it is."""
     value = section(container).get("sources")
     if not isinstance(value, Mapping):
         return {}
     out: dict[str, SourceIdentity] = {}
     with gc_paused():  # 10^5 small dicts: the collector would walk them again and again
         for url, entry in value.items():
-            if type(entry) is dict and type(entry.get("size")) is int and \
-                    entry.keys() <= _FIELDS and type(url) is str:
-                kept = cast(SourceIdentity, entry.copy())  # (the caller's stays its own)
-            elif isinstance(url, str) and isinstance(entry, Mapping) and \
-                    isinstance(entry.get("size"), int):
-                kept = cast(SourceIdentity,
-                            {k: entry[k] for k in IDENTITY_FIELDS if k in entry})
+            if type(entry) is dict and entry.keys() <= _USUAL and type(url) is str and \
+                    type(entry.get("size")) is int and 0 <= entry["size"] < 2**63 and \
+                    type(entry.get("mtime", 0.0)) is float:
+                kept: SourceIdentity | None = cast(SourceIdentity, entry.copy())
             else:
-                continue
-            out[in_sidecar(url, sidecar) if sidecar is not None else url] = kept
+                kept = valid_identity(entry) if isinstance(url, str) else None
+            if kept is not None:
+                out[in_sidecar(url, sidecar) if sidecar is not None else url] = kept
     return out
 
 
-IDENTITY_FIELDS = tuple(SourceIdentity.__annotations__)
-"""What a stored identity may hold (anything else is dropped as it is read)."""
-_FIELDS = frozenset(IDENTITY_FIELDS)
+def valid_identity(entry: object) -> SourceIdentity | None:
+    """``entry`` as an identity — its fields of the expected types, a size of a file — or
+    None when it has no such size (a table from elsewhere may hold anything)."""
+    if not isinstance(entry, Mapping):
+        return None
+    size = entry.get("size")
+    if type(size) is not int or not 0 <= size < 2**63:
+        return None
+    return cast(SourceIdentity, {k: v for k, v in entry.items() if k in _TYPES and isinstance(
+        v, _TYPES[k]) and (k == "rewritten" or not isinstance(v, bool))})
 
 
 def identity_difference(was: SourceIdentity, now: SourceIdentity) -> str:
@@ -245,8 +263,65 @@ def _nothing() -> None:
 class _CheckState(TypedDict):
     """A :class:`SourceCheck` as pickled: what it checks, not what it has checked."""
 
-    recorded: dict[str, SourceIdentity]
+    recorded: Mapping[str, SourceIdentity]
     storage_options: dict[str, object]
+
+
+class StoredSources(Mapping[str, SourceIdentity]):
+    """A parquet archive's sources, sorted by URL into pages read as they are asked for:
+    ``firsts`` holds each page's first URL, so a file's identity is one page away (a read
+    of an archive of 10^6 files checks the files it touches by reading one or two pages of
+    10^5), and how many there are is known beforehand. Iterated in URL order. Pickled as
+    the dict they are."""
+
+    def __init__(self, rows: int, firsts: Sequence[str],
+                 load: Callable[[int], Mapping[str, SourceIdentity]],
+                 sidecar: str | None = None) -> None:
+        self.rows = rows
+        self.firsts = list(firsts)
+        self._load = load
+        self.sidecar = sidecar
+        """Where the sidecar lies now: the pages name its files by the template."""
+        self._pages: dict[int, Mapping[str, SourceIdentity]] = {}
+        self._lock = threading.Lock()
+
+    def _page(self, n: int) -> Mapping[str, SourceIdentity]:
+        found = self._pages.get(n)
+        if found is None:
+            with self._lock:
+                found = self._pages.get(n)
+                if found is None:
+                    found = self._pages[n] = self._load(n)
+        return found
+
+    def _stored(self, url: object) -> tuple[str, Mapping[str, SourceIdentity]]:
+        """``url`` as the pages name it, and the page that would hold it."""
+        if not isinstance(url, str):
+            return "", {}
+        if self.sidecar is not None and url.startswith(self.sidecar + "/"):
+            url = SIDECAR_TEMPLATE + url[len(self.sidecar):]
+        n = bisect_right(self.firsts, url) - 1
+        return url, self._page(n) if n >= 0 else {}
+
+    def __getitem__(self, url: str) -> SourceIdentity:
+        stored, page = self._stored(url)
+        return page[stored]
+
+    def __contains__(self, url: object) -> bool:
+        stored, page = self._stored(url)
+        return stored in page
+
+    def __iter__(self) -> Iterator[str]:
+        for n in range(len(self.firsts)):
+            for url in self._page(n):
+                yield in_sidecar(url, self.sidecar)
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __reduce__(self) -> tuple[type[dict[str, SourceIdentity]],
+                                  tuple[dict[str, SourceIdentity]]]:
+        return dict, (dict(self.items()),)
 
 
 class SourceCheck:
@@ -254,7 +329,7 @@ class SourceCheck:
 
     def __init__(self, recorded: Mapping[str, SourceIdentity],
                  storage_options: StorageOptions | None = None) -> None:
-        self.recorded = dict(recorded)
+        self.recorded = recorded if isinstance(recorded, StoredSources) else dict(recorded)
         self.storage_options = dict(storage_options or {})
         self.checked: set[str] = set()
         self.lock = threading.Lock()

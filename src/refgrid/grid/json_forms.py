@@ -72,7 +72,8 @@ def parse_chunk_grid(doc: Mapping[str, object] | str, shape: Sequence[int]) -> R
 
 
 def _checked(grid: RectilinearGrid) -> RectilinearGrid:
-    check_chunk_count(grid.chunk_counts)
+    for count in grid.chunk_counts:
+        check_chunk_count([count])
     return grid
 
 

@@ -115,8 +115,10 @@ class AxisChunks:
 
 
 def check_chunk_count(counts: Sequence[int]) -> None:
-    """Refuse a grid of more chunks than :attr:`refgrid.limits.Limits.max_chunks` before
-    anything the size of the grid is allocated."""
+    """Refuse more chunks than :attr:`refgrid.limits.Limits.max_chunks` before anything of
+    their number is allocated: along each dimension of a grid (its edges), and in a grid
+    whose chunks are all held at once (a manifest read whole, a mask per chunk). A grid
+    read a page at a time (:class:`~refgrid.model.manifest.PagedManifest`) may hold more."""
     limit = current_limits().max_chunks
     total = math.prod(max(int(c), 0) for c in counts)
     if total > limit:
@@ -151,7 +153,8 @@ class RectilinearGrid(Displayed):
                 f"array shape {tuple(shape)} has rank {len(shape)}")
         axes = []
         counts = [-(-int(n) // max(int(c), 1)) for n, c in zip(shape, chunk_shape, strict=True)]
-        check_chunk_count(counts)
+        for count in counts:
+            check_chunk_count([count])
         for dim, (n, c) in enumerate(zip(shape, chunk_shape, strict=True)):
             if int(c) < 1 or int(n) < 0:
                 raise GridError(

@@ -4,13 +4,23 @@ Archives reach 10^7 chunks, so a manifest is never a Python object per chunk: ``
 (an index into a table of URLs, or a sentinel), ``offset`` and ``length`` are arrays shaped like
 the chunk grid (20 bytes a chunk). The few chunks that have no byte range (compact layouts,
 decoded fallbacks) are kept as bytes in ``inline``, keyed by chunk coordinates.
+
+Readers ask where chunks are through :meth:`ChunkManifest.locate` (ids into
+:attr:`ChunkManifest.table`) and :meth:`ChunkManifest.inline_chunk`, never through the whole
+columns: a :class:`PagedManifest` (an archive of 10^8 chunks, 2 GB of columns) answers them by
+loading only the pages, record files of 10^5 chunks, that hold the chunks asked for. Whatever
+needs every chunk (writers, combine, summaries) reads the columns, and a paged manifest loads
+all its pages for that, once.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +28,7 @@ import numpy.typing as npt
 from refgrid.core.reprs import Displayed
 from refgrid.core.util import FrozenPickle
 from refgrid.errors import ModelError
+from refgrid.grid.rectilinear import check_chunk_count
 
 MISSING = -1
 """``path_id`` of a chunk that was never written: it reads as the fill value."""
@@ -60,6 +71,28 @@ def flat_indices(coords: Sequence[tuple[int, ...]] | Mapping[tuple[int, ...], ob
     return np.asarray(np.ravel_multi_index(tuple(table.T), tuple(shape)), dtype=np.int64)
 
 
+class Located(NamedTuple):
+    """Where some chunks are (:meth:`ChunkManifest.locate`)."""
+
+    path_id: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+
+
+class PresentChunks:
+    """Which chunks of a paged manifest were written, answered a chunk at a time; the whole
+    mask (a listing of the chunks) loads every page."""
+
+    def __init__(self, manifest: PagedManifest) -> None:
+        self.manifest = manifest
+
+    def __getitem__(self, flat: int) -> bool:
+        return bool(self.manifest.locate([flat]).path_id[0] != MISSING)
+
+    def whole(self) -> np.ndarray:
+        return self.manifest.path_id.reshape(-1) != MISSING
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class ChunkManifest(Displayed, FrozenPickle):
     """Byte locations of every chunk of one array."""
@@ -95,6 +128,7 @@ class ChunkManifest(Displayed, FrozenPickle):
     @classmethod
     def empty(cls, shape: Sequence[int]) -> ChunkManifest:
         """A manifest in which every chunk is missing (reads as the fill value)."""
+        check_chunk_count(shape)
         return cls((), np.full(shape, MISSING, np.int32), np.zeros(shape, np.uint64),
                    np.zeros(shape, np.uint64))
 
@@ -130,6 +164,28 @@ class ChunkManifest(Displayed, FrozenPickle):
         """Object array of each chunk's URL (``None`` where missing or inline)."""
         table = np.array([*self.paths, None, None], dtype=object)
         return table[self.path_id]  # the sentinels -1 and -2 index the two trailing Nones
+
+    @property
+    def table(self) -> Sequence[str]:
+        """The URLs the ids :meth:`locate` gives index (for a paged manifest: those of the
+        pages loaded so far)."""
+        return self.paths
+
+    def locate(self, flat: npt.ArrayLike) -> Located:
+        """Where chunks ``flat`` (C-order indices) are: ids into :attr:`table` (or
+        :data:`MISSING`, :data:`INLINE`), offsets and lengths."""
+        flat = np.asarray(flat, dtype=np.int64)
+        return Located(self.path_id.reshape(-1)[flat], self.offset.reshape(-1)[flat],
+                       self.length.reshape(-1)[flat])
+
+    def inline_chunk(self, flat: int) -> bytes:
+        """The bytes of inline chunk ``flat``."""
+        return self.inline[chunk_coords(flat, self.shape)]
+
+    def written(self) -> np.ndarray | PresentChunks:
+        """Which chunks were written (a boolean per chunk, C order; paged: asked per chunk,
+        the whole mask made only for a listing)."""
+        return self.path_id.reshape(-1) != MISSING
 
     def slice(self, axis: int, chunks: slice) -> ChunkManifest:
         """The manifest of the chunks ``chunks`` along ``axis`` (a step of 1)."""
@@ -194,6 +250,7 @@ class ManifestBuilder:
 
     def __init__(self, shape: Sequence[int]) -> None:
         self.shape = tuple(int(n) for n in shape)
+        check_chunk_count(self.shape)  # (20 bytes a chunk)
         size = int(np.prod(self.shape)) if self.shape else 1
         self.path_id = np.full(size, MISSING, np.int32)
         self.offset = np.zeros(size, np.uint64)
@@ -252,6 +309,20 @@ class ManifestBuilder:
             iter([()] * len(flat))
         self.inline.update(zip(keys, map(bytes, data), strict=True))
 
+    def page(self, start: int, page: Page) -> None:
+        """The chunks of ``page`` (a paged manifest's), from C-order index ``start`` on, its
+        URLs numbered in the order its rows first use them."""
+        present = np.flatnonzero(page.ids >= 0)
+        used, first = np.unique(page.ids[present], return_index=True)
+        order = np.argsort(first, kind="stable")
+        numbers = np.empty(len(used), np.int32)
+        numbers[order] = [self.url(page.urls[u]) for u in used[order].tolist()]
+        self.ranges(start + present, numbers[np.searchsorted(used, page.ids[present])],
+                    page.offset[present], page.length[present])
+        if page.inline:
+            self.inlined_many(start + np.fromiter(page.inline, np.int64, len(page.inline)),
+                              list(page.inline.values()))
+
     def set_lengths(self, flat: npt.ArrayLike, length: npt.ArrayLike) -> None:
         """The lengths of chunks ``flat``, referenced already (whole files, sized later)."""
         self.length[np.asarray(flat, dtype=np.int64)] = length
@@ -281,3 +352,156 @@ class ManifestBuilder:
             column.flags.writeable = False  # the manifest's now: a builder is used once
         return ChunkManifest(tuple(paths), ids.reshape(self.shape), self.offset.reshape(
             self.shape), self.length.reshape(self.shape), self.inline)
+
+
+class Page(NamedTuple):
+    """One page of a :class:`PagedManifest`: its chunks' URLs, per chunk an id into them
+    (or :data:`MISSING`, :data:`INLINE`), offset and length, and inline bytes by row."""
+
+    urls: Sequence[str]
+    ids: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    inline: Mapping[int, bytes]
+
+
+class Pages(Protocol):
+    """Where a paged manifest's chunks are read from: page ``n`` holds chunks ``n * size``
+    up to ``(n + 1) * size`` in C order (a parquet archive's record files)."""
+
+    @property
+    def size(self) -> int:
+        """Chunks a page holds."""
+        ...
+
+    def load(self, n: int, rows: int) -> Page:
+        """Page ``n``, of ``rows`` chunks (the last page may be shorter than ``size``)."""
+        ...
+
+
+_COLUMNS = frozenset({"paths", "path_id", "offset", "length", "inline"})
+
+
+class PagedManifest(ChunkManifest):
+    """A manifest read a page at a time: :meth:`locate` and :meth:`inline_chunk` load the
+    pages holding the chunks asked for (once each, kept), so a time series touching 10^4
+    chunks of a 10^8-chunk archive reads a few record files, and opening it none. Its URL
+    ids number the URLs in the order pages were loaded (:attr:`table` grows). The columns
+    (``path_id``, ``offset``, ``length``, ``paths``, ``inline``) are those of every page,
+    loaded on first use and then checked as any manifest's are."""
+
+    _shape: tuple[int, ...]
+    _pages: Pages
+    _lock: threading.Lock
+    _loaded: dict[int, Page]
+    _urls: dict[str, int]
+    _table: list[str]
+
+    def __init__(self, shape: Sequence[int], pages: Pages) -> None:  # (not the dataclass's)
+        object.__setattr__(self, "_shape", tuple(int(n) for n in shape))
+        object.__setattr__(self, "_pages", pages)
+        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "_loaded", {})
+        object.__setattr__(self, "_urls", {})
+        object.__setattr__(self, "_table", [])
+
+    def __reduce__(self) -> tuple[type[PagedManifest], tuple[tuple[int, ...], Pages]]:
+        return PagedManifest, (self._shape, self._pages)
+
+    def __getattr__(self, name: str) -> Any:
+        """A column, the first time one is asked for: every page loaded."""
+        if name not in _COLUMNS:
+            raise AttributeError(name)
+        self._materialize()
+        return object.__getattribute__(self, name)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def table(self) -> Sequence[str]:
+        return self._table
+
+    @property
+    def pages(self) -> Pages:
+        return self._pages
+
+    def locate(self, flat: npt.ArrayLike) -> Located:
+        flat = np.asarray(flat, dtype=np.int64)
+        size = self._pages.size
+        numbers = flat // size
+        ids = np.empty(flat.shape, np.int32)
+        offset = np.empty(flat.shape, np.uint64)
+        length = np.empty(flat.shape, np.uint64)
+        for n in np.unique(numbers).tolist():
+            page = self._page(n)
+            chosen = numbers == n
+            rows = flat[chosen] - n * size
+            ids[chosen], offset[chosen], length[chosen] = (page.ids[rows], page.offset[rows],
+                                                           page.length[rows])
+        return Located(ids, offset, length)
+
+    def inline_chunk(self, flat: int) -> bytes:
+        n = flat // self._pages.size
+        return self._page(n).inline[flat - n * self._pages.size]
+
+    def written(self) -> PresentChunks:
+        return PresentChunks(self)
+
+    def _page(self, n: int) -> Page:
+        """Page ``n`` with its ids renumbered into :attr:`table` (loaded once)."""
+        found: Page | None = self._loaded.get(n)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._loaded.get(n)
+            if found is None:
+                found = self._loaded[n] = self._numbered(n)
+        return found
+
+    def _numbered(self, n: int) -> Page:
+        total = math.prod(self._shape)
+        size = self._pages.size
+        if not 0 <= n * size < max(total, 1):
+            raise ModelError(f"no page {n} in a manifest of {total} chunks")
+        rows = min(size, total - n * size)
+        page = self._pages.load(n, rows)
+        ids = np.asarray(page.ids, np.int32)
+        if ids.shape != (rows,) or len(page.offset) != rows or len(page.length) != rows:
+            raise ModelError(f"page {n} holds {len(ids)} chunks, not {rows}")
+        if rows and (ids.min() < INLINE or ids.max() >= len(page.urls)):
+            raise ModelError(f"page {n}: path ids must lie in [{INLINE}, {len(page.urls)})")
+        marked = np.flatnonzero(ids == INLINE)
+        if not np.array_equal(marked, np.array(sorted(page.inline), dtype=np.int64)):
+            raise ModelError(f"page {n}: inline chunks disagree with the chunks marked inline")
+        urls, table = self._urls, self._table
+        used = np.unique(ids[ids >= 0]).tolist()  # (a dictionary may name URLs no row uses)
+        remap = np.full(len(page.urls) + 2, MISSING, np.int32)
+        remap[INLINE] = INLINE  # (-2, -1: the sentinels)
+        for u in used:
+            k = urls.get(page.urls[u])
+            if k is None:
+                k = urls[page.urls[u]] = len(table)
+                table.append(page.urls[u])
+            remap[u] = k
+        return Page(table, remap[ids], np.asarray(page.offset, np.uint64),
+                    np.asarray(page.length, np.uint64), dict(page.inline))
+
+    def _materialize(self) -> None:
+        """The columns of every page, numbered as an eager read would number them (by first
+        use in C order, whatever order pages were read in): written outputs never depend on
+        what was read before. (:attr:`table`'s numbering, which :meth:`locate` gives, stays
+        as it is: a reader may hold its ids.)"""
+        size = self._pages.size
+        count = math.ceil(math.prod(self._shape) / size)
+        pages = [self._page(n) for n in range(count)]
+        with self._lock:
+            if "path_id" in self.__dict__:
+                return
+            built = ManifestBuilder(self._shape)
+            for n, page in enumerate(pages):
+                built.page(n * size, page)
+            whole = built.build()
+            for name in ("paths", "path_id", "offset", "length", "inline"):
+                object.__setattr__(self, name, getattr(whole, name))

@@ -17,7 +17,7 @@ import numpy as np
 
 from refgrid.codecs.filters import CodecJSON
 from refgrid.core.reprs import Displayed
-from refgrid.core.sources import SourceIdentity
+from refgrid.core.sources import SourceIdentity, StoredSources
 from refgrid.core.util import FrozenPickle
 from refgrid.errors import GridError, ModelError
 from refgrid.grid.rectilinear import RectilinearGrid
@@ -198,7 +198,9 @@ class VirtualGroup(Displayed, FrozenPickle):
 
     def __post_init__(self) -> None:
         for name in ("attrs", "arrays", "groups", "sources"):
-            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+            value = getattr(self, name)
+            if not isinstance(value, StoredSources):  # (read when first asked for)
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
         clash = set(self.arrays) & set(self.groups)
         if clash:
             raise ModelError(f"names used for both an array and a group: {sorted(clash)}")

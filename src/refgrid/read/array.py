@@ -65,14 +65,15 @@ def chunk_error(array: VirtualArray, name: str, flat: int, reason: str) -> ReadE
     bytes`` — and the reason."""
     manifest = array.manifest
     key = chunk_key(name, chunk_coords(flat, manifest.shape), key_encoding(array))
-    pid = int(manifest.path_id.reshape(-1)[flat])
+    found = manifest.locate([flat])
+    pid = int(found.path_id[0])
     if pid == INLINE:
         where = "inline bytes"
     elif pid == MISSING:
         where = "never written"
     else:
-        url = manifest.paths[pid]
-        start, length = (int(c.reshape(-1)[flat]) for c in (manifest.offset, manifest.length))
+        url = manifest.table[pid]
+        start, length = int(found.offset[0]), int(found.length[0])
         where = f"{url}, the whole file" if length == UNSIZED else \
             f"{url} bytes {start}-{start + length}"
     return ReadError(f"array {name!r}, chunk {key} ({where}): {reason}")
@@ -85,14 +86,13 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
     length; a missing file, a changed source, a failed request or a short read is a
     :class:`ReadError` naming the chunk (:func:`chunk_error`). A chunk that is a whole file
     of unknown size (:data:`~refgrid.model.manifest.UNSIZED`) and absent is None."""
-    manifest = array.manifest
-    offset, length = manifest.offset.reshape(-1)[flat], manifest.length.reshape(-1)[flat]
-    path_id = manifest.path_id.reshape(-1)[flat]
+    path_id, offset, length = array.manifest.locate(flat)
+    table = array.manifest.table
     try:
-        checked = check.start(manifest.paths[int(i)] for i in np.unique(path_id[path_id >= 0])) \
+        checked = check.start(table[int(i)] for i in np.unique(path_id[path_id >= 0])) \
             if check is not None else None
         try:
-            blobs = read_ranges(manifest.paths, path_id, offset, length, storage_options)
+            blobs = read_ranges(table, path_id, offset, length, storage_options)
         finally:  # no bytes handed out, nor a failed read reported, before the check is done
             if checked is not None:
                 checked()
@@ -101,7 +101,7 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
         raise chunk_error(array, name, int(flat[e.index]), reason) from e
     except ReadError as e:  # a source that changed: name a chunk of it
         named = next((k for k, i in enumerate(path_id.tolist())
-                      if i >= 0 and manifest.paths[i] in str(e)), 0)
+                      if i >= 0 and table[i] in str(e)), 0)
         raise chunk_error(array, name, int(flat[named]), str(e)) from e
     except RefgridError:
         raise
@@ -146,10 +146,6 @@ class Reader:
                             f"{type(e).__name__}: {e}") from e
         self.slot_dtype = self.decoder.stored if self.decoder.plain else array.value_dtype
         self.fill = read_fill(array)
-        manifest = array.manifest
-        self.path_id = manifest.path_id.reshape(-1)
-        self.offset = manifest.offset.reshape(-1)
-        self.length = manifest.length.reshape(-1)
 
     def read(self, selection: object = ...) -> np.ndarray:
         """``array[selection]``, as :func:`read`."""
@@ -201,10 +197,12 @@ class _Box:
         self.flat = np.ravel_multi_index(np.ix_(*(t.chunks for t in tiles)),
                                          manifest.shape).reshape(-1) if tiles else \
             np.zeros(1, np.intp)
-        self.path_id = reader.path_id[self.flat]
+        located = manifest.locate(self.flat)
+        self.path_id = located.path_id
+        self.length = located.length
         self.stored = np.flatnonzero(self.path_id >= 0)
         ids = np.unique(self.path_id[self.stored]).tolist()
-        self.remote = not all(is_local(manifest.paths[p]) for p in ids)
+        self.remote = not all(is_local(manifest.table[p]) for p in ids)
         self.blobs: list[Bytes | None] | None = None
         encoded = [reader.array.grid.axes[a].encoded[t.chunks] for a, t in enumerate(tiles)]
         self.shapes = None if all((e == t.length).all() for e, t in zip(encoded, tiles,
@@ -247,7 +245,7 @@ class _Box:
         blobs = self.blobs if self.blobs is not None else reader.fetch(stored_flat)
         # (only whole chunk files may be None; `None in blobs` costs a raised and cleared
         # exception per memoryview)
-        if (reader.length[stored_flat] == UNSIZED).any() and None in blobs:  # absent: fill
+        if (self.length[self.stored] == UNSIZED).any() and None in blobs:  # absent: fill
             gone = np.array([b is None for b in blobs])
             self.path_id = self.path_id.copy()
             self.path_id[self.stored[gone]] = MISSING
@@ -257,7 +255,7 @@ class _Box:
         data: dict[int, Bytes] = dict(zip(self.stored.tolist(), (b for b in blobs if b is not
                                                                  None), strict=True))
         for k in np.flatnonzero(self.path_id == INLINE).tolist():
-            data[k] = manifest.inline[chunk_coords(int(self.flat[k]), manifest.shape)]
+            data[k] = manifest.inline_chunk(int(self.flat[k]))
         if self.shapes is None and len(data) == len(self.flat):  # every slot, one shape
             order = sorted(data)
             return self._decoded(order, [data[k] for k in order], self.tile)

@@ -27,7 +27,7 @@ from refgrid.codecs.pipeline import ChunkCodec
 from refgrid.core.sources import SourceCheck
 from refgrid.core.typed import Bytes, StorageOptions
 from refgrid.errors import ReadError, RefgridError
-from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
+from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid, check_chunk_count
 from refgrid.model.manifest import MISSING, chunk_coords
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.read.array import chunk_error, fetch_chunks
@@ -42,7 +42,7 @@ def portable_documents_group(group: VirtualGroup, end: str | None = None) -> Vir
     still name the padded chunks' stored bytes, which a reader must crop
     (:func:`cropped_chunks`) before handing them out."""
     arrays = {path: node for path, node in group.walk() if isinstance(node, VirtualArray)
-              and padded_mask(node.grid, end_axis(node, end)).any()}
+              and is_padded(node.grid, end_axis(node, end))}
     return group.with_arrays({path: replace(array, grid=portable_grid(
         array.grid, end_axis(array, end))) for path, array in arrays.items()})
 
@@ -65,15 +65,29 @@ def padded_inside(grid: RectilinearGrid) -> bool:
 def padded_mask(grid: RectilinearGrid, end: int | None = None) -> np.ndarray:
     """Boolean grid of the chunks padded somewhere other than the array's end (along axis
     ``end``, its end as well)."""
+    check_chunk_count(grid.chunk_counts)
     mask = np.zeros(grid.chunk_counts, dtype=bool)
+    for dim, inside in enumerate(_padded_along(grid, end)):
+        shape = [1] * grid.ndim
+        shape[dim] = len(inside)
+        mask |= inside.reshape(shape)
+    return mask
+
+
+def is_padded(grid: RectilinearGrid, end: int | None = None) -> bool:
+    """Whether :func:`padded_mask` has a chunk (asked of each axis: a grid of 10^8 chunks
+    needs no mask of 10^8 to say it has none)."""
+    return any(inside.any() for inside in _padded_along(grid, end))
+
+
+def _padded_along(grid: RectilinearGrid, end: int | None) -> list[np.ndarray]:
+    out = []
     for dim, axis in enumerate(grid.axes):
         inside = (axis.encoded != axis.logical)
         if dim != end:
             inside[-1:] = False
-        shape = [1] * grid.ndim
-        shape[dim] = axis.nchunks
-        mask |= inside.reshape(shape)
-    return mask
+        out.append(inside)
+    return out
 
 
 def portable_grid(grid: RectilinearGrid, end: int | None = None) -> RectilinearGrid:
@@ -117,16 +131,15 @@ class Cropper:
         """Padded chunks ``flats`` (C-order indexes of chunks that are not missing),
         cropped, fetched a batch at a time (sources checked) so memory holds one batch."""
         array, manifest = self.array, self.array.manifest
-        path_id = manifest.path_id.reshape(-1)
         for start in range(0, len(flats), BATCH):
             flat = flats[start:start + BATCH]
-            stored = flat[path_id[flat] >= 0]
+            stored = flat[manifest.locate(flat).path_id >= 0]
             blobs = dict(zip(stored.tolist(), fetch_chunks(array, self.path, stored,
                                                            dict(storage_options), check),
                              strict=True))
             for f in flat.tolist():
                 coords = chunk_coords(f, manifest.shape)
-                data = blobs[f] if f in blobs else manifest.inline[coords]
+                data = blobs[f] if f in blobs else manifest.inline_chunk(f)
                 # a chunk file that is absent (a store never wrote it): no bytes to crop
                 yield coords, None if data is None else self._cropped(f, coords, data)
 

@@ -58,7 +58,13 @@ from refgrid.model.zarr_json import (
 )
 from refgrid.read.array import Reader, chunk_error, fetch_chunks
 from refgrid.read.batching import ChunkBatcher
-from refgrid.read.cropped import Cropper, end_axis, padded_mask, portable_documents_group
+from refgrid.read.cropped import (
+    Cropper,
+    end_axis,
+    is_padded,
+    padded_mask,
+    portable_documents_group,
+)
 from refgrid.read.decode import decoded_by_zarr
 from refgrid.read.fetch import OpenFiles
 from refgrid.read.unpacked import packed, unpack_values, unpacked_array
@@ -113,22 +119,21 @@ class NativeView:
             docs[""] = cast("GroupDocument", consolidated(docs[""], docs))
         keyed = {**self.arrays, **self.sliced}
         self.tree = Tree(group, keyed, {n: json.dumps(d).encode() for n, d in docs.items()},
-                         {path: a.manifest.path_id != MISSING if path not in self.unpacked
+                         {path: a.manifest.written() if path not in self.unpacked
                           and path not in self.sliced
                           else np.ones(a.manifest.shape, bool)  # missing: the fill unpacked
                           for path, a in keyed.items()},
                          {BOOKKEEPING: json.dumps({ATTRIBUTES_KEY: bookkeeping(group)})
                           .encode()})
-        masks = {path: padded_mask(a.grid, self.ends[path]).reshape(-1)
-                 for path, a in self.arrays.items()}
-        self.padded = {path: mask for path, mask in masks.items() if mask.any()}
+        self.padded = {path: padded_mask(a.grid, self.ends[path]).reshape(-1)
+                       for path, a in self.arrays.items() if is_padded(a.grid, self.ends[path])}
         self.checked_arrays = {path for path, a in self.arrays.items()
                                if check_decoding and path not in self.unpacked
                                and decoded_by_zarr(a.codecs, a.dtype)}
         """Arrays whose chunks are decoded by refgrid before zarr's codecs see them."""
         self.files = OpenFiles()
-        self._local: dict[str, bool] = {}
         self._croppers: dict[str, Cropper] = {}
+        self._local_sources: bool | None = None
         self._readers: dict[str, Reader] = {}
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ChunkBatcher] = \
             weakref.WeakKeyDictionary()
@@ -149,7 +154,8 @@ class NativeView:
         """How ``chunk`` is read (see :data:`Route`)."""
         if chunk.array in self.sliced:
             return "sliced"
-        kind = int(self.arrays[chunk.array].manifest.path_id.reshape(-1)[chunk.flat])
+        manifest = self.arrays[chunk.array].manifest
+        kind = int(manifest.locate([chunk.flat]).path_id[0])
         if chunk.array in self.unpacked:
             return "unpacked"
         if kind == MISSING:
@@ -158,7 +164,7 @@ class NativeView:
             return "cropped"
         if kind == INLINE:
             return "inline"
-        return "local" if self.local(chunk.array) else "remote"
+        return "local" if is_local(manifest.table[kind]) else "remote"
 
     def size(self, chunk: Chunk) -> int | None:
         """A stored or inline chunk's length, as it is served (None: cropped, unpacked or a
@@ -166,12 +172,12 @@ class NativeView:
         route = self.route(chunk)
         manifest = self.arrays[chunk.array].manifest
         if route == "inline":
-            return len(manifest.inline[chunk.coords])
+            return len(manifest.inline_chunk(chunk.flat))
         if route == "sliced":
             return self._slice_bytes(chunk.array)
         if route not in ("local", "remote"):
             return None
-        length = int(manifest.length.reshape(-1)[chunk.flat])
+        length = int(manifest.locate([chunk.flat]).length[0])
         return None if length == UNSIZED else length
 
     def read(self, chunks: Sequence[Chunk]) -> list[bytes | None]:
@@ -186,7 +192,7 @@ class NativeView:
             elif route == "sliced":
                 out[k] = self._slice(chunk)
             elif route == "inline":
-                data = bytes(self.arrays[chunk.array].manifest.inline[chunk.coords])
+                data = bytes(self.arrays[chunk.array].manifest.inline_chunk(chunk.flat))
                 if chunk.array in self.checked_arrays:
                     self._check_decodes(chunk, data)
                 out[k] = data
@@ -243,14 +249,17 @@ class NativeView:
                     self._check_decodes(Chunk(path, coords, flat), data)
         return out
 
-    def local(self, path: str) -> bool:
-        """Whether every source of array ``path`` is a local file (read in microseconds:
-        cheaper to read at once than to hand to a thread)."""
-        local = self._local.get(path)
-        if local is None:
-            local = self._local[path] = all(is_local(u) for u in
-                                            self.arrays[path].manifest.paths)
-        return local
+    @property
+    def local_sources(self) -> bool:
+        """Whether the sources are local files (read in microseconds: cheaper to read at once
+        than to hand to a thread) — a paged manifest judged by its first page."""
+        if self._local_sources is None:
+            for array in self.arrays.values():
+                if all(array.manifest.shape):  # (no chunk: nothing to load)
+                    array.manifest.locate([0])
+            self._local_sources = all(is_local(u) for a in self.arrays.values()
+                                      for u in a.manifest.table)
+        return self._local_sources
 
     def reader(self, path: str) -> Reader:
         """The reader of array ``path`` (made once)."""
@@ -265,8 +274,9 @@ class NativeView:
         else, and any read that fails or comes back short, through :meth:`fetch`, which
         names the reason."""
         manifest = self.arrays[path].manifest
-        url = manifest.paths[int(manifest.path_id.reshape(-1)[flat])]
-        length = int(manifest.length.reshape(-1)[flat])
+        found = manifest.locate([flat])
+        url = manifest.table[int(found.path_id[0])]
+        length = int(found.length[0])
         if is_local(url) and held(url) is None and length != UNSIZED and \
                 path not in self.checked_arrays:
             if self.check is not None and url not in self.check.checked:
@@ -274,7 +284,7 @@ class NativeView:
                     self.check.start((url,))()
                 except ReadError as e:  # a source changed: named with the chunk asked for
                     raise chunk_error(self.arrays[path], path, flat, str(e)) from e
-            data = self.files.pread(url, int(manifest.offset.reshape(-1)[flat]), length)
+            data = self.files.pread(url, int(found.offset[0]), length)
             if data is not None and len(data) == length:
                 return [data]
         return self.fetch(path, [flat])

@@ -152,8 +152,9 @@ def _refgrid_batch(batch: Batch) -> tuple[NativeView, str, list[_Chunk]] | None:
 def _fetch(view: NativeView, path: str, chunks: list[_Chunk]) -> dict[int, bytes | None]:
     """The stored bytes of ``chunks`` in one fetch: its ranges coalesced per file into as few
     requests as the runs of neighbouring chunks (blocking: on a worker thread)."""
-    kinds = view.arrays[path].manifest.path_id.reshape(-1)
-    stored = [c.flat for c in chunks if kinds[c.flat] >= 0]
+    flats = [c.flat for c in chunks]
+    kinds = view.arrays[path].manifest.locate(flats).path_id
+    stored = [flat for flat, kind in zip(flats, kinds.tolist(), strict=True) if kind >= 0]
     return dict(zip(stored, view.fetch(path, stored), strict=True)) if stored else {}
 
 
@@ -167,19 +168,18 @@ def _decode_part(view: NativeView, path: str, chunks: list[_Chunk],
 
     array = view.arrays[path]
     manifest = array.manifest
-    kinds = manifest.path_id.reshape(-1)
+    kinds = manifest.locate([c.flat for c in chunks]).path_id.tolist()
     reader = view.reader(path)
     results: list[Result] = [{"status": "present"}] * len(chunks)
     shapes: dict[tuple[int, ...], list[int]] = {}
     for k, chunk in enumerate(chunks):
-        if kinds[chunk.flat] == MISSING or (kinds[chunk.flat] >= 0 and
-                                            blobs[chunk.flat] is None):  # an absent file
+        if kinds[k] == MISSING or (kinds[k] >= 0 and blobs[chunk.flat] is None):  # absent
             out[chunk.out_selection] = _fill(chunk.spec)
             results[k] = {"status": "missing"}
             continue
         shapes.setdefault(array.grid.encoded_chunk_shape(chunk.coords), []).append(k)
     for encoded, members in shapes.items():
-        datas = [manifest.inline[chunks[k].coords] if kinds[chunks[k].flat] == INLINE else
+        datas = [manifest.inline_chunk(chunks[k].flat) if kinds[k] == INLINE else
                  cast("bytes", blobs[chunks[k].flat]) for k in members]  # (absent: filled)
         try:
             values = reader.decoder.decode_many(datas, encoded)

@@ -46,7 +46,7 @@ from refgrid.core.typed import Attributes, StorageOptions
 from refgrid.core.util import thread_pool
 from refgrid.errors import ArgumentError, FormatError, RefgridError
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import MISSING, ChunkManifest
+from refgrid.model.manifest import ChunkManifest, PresentChunks
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import (
     KEY_ENCODING_ATTR,
@@ -304,13 +304,13 @@ class RegularView:
                                     else block.dtype).tobytes()
 
 
-def _held(served: Served) -> np.ndarray:
+def _held(served: Served) -> np.ndarray | PresentChunks:
     """The view chunks a view holds: those with elements (an array with a dimension of
     length 0 has none), and where a view chunk is a native chunk, only the native chunks
     written (one never written is the fill value, as in the source)."""
     counts = served.grid.chunk_counts
     if served.native:
-        return served.array.manifest.path_id.reshape(counts) != MISSING
+        return served.array.manifest.written()  # (paged: asked chunk by chunk)
     if 0 in served.array.shape:
         return np.zeros(counts, bool)
     return np.ones(counts, bool)

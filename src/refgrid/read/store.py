@@ -190,7 +190,7 @@ class RefgridStore(Store):
         """Synchronous reads where they cost no round trip: every source a local file (zarr
         asks before taking its synchronous path; remote chunks are gathered by ``aread``)."""
         view = self.view
-        return isinstance(view, NativeView) and all(view.local(p) for p in view.arrays)
+        return isinstance(view, NativeView) and view.local_sources
 
     def get_sync(self, key: str, *, prototype: BufferPrototype | None = None,
                  byte_range: ByteRequest | None = None) -> Buffer | None:

@@ -26,6 +26,7 @@ from refgrid.core.keys import (
     document_node,
     split_key,
 )
+from refgrid.model.manifest import PresentChunks
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import key_encoding
 
@@ -111,7 +112,8 @@ class Tree:
     (``present``: per array, a boolean per chunk in C order) — what its listings show."""
 
     def __init__(self, group: VirtualGroup, arrays: Mapping[str, VirtualArray],
-                 documents: Mapping[str, bytes], present: Mapping[str, np.ndarray],
+                 documents: Mapping[str, bytes],
+                 present: Mapping[str, np.ndarray | PresentChunks],
                  extra: Mapping[str, bytes] | None = None) -> None:
         self.groups = {"": group, **{path: node for path, node in group.walk()
                                      if isinstance(node, VirtualGroup)}}
@@ -120,8 +122,10 @@ class Tree:
             self.groups = {}
         self.documents = dict(documents)
         """Node path → its ``zarr.json``."""
-        self.present = {path: np.asarray(mask, bool).reshape(-1)
-                        for path, mask in present.items()}
+        self.present = {path: mask if isinstance(mask, PresentChunks) else
+                        np.asarray(mask, bool).reshape(-1) for path, mask in present.items()}
+        """Per array, whether each chunk is held: a mask, or asked chunk by chunk of a paged
+        manifest (whose whole mask, :meth:`mask`, only a listing makes)."""
         self.extra = dict(extra or {})
         """Other documents by key, answered but never listed (refgrid's bookkeeping)."""
         self.encodings = {path: key_encoding(a) for path, a in self.arrays.items()}
@@ -177,7 +181,7 @@ class Tree:
         """``zarr.json`` and the first part of each chunk key the array holds (``c/`` for
         Zarr v3's default keys)."""
         array, encoding = self.arrays[path], self.encodings[path]
-        present = np.flatnonzero(self.present[path])
+        present = np.flatnonzero(self.mask(path))
         if not len(present):
             return (METADATA,)
         if encoding.name == "default" and encoding.separator == "/" and array.grid.ndim:
@@ -207,7 +211,7 @@ class Tree:
         if not ndim or len(parts) >= ndim or not all(p.isascii() and p.isdigit()
                                                      for p in parts):
             return None
-        present = self.present[path].reshape(array.grid.chunk_counts)
+        present = self.mask(path).reshape(array.grid.chunk_counts)
         where = tuple(int(p) for p in parts)
         if any(c >= n for c, n in zip(where, present.shape, strict=False)):
             return None
@@ -227,8 +231,15 @@ class Tree:
         yield from self.document_keys()
         for path, array in self.arrays.items():
             counts = array.grid.chunk_counts
-            for flat in np.flatnonzero(self.present[path]).tolist():
+            for flat in np.flatnonzero(self.mask(path)).tolist():
                 yield self.key(path, tuple(int(c) for c in np.unravel_index(flat, counts)))
+
+    def mask(self, path: str) -> np.ndarray:
+        """Whether each chunk of array ``path`` is held, as one mask (C order)."""
+        present = self.present[path]
+        if isinstance(present, PresentChunks):
+            present = self.present[path] = present.whole()
+        return present
 
     def key(self, path: str, coords: tuple[int, ...]) -> str:
         """The key of a chunk, in its array's own encoding."""

@@ -123,7 +123,7 @@ def scan(
         prefixes = allowed_sources if allowed_sources is not None else default_allowed(
             None if isinstance(source, Mapping) else where)
         if kind in REFERENCE_FORMATS and prefixes is not None:
-            check_sources(group, prefixes, where)
+            group = check_sources(group, prefixes, where)
         return group
     except (ModelError, GridError) as e:  # name the input they came from
         raise FormatError(where, None, str(e)) from e

@@ -13,10 +13,14 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
+
+import numpy as np
 
 from refgrid.core.sources import is_local
 from refgrid.errors import AccessError
+from refgrid.model.manifest import Page, PagedManifest, Pages
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 
 
@@ -47,13 +51,52 @@ def is_allowed(url: str, bases: Sequence[str]) -> bool:
 
 def check_sources(group: VirtualGroup, prefixes: Sequence[str], where: str,
                   remedy: str = "pass allowed_sources=[...], or --allow-source PREFIX on the "
-                                "command line, to allow it") -> None:
+                                "command line, to allow it") -> VirtualGroup:
     """Raise :class:`AccessError` for the first array whose references name a file outside
-    ``prefixes``; the message ends with ``remedy``."""
+    ``prefixes``; the message ends with ``remedy``. A paged manifest's URLs are checked as
+    each page loads, before any of its chunks is read: ``group`` is returned with those
+    manifests checking (the others were checked here)."""
     bases = [normalized(p) for p in prefixes]
+    paged = {}
     for path, node in group.walk():
         if isinstance(node, VirtualArray):
-            for url in node.manifest.paths:
-                if not is_allowed(url, bases):
-                    raise AccessError(where, path, f"references {url!r}, outside the allowed "
-                                      f"sources {list(prefixes)} ({remedy})")
+            manifest = node.manifest
+            if isinstance(manifest, PagedManifest):
+                paged[path] = replace(node, manifest=PagedManifest(manifest.shape, AllowedPages(
+                    manifest.pages, tuple(bases), tuple(prefixes), where, path, remedy)))
+                continue
+            for url in manifest.paths:
+                _check(url, bases, prefixes, where, path, remedy)
+    return group.with_arrays(paged) if paged else group
+
+
+def _check(url: str, bases: Sequence[str], prefixes: Sequence[str], where: str, path: str,
+           remedy: str) -> None:
+    if not is_allowed(url, bases):
+        raise AccessError(where, path, f"references {url!r}, outside the allowed sources "
+                          f"{list(prefixes)} ({remedy})")
+
+
+@dataclass(frozen=True)
+class AllowedPages:
+    """A paged manifest's pages, each page's URLs checked against the allow-list as it
+    loads (a 10^8-chunk archive is not read whole to check it)."""
+
+    pages: Pages
+    bases: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    where: str
+    path: str
+    remedy: str
+
+    @property
+    def size(self) -> int:
+        return self.pages.size
+
+    def load(self, n: int, rows: int) -> Page:
+        page = self.pages.load(n, rows)
+        ids = np.asarray(page.ids)
+        for k in np.unique(ids[ids >= 0]).tolist():
+            _check(page.urls[k], self.bases, self.prefixes, self.where, self.path,
+                   self.remedy)
+        return page

@@ -344,13 +344,14 @@ class Catalog:
         try:
             options: Mapping[str, Any] = self.storage_options  # scan's **storage_options: untyped
             group = scan(real, **options)
-            check_sources(group, self.allowed, entry.name, REMEDY)  # every format: reference
-            # sets, and Zarr stores whose chunk files may be symlinks; before anything is read
+            group = check_sources(group, self.allowed, entry.name, REMEDY)  # every format:
+            # reference sets, and Zarr stores whose chunk files may be symlinks; before
+            # anything is read
+            mtimes = [stamp[0] / 1e9] + [float(i["mtime"]) for i in group.sources.values()
+                                         if isinstance(i.get("mtime"), int | float)]
         except RefgridError as e:
             log.warning("cannot serve %s: %s", entry.name, e)
             return Refused(entry, stamp, e)
-        mtimes = [stamp[0] / 1e9] + [float(i["mtime"]) for i in group.sources.values()
-                                     if isinstance(i.get("mtime"), int | float)]
         log.info("opened %s (%s)", entry.name, entry.kind)
         return Dataset(entry, stamp, group, self.storage_options, max(mtimes), self.executor,
                        followed.concat_dim if followed is not None else None)

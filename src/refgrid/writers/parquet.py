@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Mapping
+from bisect import bisect_right
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,21 +31,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from refgrid.core.jsonio import dumps_table
 from refgrid.core.keys import ZMETADATA
 from refgrid.core.sources import (
     ATTRIBUTES_KEY,
     RECORDS_KEY,
     SIDECAR_KEY,
+    SOURCE_TABLE_KEY,
     SOURCES_KEY,
     SourceIdentity,
     record_digest,
+    stored_identities,
 )
 from refgrid.errors import FormatError
 from refgrid.grid.rectilinear import GridForm
 from refgrid.model.manifest import ChunkManifest, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import documents
+from refgrid.scanners.parquet import (
+    SOURCE_PAGE_ROWS,
+    SOURCES_DIRECTORY,
+    IdentityColumns,
+    SourceTable,
+    identity_table,
+    read_table,
+    source_table,
+)
 from refgrid.writers.atomic import replace_directory, temporary_for, write_file
 from refgrid.writers.kerchunk_v2 import v2_documents
 from refgrid.writers.section import Portable, section
@@ -73,8 +85,16 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
             if isinstance(node, VirtualArray):
                 _write_records(Rows.of(node.manifest, portable), temporary, path, 0,
                                record_size, digests)
+        sources = [(portable(url), identity) for url, identity in group.sources.items()]
+        page_rows = min(record_size, SOURCE_PAGE_ROWS)
+        pages = _write_identities(sorted(sources, key=itemgetter(0)), temporary, 0,
+                                  page_rows, digests)
+        table = {SOURCE_TABLE_KEY: SourceTable(len(sources), page_rows, pages,
+                                               _first(sources), _first(sources[::-1])
+                                               ).to_json()} if sources else {}
         (temporary / ZMETADATA).write_bytes(zmetadata(
-            section(group, portable, **{RECORDS_KEY: digests}), metadata, record_size))
+            section(group, portable, sources=False, **{RECORDS_KEY: digests, **table}),
+            metadata, record_size))
         replace_directory(temporary, target)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -89,18 +109,19 @@ def record_name(array: str, n: int) -> str:
 def append_parquet(target: Path, meta: Mapping[str, Any],
                    tail: Mapping[str, tuple[int, ChunkManifest]],
                    metadata: Mapping[str, object], sources: Mapping[str, SourceIdentity],
-                   sidecar: Path | None = None) -> int:
+                   sidecar: Path | None = None, known: Container[str] = ()) -> int:
     """Extend the parquet references at ``target`` (whose ``.zmetadata`` is ``meta``, as
     read) in place, writing what changed only:
     ``tail`` maps an array to ``(row, manifest)`` — its chunks from C-order row ``row`` on
     are now ``manifest``'s (the rows before stay; the record file holding ``row`` is
-    rewritten, later ones written); ``metadata`` replaces the documents and ``sources`` are
-    added to the sources. Each record file is swapped in whole, then ``.zmetadata`` (the
-    documents, sources and digests of the new extent) last: until then the directory reads
-    as before (a reader that had loaded the old ``.zmetadata`` may meet the rewritten last
-    record file, whose digest then differs: an error, never other references). The files
-    written are those a from-scratch write of the whole would write, byte for byte. Returns
-    the number of record files written."""
+    rewritten, later ones written); ``metadata`` replaces the documents; ``sources`` are
+    added to the sources, but those it holds (``known``, named as it names them: the last
+    file's rewritten chunks). Each record file is swapped in whole, then ``.zmetadata`` (the
+    documents, the digests and the sources' count of the new extent) last: until then the
+    directory reads as before (a reader that had loaded the old ``.zmetadata`` may meet a
+    rewritten last record file, whose digest then differs: an error, never other
+    references). The files written are those a from-scratch write of the whole would write,
+    byte for byte. Returns the number of record files written."""
     record_size = int(meta["record_size"])
     kept = dict(meta[SOURCES_KEY])
     digests: dict[str, str] = dict(kept.get(RECORDS_KEY, {}))
@@ -113,32 +134,66 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
             if row % record_size else Rows.empty()
         written += _write_records(Rows.concat(old, Rows.of(manifest, portable)), target,
                                   path, first, record_size, digests)
+    added = [(url, identity) for url, identity in
+             ((portable(url), identity) for url, identity in sources.items()) if url not in known]
+    table = source_table(meta, str(target))
+    if table is None:  # an archive of before: its table leaves .zmetadata
+        added = [*stored_identities(meta).items(), *added]
+        table = SourceTable(0, min(record_size, SOURCE_PAGE_ROWS), [], _first(added), None)
+    if added:
+        first = max(bisect_right(table.pages, min(url for url, _ in added)) - 1, 0)
+        kept_rows = [row for n in range(first, len(table.pages)) for row in _read_identities(
+            target / record_name(SOURCES_DIRECTORY, n),
+            digests.get(record_name(SOURCES_DIRECTORY, n)))]
+        merged = sorted([*kept_rows, *added], key=itemgetter(0))
+        pages = _write_identities(merged, target, first, table.page_rows, digests)
+        table = SourceTable(table.rows + len(added), table.page_rows,
+                            [*table.pages[:first], *pages], table.first or _first(added),
+                            _first(added[::-1]) or table.last)
+        written += len(pages)
     order = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in digests))
     records = {name: digests[name] for array in order for name in sorted(
         (k for k in digests if k.rsplit("/", 1)[0] == array),
         key=lambda k: int(k.rsplit(".", 2)[1]))}
     sidecar_name = sidecar.name if sidecar is not None else kept.get(SIDECAR_KEY)
-    kept = {"sources": {**kept.get("sources", {}),
-                        **{portable(url): identity for url, identity in sources.items()}},
-            **({ATTRIBUTES_KEY: kept[ATTRIBUTES_KEY]} if ATTRIBUTES_KEY in kept else {}),
-            **({SIDECAR_KEY: sidecar_name} if sidecar_name else {}),
-            RECORDS_KEY: records}  # (in the order section() writes them)
+    kept = {**({ATTRIBUTES_KEY: kept[ATTRIBUTES_KEY]} if ATTRIBUTES_KEY in kept else {}),
+            **({SIDECAR_KEY: sidecar_name} if sidecar_name else {}), RECORDS_KEY: records,
+            **({SOURCE_TABLE_KEY: table.to_json()} if table.rows else {})}
     write_file(target / ZMETADATA, zmetadata(kept, metadata, record_size))
     return written
 
 
 def zmetadata(kept: Mapping[str, Any], metadata: Mapping[str, object],
               record_size: int) -> bytes:
-    """``.zmetadata``: refgrid's section ``kept``, the documents and the record size. Its
-    sources table (10^5 identities in a grown archive, rewritten on every append) is written
-    by orjson (:mod:`refgrid.core.jsonio`), the rest — attributes may be NaN — by json; a
-    from-scratch write and an append write the same bytes."""
-    rest = json.dumps({k: v for k, v in kept.items() if k != "sources"})
-    if "sources" in kept:
-        rest = '{"sources": ' + dumps_table(kept["sources"]).decode() + \
-            (", " + rest[1:] if rest != "{}" else "}")
-    return (f'{{"{SOURCES_KEY}": {rest}, "metadata": {json.dumps(metadata)}, '
-            f'"record_size": {int(record_size)}}}').encode()
+    """``.zmetadata``: refgrid's section ``kept``, the documents and the record size (a
+    from-scratch write and an append write the same bytes)."""
+    return json.dumps({SOURCES_KEY: kept, "metadata": metadata,
+                       "record_size": int(record_size)}).encode()
+
+
+def _write_identities(items: list[tuple[str, SourceIdentity]], root: Path, first: int,
+                      page_rows: int, digests: dict[str, str]) -> list[str]:
+    """Source identities (sorted by URL) as record files ``first``, ``first + 1``... of the
+    sources (:data:`~refgrid.scanners.parquet.SOURCES_DIRECTORY`); each one's first URL."""
+    table = identity_table(items, str(root))
+    pages = []
+    for n in range(math.ceil(len(items) / page_rows)):
+        _write_table(table.slice(n * page_rows, page_rows), root,
+                     record_name(SOURCES_DIRECTORY, first + n), digests)
+        pages.append(items[n * page_rows][0])
+    return pages
+
+
+def _first(items: list[tuple[str, SourceIdentity]]) -> str | None:
+    """The first source file among ``items`` (refgrid's rewritten chunk files, sources too,
+    are none)."""
+    return next((url for url, identity in items if not identity.get("rewritten")), None)
+
+
+def _read_identities(path: Path, digest: str | None) -> list[tuple[str, SourceIdentity]]:
+    """The identities of a source record file refgrid wrote, checked against its digest."""
+    return list(IdentityColumns([read_table(_checked(path, digest), str(path), path.name)],
+                                str(path)).items())
 
 
 @dataclass(frozen=True)
@@ -205,32 +260,42 @@ def _write_records(rows: Rows, root: Path, path: str, first: int, record_size: i
     swapped in whole, their digests into ``digests``; how many were written."""
     count = math.ceil(len(rows) / record_size)
     for n in range(count):
-        sink = pa.BufferOutputStream()
-        pq.write_table(rows[n * record_size:(n + 1) * record_size].table(), sink,
-                       compression="zstd", write_statistics=False, write_page_checksum=True,
-                       use_dictionary=["path"], column_encoding=DELTA_ENCODED)
-        data = sink.getvalue().to_pybytes()
-        name = record_name(path, first + n)
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        write_file(root / name, data)
-        digests[name] = record_digest(data)
+        _write_table(rows[n * record_size:(n + 1) * record_size].table(), root,
+                     record_name(path, first + n), digests, use_dictionary=["path"],
+                     column_encoding=DELTA_ENCODED)
     return count
+
+
+def _write_table(table: pa.Table, root: Path, name: str, digests: dict[str, str],
+                 **options: Any) -> None:
+    """One record file, swapped in whole, its digest into ``digests``."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", write_statistics=False,
+                   write_page_checksum=True, **options)
+    data = sink.getvalue().to_pybytes()
+    (root / name).parent.mkdir(parents=True, exist_ok=True)
+    write_file(root / name, data)
+    digests[name] = record_digest(data)
 
 
 def read_record(path: Path, digest: str | None) -> Rows:
     """The rows of a record file refgrid wrote (one of its local reference directories),
     checked against the ``digest`` ``.zmetadata`` holds for it."""
-    data = path.read_bytes()
-    if digest is None or record_digest(data) != digest:
-        raise FormatError(str(path), None, "does not match its digest in .zmetadata: it is "
-                          "damaged or was changed")
-    table = pq.read_table(pa.BufferReader(data))
+    table = read_table(_checked(path, digest), str(path), path.name)
     paths = table.column("path").combine_chunks()
     raw = table.column("raw").to_numpy(zero_copy_only=False)
     return Rows(pc.fill_null(paths.indices, -1).to_numpy().astype(np.int64),
                 paths.dictionary.to_pylist(), table.column("offset").to_numpy(),
                 table.column("size").to_numpy(),
                 raw if any(r is not None for r in raw) else None)
+
+
+def _checked(path: Path, digest: str | None) -> bytes:
+    data = path.read_bytes()
+    if digest is None or record_digest(data) != digest:
+        raise FormatError(str(path), None, "does not match its digest in .zmetadata: it is "
+                          "damaged or was changed")
+    return data
 
 
 _PANDAS_COLUMNS = [("path", "unicode", "object"), ("offset", "int64", "int64"),

@@ -36,11 +36,13 @@ class Portable:
         return {SIDECAR_TEMPLATE.strip("{}"): str(self.directory.resolve())}
 
 
-def section(group: VirtualGroup, portable: Portable, **more: object) -> JSONObject:
-    """The section for ``group`` (empty parts left out); ``more``: other JSON values (the
-    parquet writer's record digests)."""
+def section(group: VirtualGroup, portable: Portable, *, sources: bool = True,
+            **more: object) -> JSONObject:
+    """The section for ``group`` (empty parts left out); ``sources=False``: without the
+    sources' identities (parquet keeps them in record files); ``more``: other JSON values
+    (the parquet writer's record digests)."""
     out: dict[str, object] = {}
-    if group.sources:
+    if group.sources and sources:
         out["sources"] = {portable(url): identity for url, identity in group.sources.items()}
     kept = bookkeeping(group)
     if kept:

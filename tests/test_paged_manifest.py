@@ -1,0 +1,160 @@
+"""A parquet archive of more record files than :data:`EAGER_RECORDS` opens without reading
+its references: readers load the record files holding the chunks they read (a time series
+of a 10^8-chunk archive reads a few). Here small record files (``record_size=2``) make a
+year of monthly files span 21 of them; every read is compared with ``open_mfdataset``."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import zlib
+
+import numpy as np
+import pytest
+import xarray as xr
+from numcodecs import Shuffle
+
+import refgrid
+from helpers import FIXTURES, closed
+from refgrid.core.sources import StoredSources
+from refgrid.model.manifest import INLINE, PagedManifest
+from refgrid.model.virtual import VirtualGroup
+from refgrid.read.array import read
+from refgrid.read.view import contents
+from refgrid.scanners.allowed import check_sources
+from refgrid.scanners.parquet import EAGER_RECORDS
+
+FILES = sorted((FIXTURES / "monthly" / "chunk10").glob("tas_2001*.nc"))
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    out = tmp_path_factory.mktemp("paged") / "year.parq"
+    group = refgrid.combine([refgrid.scan(f) for f in FILES], "time")
+    refgrid.write(group, out, format="parquet", record_size=2)
+    assert len(list((out / "tas").glob("refs.*.parq"))) > EAGER_RECORDS
+    return out
+
+
+def loaded(manifest: PagedManifest) -> set[int]:
+    return set(manifest._loaded)
+
+
+def test_opening_reads_no_record_file_and_a_selection_reads_its_own(archive):
+    group = refgrid.scan(archive)
+    tas = group["tas"].manifest
+    assert isinstance(tas, PagedManifest) and not loaded(tas)
+    truth = closed(xr.open_mfdataset(FILES, combine="by_coords"))
+    with xr.open_dataset(archive, engine="refgrid") as ds:
+        xr.testing.assert_identical(ds.isel(time=slice(40, 52)).load(),
+                                    truth.isel(time=slice(40, 52)))
+        xr.testing.assert_identical(ds.load(), truth)
+    store = refgrid.open_store(archive)
+    paged = store.view.arrays["tas"].manifest
+    assert isinstance(paged, PagedManifest) and not loaded(paged)
+    data = contents(store.view, [store.view.parse("tas/c/4/0/0")])[0]
+    assert loaded(paged) == {2}  # chunk (4, 0, 0) is row 4: record file 2
+    start = int(group["tas"].grid.bounds(0)[4])  # (February's first ten days)
+    decoded = np.frombuffer(Shuffle(4).decode(zlib.decompress(data)), "<f4")
+    np.testing.assert_array_equal(decoded.reshape(10, 6, 8),
+                                  truth["tas"].values[start:start + 10])
+
+
+def test_every_key_and_value_match_an_eager_archive(archive, tmp_path):
+    eager = tmp_path / "eager.parq"
+    refgrid.write(refgrid.combine([refgrid.scan(f) for f in FILES], "time"), eager,
+                  format="parquet")
+    paged, whole = refgrid.open_store(archive).view, refgrid.open_store(eager).view
+    keys = sorted(paged.all_keys())
+    assert keys == sorted(whole.all_keys()) and "tas/c/36/0/0" in keys
+    assert contents(paged, [paged.parse(k) for k in keys]) == \
+        contents(whole, [whole.parse(k) for k in keys])
+    manifest = refgrid.scan(archive)["tas"].manifest
+    assert manifest == refgrid.scan(eager)["tas"].manifest  # (every page loaded for this)
+
+
+def test_a_paged_manifest_pickles_and_reads_the_same(archive):
+    manifest = refgrid.scan(archive)["tas"].manifest
+    manifest.locate([0, 30])
+    copy = pickle.loads(pickle.dumps(manifest))
+    assert isinstance(copy, PagedManifest) and not loaded(copy)
+    flats = [3, 41, 17, 4]
+    a, b = manifest.locate(flats), copy.locate(flats)
+    assert a.path_id.tolist() != b.path_id.tolist()  # (another load order: other numbers)
+    for k, flat in enumerate(flats):
+        if a.path_id[k] >= 0:
+            assert manifest.table[a.path_id[k]] == copy.table[b.path_id[k]]
+        else:
+            assert a.path_id[k] == b.path_id[k] == INLINE
+            assert manifest.inline_chunk(flat) == copy.inline_chunk(flat)
+    assert a.offset.tolist() == b.offset.tolist() and a.length.tolist() == b.length.tolist()
+    assert manifest == copy and manifest.paths == copy.paths  # (numbered by first use)
+
+
+def test_a_damaged_record_file_is_an_error_when_its_chunks_are_read(archive, tmp_path):
+    copy = tmp_path / "copy.parq"
+    shutil.copytree(archive, copy)
+    record = copy / "tas" / "refs.5.parq"
+    data = bytearray(record.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    record.write_bytes(bytes(data))
+    with xr.open_dataset(copy, engine="refgrid") as ds:
+        ds["tas"][:20].load()  # record files 0-3: as they were
+        with pytest.raises(refgrid.FormatError, match=r"tas/refs\.5\.parq does not match its "
+                           "digest"):
+            ds["tas"].load()
+    (copy / "tas" / "refs.5.parq").unlink()
+    with xr.open_dataset(copy, engine="refgrid") as ds, \
+            pytest.raises(refgrid.FormatError, match=r"record file .*refs\.5\.parq is missing"):
+        ds["tas"].load()
+
+
+def test_the_allow_list_is_checked_as_each_record_file_loads(archive):
+    """Checking every URL as the archive opens would read every record file: each page's
+    URLs are checked as it loads, before any of its chunks is read."""
+    allowed = refgrid.scan(archive, allowed_sources=[str(FIXTURES)])
+    assert not loaded(allowed["tas"].manifest)
+    with pytest.raises(refgrid.AccessError, match="'lat'"):  # (read whole: checked now)
+        refgrid.scan(archive, allowed_sources=["/elsewhere"])
+    tas = refgrid.scan(archive)["tas"]
+    elsewhere = check_sources(VirtualGroup(arrays={"tas": tas}), ["/elsewhere"], "here")
+    assert not loaded(elsewhere["tas"].manifest)
+    with pytest.raises(refgrid.AccessError, match=r"'tas'.*tas_20010\d\.nc.*outside the "
+                       r"allowed sources \['/elsewhere'\]"):
+        read(elsewhere["tas"], (slice(40, 41),))
+    truth = closed(xr.open_mfdataset(FILES, combine="by_coords"))
+    np.testing.assert_array_equal(read(allowed["tas"], (slice(40, 52),)),
+                                  truth["tas"].values[40:52])
+
+
+def test_pickling_a_paged_manifest_reads_neither_pages_nor_sources(archive):
+    group = refgrid.scan(archive)
+    data = pickle.dumps(group["tas"].manifest)
+    assert not group.sources._pages and len(data) < 10_000
+    assert isinstance(group.sources, StoredSources) and len(group.sources) == len(FILES)
+
+
+def test_a_paged_archive_may_hold_more_chunks_than_are_held_whole(tmp_path):
+    """``max_chunks`` bounds what is allocated a chunk at a time: references read whole
+    (JSON) beyond it are refused, a parquet archive read page by page is not — until
+    something needs all its chunks at once."""
+    import netCDF4
+
+    with netCDF4.Dataset(tmp_path / "grid.nc", "w") as ds:
+        ds.createDimension("y", 40)
+        ds.createDimension("x", 40)
+        v = ds.createVariable("v", "f4", ("y", "x"), chunksizes=(1, 1))
+        v[:] = np.arange(1600, dtype="f4").reshape(40, 40)
+    group = refgrid.scan(tmp_path / "grid.nc")
+    refs = refgrid.write(group, tmp_path / "grid.json")
+    paged = refgrid.write(group, tmp_path / "grid.parq", record_size=100)
+    with refgrid.limits(max_chunks=1000):
+        with pytest.raises(refgrid.FormatError, match=r"1600 chunks .* exceeds the limit"):
+            refgrid.scan(refs)
+        array = refgrid.scan(paged)["v"]
+        assert read(array, (slice(30, 32), slice(5, 7))).tolist() == [[1205, 1206],
+                                                                     [1245, 1246]]
+        with xr.open_dataset(paged, engine="refgrid") as ds:
+            assert ds["v"][39, 39].item() == 1599
+        with pytest.raises(refgrid.GridError, match=r"1600 chunks .* exceeds the limit"):
+            array.manifest.path_id  # noqa: B018 (every chunk at once)
