@@ -25,7 +25,7 @@ import hashlib
 import os
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import NotRequired, TypedDict, cast
@@ -318,6 +318,13 @@ class StoredSources(Mapping[str, SourceIdentity]):
 
     def __len__(self) -> int:
         return self.rows
+
+    def items(self) -> ItemsView[str, SourceIdentity]:
+        """Every identity, page by page (an append's plan compares them all)."""
+        pages = [self._page(n) for n in range(len(self.firsts))]
+        with gc_paused():
+            return {in_sidecar(url, self.sidecar): identity for page in pages
+                    for url, identity in page.items()}.items()
 
     def __reduce__(self) -> tuple[type[dict[str, SourceIdentity]],
                                   tuple[dict[str, SourceIdentity]]]:

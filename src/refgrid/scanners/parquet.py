@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple, cast
 
@@ -42,6 +42,7 @@ from refgrid.core.sources import (
     valid_identity,
 )
 from refgrid.core.typed import JSONObject, StorageOptions
+from refgrid.core.util import gc_paused
 from refgrid.errors import FormatError, NotFoundError, RefgridError
 from refgrid.model.manifest import (
     MISSING,
@@ -269,6 +270,16 @@ class IdentityColumns(Mapping[str, SourceIdentity]):
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    def items(self) -> ItemsView[str, SourceIdentity]:
+        """Every identity, made column by column (an append reads the table whole)."""
+        names = [name for name, _ in self._fields]
+        columns = [column.to_pylist() for _, column in self._fields]
+        with gc_paused():  # 10^5 small dicts: the collector would walk them again and again
+            made = {url: cast(SourceIdentity, {name: value for name, value in zip(
+                names, values, strict=True) if value is not None})
+                for url, *values in zip(self.urls, *columns, strict=True)}
+        return made.items()
 
     def sorted(self) -> bool:
         """Whether the URLs are in order (compared as their UTF-8 bytes, as Python does)."""
