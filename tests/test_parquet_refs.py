@@ -250,3 +250,21 @@ def test_attributes_that_are_not_finite_survive_the_fast_json_of_appends(tmp_pat
                  b'{"a": [NaN, Infinity, -Infinity]}'):
         got, want = jsonio.loads(text), json.loads(text)
         assert repr(got) == repr(want) and type(got) is type(want), text
+
+
+def test_an_append_keeps_one_identity_a_url(tmp_path):
+    """Sources added that the archive holds already (the last file's rewritten chunks, say)
+    are not a second row: the sources' record files still read, the newer identity kept."""
+    from refgrid.writers.parquet import append_parquet
+
+    files = sorted((FIXTURES / "monthly" / "chunk10").glob("tas_2001*.nc"))[:5]
+    refs = refgrid.write(refgrid.combine([refgrid.scan(f) for f in files], "time"),
+                         tmp_path / "refs.parq", record_size=2)
+    meta = json.loads((refs / ".zmetadata").read_text())
+    again = {str(files[1]): {"size": 7, "mtime": 1.5}, str(tmp_path / "new.nc"): {"size": 3}}
+    append_parquet(refs, meta, {}, meta["metadata"], again)
+    sources = refgrid.scan(refs).sources
+    assert len(sources) == len(dict(sources.items())) == 6
+    assert sources[str(files[1])] == {"size": 7, "mtime": 1.5}
+    assert sources[str(tmp_path / "new.nc")] == {"size": 3}
+    assert json.loads((refs / ".zmetadata").read_text())["refgrid"]["source_table"]["rows"] == 6

@@ -117,7 +117,7 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
         sources = output.sources(meta)
         old = {url: identity for url, identity in sources.items()
                if isinstance(identity, dict) and not identity.get("rewritten")}
-    except (RefgridError, KeyError, TypeError) as e:
+    except (RefgridError, AttributeError, KeyError, TypeError) as e:  # (a damaged section)
         return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: {e})")
     if not old:
         return Plan("rebuild", "the earlier output names no source file")

@@ -115,13 +115,13 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
     ``tail`` maps an array to ``(row, manifest)`` — its chunks from C-order row ``row`` on
     are now ``manifest``'s (the rows before stay; the record file holding ``row`` is
     rewritten, later ones written); ``metadata`` replaces the documents; ``sources`` are
-    added to the sources, but those it holds (``known``, named as it names them: the last
-    file's rewritten chunks). Each record file is swapped in whole, then ``.zmetadata`` (the
-    documents, the digests and the sources' count of the new extent) last: until then the
-    directory reads as before (a reader that had loaded the old ``.zmetadata`` may meet a
-    rewritten last record file, whose digest then differs: an error, never other
-    references). The files written are those a from-scratch write of the whole would write,
-    byte for byte. Returns the number of record files written."""
+    added to the sources, one identity a URL (``known``: those it holds, named as it names
+    them, which are not added again). Each record file is swapped in whole, then
+    ``.zmetadata`` (the documents, the digests and the sources' table of the new extent)
+    last: until then the directory reads as before (a reader that had loaded the old
+    ``.zmetadata`` may meet a rewritten record file, whose digest then differs: an error,
+    never other references). The files written are those a from-scratch write of the whole
+    would write, byte for byte. Returns the number of record files written."""
     record_size = int(meta["record_size"])
     kept = dict(meta[SOURCES_KEY])
     digests: dict[str, str] = dict(kept.get(RECORDS_KEY, {}))
@@ -145,9 +145,9 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
         kept_rows = [row for n in range(first, len(table.pages)) for row in _read_identities(
             target / record_name(SOURCES_DIRECTORY, n),
             digests.get(record_name(SOURCES_DIRECTORY, n)))]
-        merged = sorted([*kept_rows, *added], key=itemgetter(0))
+        merged = sorted({**dict(kept_rows), **dict(added)}.items(), key=itemgetter(0))
         pages = _write_identities(merged, target, first, table.page_rows, digests)
-        table = SourceTable(table.rows + len(added), table.page_rows,
+        table = SourceTable(first * table.page_rows + len(merged), table.page_rows,
                             [*table.pages[:first], *pages], table.first or _first(added),
                             _first(added[::-1]) or table.last)
         written += len(pages)
