@@ -360,6 +360,54 @@ def test_closing_while_a_read_is_under_way_waits_for_it(tmp_path, monkeypatch):
     assert files.pread(str(path), 4, 2) == b"ef" and not files._fds  # opened per read now
 
 
+def test_a_read_that_starts_as_close_closes_the_files_uses_its_own_descriptor(tmp_path):
+    """A read arriving between close() deciding to close the kept files and closing them
+    must not take a kept descriptor: closed under it and reused for the next file opened, it
+    would read that file's bytes (a torn chunk seen once in 19,580 reads of a followed
+    archive, whose catalog closes a version's files as the next is published)."""
+    import threading
+
+    from refgrid.read import fetch
+
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    a.write_bytes(b"abcdef")
+    b.write_bytes(b"ghijkl")
+    files = fetch.OpenFiles()
+    assert files.pread(str(a), 0, 2) == b"ab"  # kept open
+    kept = files._fds[str(a)]
+    real = files._finalizer
+    got: list[bytes | None] = []
+
+    def interleaved() -> None:  # close() has decided; another thread reads before it acts
+        files._finalizer = real  # type: ignore[assignment]  # (once)
+        inside, release = threading.Event(), threading.Event()
+        real_pread = os.pread
+
+        def paused(fd: int, length: int, offset: int) -> bytes:
+            inside.set()
+            release.wait(10)
+            return real_pread(fd, length, offset)
+
+        fetch.os.pread = paused  # type: ignore[assignment]  # (this thread's read only)
+        try:
+            reader = threading.Thread(target=lambda: got.append(files.pread(str(a), 2, 2)))
+            reader.start()
+            assert inside.wait(10)
+            fetch.os.pread = real_pread  # type: ignore[assignment]
+            real()  # the kept descriptor closed ...
+            reused = os.open(b, os.O_RDONLY)  # ... and its number taken by the next file
+            release.set()
+            reader.join(10)
+            os.close(reused)
+        finally:
+            fetch.os.pread = real_pread  # type: ignore[assignment]
+        assert kept == reused  # (the scenario: a number reused at once, as POSIX does)
+
+    files._finalizer = interleaved  # type: ignore[assignment]
+    files.close()
+    assert got == [b"cd"]
+
+
 def test_the_files_kept_open_are_bounded_in_the_process(config, tmp_path, monkeypatch):
     """However many stores are open, the process keeps at most KEEP_OPEN files open; a
     store closed (or collected) gives its share back. (refgrid's pipeline reads a selection

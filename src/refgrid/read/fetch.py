@@ -247,8 +247,8 @@ class OpenFiles:
     def pread(self, url: str, offset: int, length: int) -> bytes | None:
         """``length`` bytes of local ``url`` from ``offset`` (short past its end), or None if
         the file cannot be opened or read (the caller's general path names why)."""
-        with self._lock:
-            fd = self._fds.get(url)
+        with self._lock:  # (closing: the kept descriptors may be closing under us)
+            fd = None if self._closing else self._fds.get(url)
             if fd is not None:
                 self._busy += 1
         if fd is not None:
