@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from refgrid.model.manifest import INLINE, PagedManifest
 from refgrid.model.virtual import VirtualGroup
 from refgrid.read.array import read
 from refgrid.read.view import contents
+from refgrid.scanners import parquet
 from refgrid.scanners.allowed import check_sources
 from refgrid.scanners.parquet import EAGER_RECORDS
 
@@ -40,10 +42,15 @@ def loaded(manifest: PagedManifest) -> set[int]:
     return set(manifest._loaded)
 
 
-def test_opening_reads_no_record_file_and_a_selection_reads_its_own(archive):
+LAST = {21}
+"""The last record file of ``tas`` (43 chunks, 2 a record file), read as the archive opens:
+the one an append rewrites."""
+
+
+def test_opening_reads_the_last_record_file_and_a_selection_reads_its_own(archive):
     group = refgrid.scan(archive)
     tas = group["tas"].manifest
-    assert isinstance(tas, PagedManifest) and not loaded(tas)
+    assert isinstance(tas, PagedManifest) and loaded(tas) == LAST
     truth = closed(xr.open_mfdataset(FILES, combine="by_coords"))
     with xr.open_dataset(archive, engine="refgrid") as ds:
         xr.testing.assert_identical(ds.isel(time=slice(40, 52)).load(),
@@ -51,9 +58,9 @@ def test_opening_reads_no_record_file_and_a_selection_reads_its_own(archive):
         xr.testing.assert_identical(ds.load(), truth)
     store = refgrid.open_store(archive)
     paged = store.view.arrays["tas"].manifest
-    assert isinstance(paged, PagedManifest) and not loaded(paged)
+    assert isinstance(paged, PagedManifest) and loaded(paged) == LAST
     data = contents(store.view, [store.view.parse("tas/c/4/0/0")])[0]
-    assert loaded(paged) == {2}  # chunk (4, 0, 0) is row 4: record file 2
+    assert loaded(paged) == {2} | LAST  # chunk (4, 0, 0) is row 4: record file 2
     start = int(group["tas"].grid.bounds(0)[4])  # (February's first ten days)
     decoded = np.frombuffer(Shuffle(4).decode(zlib.decompress(data)), "<f4")
     np.testing.assert_array_equal(decoded.reshape(10, 6, 8),
@@ -113,10 +120,13 @@ def test_the_allow_list_is_checked_as_each_record_file_loads(archive):
     """Checking every URL as the archive opens would read every record file: each page's
     URLs are checked as it loads, before any of its chunks is read."""
     allowed = refgrid.scan(archive, allowed_sources=[str(FIXTURES)])
-    assert not loaded(allowed["tas"].manifest)
+    assert loaded(allowed["tas"].manifest) == LAST
     with pytest.raises(refgrid.AccessError, match="'lat'"):  # (read whole: checked now)
         refgrid.scan(archive, allowed_sources=["/elsewhere"])
     tas = refgrid.scan(archive)["tas"]
+    with pytest.raises(refgrid.AccessError, match=r"tas_200112\.nc"):  # (its last page: loaded)
+        check_sources(VirtualGroup(arrays={"tas": tas}), ["/elsewhere"], "here")
+    tas = replace(tas, manifest=PagedManifest(tas.manifest.shape, tas.manifest.pages))
     elsewhere = check_sources(VirtualGroup(arrays={"tas": tas}), ["/elsewhere"], "here")
     assert not loaded(elsewhere["tas"].manifest)
     with pytest.raises(refgrid.AccessError, match=r"'tas'.*tas_20010\d\.nc.*outside the "
@@ -127,10 +137,12 @@ def test_the_allow_list_is_checked_as_each_record_file_loads(archive):
                                   truth["tas"].values[40:52])
 
 
-def test_pickling_a_paged_manifest_reads_neither_pages_nor_sources(archive):
+def test_pickling_a_paged_manifest_reads_neither_pages_nor_sources(archive, monkeypatch):
+    monkeypatch.setattr(parquet, "EAGER_RECORDS", 4)  # (its 6 source record files: paged)
     group = refgrid.scan(archive)
     data = pickle.dumps(group["tas"].manifest)
-    assert not group.sources._pages and len(data) < 10_000
+    assert set(group.sources._pages) == {5} and len(data) < 10_000  # (the last: as opened)
+    assert not loaded(pickle.loads(data))
     assert isinstance(group.sources, StoredSources) and len(group.sources) == len(FILES)
 
 
@@ -158,3 +170,33 @@ def test_a_paged_archive_may_hold_more_chunks_than_are_held_whole(tmp_path):
             assert ds["v"][39, 39].item() == 1599
         with pytest.raises(refgrid.GridError, match=r"1600 chunks .* exceeds the limit"):
             array.manifest.path_id  # noqa: B018 (every chunk at once)
+
+
+def test_a_reader_of_one_version_reads_it_while_the_next_is_appended(tmp_path,
+                                                                     monkeypatch):
+    """An append rewrites the last record file of each manifest and of the sources: a
+    reader that opened the version before reads them as the archive opens, so it keeps
+    reading its version (not a digest error) while the next one lands."""
+    import functools
+
+    import refgrid.archive
+    from archive_files import write_archive
+
+    monkeypatch.setattr(refgrid.archive, "save",
+                        functools.partial(refgrid.archive.save, record_size=2))
+    files = write_archive(tmp_path / "landing", range(21))
+    out = tmp_path / "tas.parq"
+    refgrid.batch([str(f) for f in files[:20]], out, progress=False, scheduler="synchronous")
+    # (10 source record files, 33 of tas)
+    before = (out / "tas" / "refs.32.parq").read_bytes()
+    truth = closed(xr.open_mfdataset(files[:20], combine="by_coords"))
+    with xr.open_dataset(out, engine="refgrid") as ds:
+        group = refgrid.scan(out)
+        assert isinstance(group["tas"].manifest, PagedManifest)
+        assert isinstance(group.sources, StoredSources) and len(group.sources.firsts) == 10
+        result = refgrid.batch([str(f) for f in files], out, progress=False,
+                               scheduler="synchronous")
+        assert result.update.startswith("append"), result.update
+        assert (out / "tas" / "refs.32.parq").read_bytes() != before  # (rewritten)
+        xr.testing.assert_identical(ds.load(), truth)
+    np.testing.assert_array_equal(read(group["tas"]), truth["tas"].values)

@@ -285,6 +285,11 @@ class StoredSources(Mapping[str, SourceIdentity]):
         self._pages: dict[int, Mapping[str, SourceIdentity]] = {}
         self._lock = threading.Lock()
 
+    def load(self, pages: Iterable[int]) -> None:
+        """Read ``pages`` now."""
+        for n in pages:
+            self._page(n)
+
     def _page(self, n: int) -> Mapping[str, SourceIdentity]:
         found = self._pages.get(n)
         if found is None:

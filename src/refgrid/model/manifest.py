@@ -408,6 +408,17 @@ class PagedManifest(ChunkManifest):
     def __reduce__(self) -> tuple[type[PagedManifest], tuple[tuple[int, ...], Pages]]:
         return PagedManifest, (self._shape, self._pages)
 
+    def with_pages(self, pages: Pages) -> PagedManifest:
+        """This manifest loading its further pages from ``pages`` (a wrapper of
+        :attr:`pages`), keeping those loaded so far: the last, read as the archive opened,
+        may have been rewritten on disk since by an append."""
+        with self._lock:
+            out = PagedManifest(self._shape, pages)
+            out._loaded.update(self._loaded)
+            out._urls.update(self._urls)
+            out._table.extend(self._table)
+        return out
+
     def __getattr__(self, name: str) -> Any:
         """A column, the first time one is asked for: every page loaded."""
         if name not in _COLUMNS:

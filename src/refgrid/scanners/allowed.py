@@ -62,7 +62,9 @@ def check_sources(group: VirtualGroup, prefixes: Sequence[str], where: str,
         if isinstance(node, VirtualArray):
             manifest = node.manifest
             if isinstance(manifest, PagedManifest):
-                paged[path] = replace(node, manifest=PagedManifest(manifest.shape, AllowedPages(
+                for url in manifest.table:  # (the pages loaded so far)
+                    _check(url, bases, prefixes, where, path, remedy)
+                paged[path] = replace(node, manifest=manifest.with_pages(AllowedPages(
                     manifest.pages, tuple(bases), tuple(prefixes), where, path, remedy)))
                 continue
             for url in manifest.paths:

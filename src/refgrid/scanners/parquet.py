@@ -87,7 +87,9 @@ class ParquetReferences:
                             self.sidecar, self.storage_options, METADATA in self.documents)
         records = math.ceil(total / self.record_size) if total else 0
         if records > EAGER_RECORDS:
-            return PagedManifest(counts, pages)
+            paged = PagedManifest(counts, pages)
+            paged.locate([total - 1])  # the last record file, the one an append rewrites:
+            return paged  # read now, a reader of this version keeps it while the next lands
         names = [pages.name(n) for n in range(records)]
         found = self.fs.cat(names, on_error="return") if names else {}  # (concurrently)
         built = ManifestBuilder(counts)
@@ -100,7 +102,8 @@ class ParquetReferences:
 
 EAGER_RECORDS = 8
 """Record files an array's manifest may span and still be read whole as the archive opens
-(8 x 10^5 chunks, 16 MB of columns); beyond, a reader loads the record files it needs."""
+(8 x 10^5 chunks, 16 MB of columns); beyond, a reader loads the record files it needs, the
+last one as it opens (an append rewrites it)."""
 
 
 @dataclass(frozen=True)
@@ -323,7 +326,11 @@ def stored_sources(meta: object, url: str, fs: fsspec.AbstractFileSystem, root: 
                               f".zmetadata says ({expected} from {firsts[n]!r}, sorted)")
         return page
 
-    return StoredSources(rows, firsts, load, sidecar)
+    sources = StoredSources(rows, firsts, load, sidecar)
+    # read now, as manifests are: the whole table if small, else its last page, the one an
+    # append of later files rewrites (a reader of this version keeps them while it lands)
+    sources.load(range(len(firsts)) if len(firsts) <= EAGER_RECORDS else [len(firsts) - 1])
+    return sources
 
 
 SOURCE_PAGE_ROWS = 10_000
