@@ -110,3 +110,25 @@ def test_what_an_append_cannot_take_is_committed_whole_and_said(tmp_path, change
     got = snapshot(reopened(tmp_path / "repo", landing), result.snapshot)
     want = expected(given)
     xr.testing.assert_equal(got[["tas"]], want[["tas"]])
+
+
+def test_files_named_as_new_are_a_commit_of_their_references(tmp_path):
+    """``append=True`` (the new files named, the archive's neither listed nor checked)
+    commits as a batch over every file would, and refuses backfill with the branch kept."""
+    landing = tmp_path / "landing"
+    files = write_archive(landing, range(5))
+    repo = local_repository(tmp_path / "repo", [str(f) for f in files])
+    work = tmp_path / "work"
+    first = batch(files[:3], repo, work)
+    head = repo.lookup_branch("main")
+    with pytest.raises(refgrid.BatchError, match="backfill"):
+        refgrid.batch([str(files[4]), str(files[1].rename(landing / "early.nc"))], repo,
+                      work_dir=work, progress=False, scheduler="synchronous", append=True)
+    assert repo.lookup_branch("main") == head
+    (landing / "early.nc").rename(files[1])
+    added = refgrid.batch([str(f) for f in files[3:]], repo, work_dir=work, progress=False,
+                          scheduler="synchronous", append=True)
+    assert added.update == "append: 2 file(s) named as new: a commit of the new references"
+    assert added.snapshot not in (None, first.snapshot)
+    xr.testing.assert_identical(snapshot(repo, added.snapshot), expected(files))
+    xr.testing.assert_identical(snapshot(repo, first.snapshot), expected(files[:3]))

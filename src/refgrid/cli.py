@@ -300,13 +300,18 @@ def _scan_here(source: str, kwargs: dict[str, object]
               help="OUTPUT is a local Icechunk repository (created when absent): commit the "
                    "archive to its main branch; rerun to append new files as a new commit.")
 @click.option("-m", "--message", default=None, help="The Icechunk commit message.")
+@click.option("--append", "append", is_flag=True,
+              help="SOURCES name new files to add after the archive's last (a file that just "
+                   "landed): the archive's other files are neither listed nor checked, so "
+                   "the run costs what it adds. Backfill, changed files or an archive not "
+                   "yet written are refused: run without --append.")
 @allow_source
 @storage_option
 def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: str | None,
           workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
           allow_overlap: bool, recode: bool, quiet: bool, file_timeout: float | None,
           format_: Format | None, padded: Padded, to_icechunk: bool, message: str | None,
-          allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
+          append: bool, allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
     """Convert a whole archive: scan every file on dask, combine, write references.
 
     SOURCES are paths, URLs, glob patterns (quoted: expanded by refgrid, remote ones too)
@@ -320,6 +325,7 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
       refgrid batch 's3://bucket/era5/*.nc' -o era5.parq -s anon=true
       refgrid batch @files.txt -o tas.json --scheduler tcp://10.0.0.5:8786
       refgrid batch 'data/tas_*.nc' -o tas.icechunk --icechunk -m "2001 added"
+      refgrid batch data/tas_20261125.nc -o tas.parq --append
     """
     from refgrid.archive import batch as run_batch
     from refgrid.core.util import import_extra
@@ -340,7 +346,8 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
             message=message, on_error="raise" if on_error == "raise" else "report",
             progress=False if quiet else None, overlap="allow" if allow_overlap else "error",
             codecs="recode" if recode else "error", allowed_sources=list(allowed) or None,
-            storage_options=_storage_options(storage), file_timeout=file_timeout)
+            storage_options=_storage_options(storage), file_timeout=file_timeout,
+            append=append)
     except DirectoryError as e:
         raise _directory_hint(e, "batch", output) from e
     click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused, "
@@ -355,6 +362,8 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
                    f"{result.report_path})")
     else:
         click.echo(f"wrote {result.output} (report: {result.report_path})")
+    if result.update:
+        click.echo(f"  {result.update}")
     if result.rewritten:
         click.echo(f"  {result.rewritten}")
     if result.failed:

@@ -18,15 +18,18 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
-from refgrid.archive.assemble import combine_records
+from refgrid.archive.assemble import combine_records, order
 from refgrid.archive.deadline import GUARD, importing_script, note_unguarded
 from refgrid.archive.extend import (
+    WHOLE,
     IcechunkOutput,
     NotAppendable,
+    Output,
     ParquetOutput,
     Plan,
     extend,
     plan,
+    plan_added,
 )
 from refgrid.archive.journal import RECORDS, Journal
 from refgrid.archive.runner import run
@@ -147,6 +150,7 @@ def batch(
     allowed_sources: list[str] | None = None,
     storage_options: StorageOptions | None = None,
     file_timeout: float | None = None,
+    append: bool = False,
 ) -> BatchResult:
     """Convert an archive: scan every file ``sources`` name, combine along ``concat_dim``,
     write references at ``output``.
@@ -174,6 +178,14 @@ def batch(
     :func:`refgrid.write`. ``output`` may also be an Icechunk ``Repository`` (``work_dir``
     then required): the archive is committed to it with ``message``, so a run over a grown
     archive appends its new files as a new commit and earlier snapshots keep their extent.
+
+    ``append=True``: ``sources`` name files to *add* to the existing output, after its last
+    file along ``concat_dim`` (a file that just landed: an S3 event, a cron job that knows
+    it). The archive's other files are neither listed nor checked again, so the run costs
+    what it adds, whatever the archive's size. Anything only a whole batch can do — no
+    output yet, other settings, a named file inside the archive's range (backfill) or
+    already in it but changed, new files that do not combine with the archive's — is a
+    :class:`~refgrid.BatchError` that says so, and the output is left as it was.
     """
     if on_error not in ("raise", "report"):
         raise ArgumentError(f"on_error must be 'raise' or 'report', not {on_error!r}")
@@ -207,11 +219,26 @@ def batch(
                             f"{file_timeout!r}")
     show = showing(progress)
     work = Path(work_dir) if work_dir is not None else target.with_name(target.name + ".parts")
+    settings = {"concat_dim": concat_dim, "format": chosen, "padded": padded,
+                "overlap": overlap, "codecs": codecs}
+    job = ScanJob(concat_dim, options, allowed_sources, file_timeout or current().scan_timeout,
+                  str(work / TIMED_OUT))
+    commit = message or f"refgrid batch: files along {concat_dim!r}"
+    if append:
+        if not work.is_dir():
+            raise BatchError(f"cannot append to {target}: its work directory {work} is "
+                             f"absent; {WHOLE}")
+        if repository is not None and not _is_repository(repository):
+            raise ArgumentError("append=True needs an Icechunk Repository (a Session is "
+                                "written whole)")
+        with Journal(work, lazy=True) as journal:
+            added: Output = ParquetOutput(target, chosen, padded, options) if repository is None \
+                else IcechunkOutput(target, repository, commit, options)
+            return _append_named(listed, journal, added, job, settings, Scanning(
+                scheduler, workers, on_error, show), overlap, codecs, options)
     with _leaving_no_empty(work), Journal(work) as journal:
         todo, reused, changed, failed = _plan(listed, journal, options)
-        job = ScanJob(concat_dim, options, allowed_sources,
-                      file_timeout or current().scan_timeout, str(work / TIMED_OUT))
-        failed_now = _scan(todo, job, journal, scheduler, workers, on_error, show)
+        failed_now = _scan(todo, job, journal, Scanning(scheduler, workers, on_error, show))
         failed += failed_now
         bad = {f.url for f in failed}
         good = [url for url in listed if url in journal.entries and url not in bad]
@@ -225,8 +252,6 @@ def batch(
             more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
             raise BatchError(f"no file could be scanned ({len(failed)} failed): {shown}{more} "
                              f"(every failure is in {report})")
-        settings = {"concat_dim": concat_dim, "format": chosen, "padded": padded,
-                    "overlap": overlap, "codecs": codecs}
         result = replace(result, settings=settings)
         commit = message or f"refgrid batch: {len(good)} files along {concat_dim!r}"
         writing = ParquetOutput(target, chosen, padded, options) if repository is None else \
@@ -332,11 +357,22 @@ def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
     return todo, reused, changed, failed
 
 
+@dataclass(frozen=True)
+class Scanning:
+    """How a batch scans: where (``scheduler``, ``workers``), what a failure does, and
+    whether a progress bar shows."""
+
+    scheduler: str | Untyped | None
+    workers: int | None
+    on_error: str
+    show: bool
+
+
 def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: Journal,
-          scheduler: str | Untyped | None, workers: int | None, on_error: str,
-          show: bool) -> list[FailedFile]:
+          how: Scanning) -> list[FailedFile]:
     failed: list[FailedFile] = []
-    bar = progress_bar(len(todo), "scanning", "file", show)
+    on_error = how.on_error
+    bar = progress_bar(len(todo), "scanning", "file", how.show)
 
     def on_result(outcomes: list[Scanned | Failed]) -> None:
         for outcome in outcomes:  # every scanned file of the task is recorded, then a raise
@@ -351,10 +387,67 @@ def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: 
             bar.set_postfix(failed=len(failed), refresh=False)
 
     try:
-        run(todo, job, on_result, scheduler=scheduler, workers=workers)
+        run(todo, job, on_result, scheduler=how.scheduler, workers=how.workers)
     finally:
         bar.close()
     return failed
+
+
+def _append_named(listed: dict[str, SourceIdentity | None], journal: Journal,
+                  writing: Output, job: ScanJob, settings: dict[str, str], how: Scanning,
+                  overlap: Literal["error", "allow"], codecs: Literal["error", "recode"],
+                  options: dict[str, object]) -> BatchResult:
+    """A batch told which files are new (``append=True``): see :func:`batch`."""
+    chosen = plan_added(writing, listed, settings, options)
+    report = writing.report
+    result = BatchResult(writing.target, report, journal.directory, len(listed), 0,
+                         len(listed) - len(chosen.new), settings=settings)
+    if chosen.path == "unchanged":
+        result = replace(result, update=str(chosen))
+        _save(result)
+        return result
+    failed = _scan([(url, listed[url]) for url in chosen.new], job, journal, how)
+    bad = {f.url for f in failed}
+    new = [url for url in chosen.new if url not in bad]
+    result = replace(result, scanned=len(new), failed=failed)
+    if not new:
+        raise BatchError(f"no new file could be scanned ({len(failed)} failed): "
+                         f"{failed[0].message}; the archive {writing.target} is as it was")
+    for url in chosen.old:  # (what the append re-reads: its first and last files)
+        try:
+            difference = identity_difference(chosen.sources[url],
+                                             Source.of(url, options).identity)
+            journal.header(url)
+        except ScanError as e:
+            difference = str(e)
+        except KeyError:
+            raise BatchError(f"the work directory {journal.directory} has no record of the "
+                             f"archive's file {url}; {WHOLE}") from None
+        if difference:
+            raise BatchError(f"the archive's file {url} changed since it was written "
+                             f"({difference}); {WHOLE}")
+    last = chosen.old[-1]
+    unplaced = [url for url in (last, *new) if "first" not in journal.header(url)]
+    if unplaced:
+        raise BatchError(f"{unplaced[0]} has no value of the concat coordinate to order it "
+                         f"by; {WHOLE}")
+    ordered = order(journal, [last, *new])
+    if ordered[0] != last:
+        early = next(url for url in ordered if url != last)
+        raise BatchError(f"{early} lies inside the archive's range (backfill), not after its "
+                         f"last file {last}; {WHOLE}")
+    try:
+        appended = extend(journal, writing, replace(chosen, new=tuple(ordered[1:])),
+                          settings["concat_dim"], overlap=overlap, codecs=codecs,
+                          storage_options=options)
+    except NotAppendable as e:
+        raise BatchError(f"cannot append to {writing.target}: {e}; {WHOLE}") from e
+    written = f"{appended.records} record file(s) written" if appended.snapshot is None \
+        else "a commit of the new references"
+    result = replace(result, update=f"{chosen}: {written}", snapshot=appended.snapshot,
+                     notes=[str(entry) for entry in appended.group.report])
+    _save(result)
+    return result
 
 
 def _combine(journal: Journal, urls: list[str], concat_dim: str,

@@ -61,7 +61,7 @@ def combine_records(journal: Journal, urls: Sequence[str], concat_dim: str, *,
 def order(journal: Journal, urls: Sequence[str]) -> list[str]:
     """``urls`` in concat-coordinate order; files without a first value (an empty or no
     coordinate) last, in the given order, as the combine places them."""
-    firsts = {url: journal.entries[url].header.get("first") for url in urls}
+    firsts = {url: journal.header(url).get("first") for url in urls}
     by_units: dict[tuple[JSON, JSON], list[str]] = {}
     for url, first in firsts.items():
         if first is not None:

@@ -46,7 +46,7 @@ from refgrid.core.sources import (
     identity_difference,
 )
 from refgrid.core.typed import StorageOptions
-from refgrid.errors import RefgridError, WriteError
+from refgrid.errors import BatchError, RefgridError, WriteError
 from refgrid.grid.json_forms import (
     ChunkGridJSON,
     emit_chunk_grid,
@@ -59,6 +59,7 @@ from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import bookkeeping, documents
 from refgrid.read.cropped import portable_documents_group, portable_grid
 from refgrid.scanners.parquet import source_table, stored_sources
+from refgrid.scanners.source import Source
 from refgrid.writers import sized
 from refgrid.writers.atomic import write_file
 from refgrid.writers.icechunk import append_icechunk
@@ -102,19 +103,11 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
     """Whether the files ``good`` (recorded, scanned without failure) can be appended to
     ``output``, written by an earlier batch from the same work directory with the same
     ``settings`` (which its report beside the output holds)."""
-    meta = output.earlier()
-    if isinstance(meta, Plan):
-        return meta
+    earlier = _earlier(output, settings)
+    if isinstance(earlier, Plan):
+        return earlier
+    meta, sources = earlier
     try:
-        before = json.loads(output.report.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        return Plan("rebuild", f"the earlier run's report cannot be read ({e})")
-    if not isinstance(before, dict) or before.get("settings") != dict(settings) or \
-            before.get("error"):
-        return Plan("rebuild", "the earlier output was written with other settings (or "
-                    "failed)")
-    try:
-        sources = output.sources(meta)
         old = {url: identity for url, identity in sources.items()
                if isinstance(identity, dict) and not identity.get("rewritten")}
     except (RefgridError, AttributeError, KeyError, TypeError) as e:  # (a damaged section)
@@ -150,6 +143,72 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
     return Plan("append", f"{len(new)} file(s) after the archive's last",
                 (first, *(url for url in old if url not in (first, last)), last)
                 if first != last else (first,), tuple(ordered[1:]), meta, sources)
+
+
+def _earlier(output: Output, settings: Mapping[str, str]
+             ) -> tuple[Mapping[str, Any], Mapping[str, SourceIdentity]] | Plan:
+    """The earlier output's ``.zmetadata`` (its form) and sources, if a batch with the same
+    ``settings`` wrote it; else the plan."""
+    meta = output.earlier()
+    if isinstance(meta, Plan):
+        return meta
+    try:
+        before = json.loads(output.report.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return Plan("rebuild", f"the earlier run's report cannot be read ({e})")
+    if not isinstance(before, dict) or before.get("settings") != dict(settings) or \
+            before.get("error"):
+        return Plan("rebuild", "the earlier output was written with other settings (or "
+                    "failed)")
+    try:
+        return meta, output.sources(meta)
+    except (RefgridError, AttributeError, KeyError, TypeError) as e:  # (a damaged section)
+        return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: {e})")
+
+
+def plan_added(output: Output, listed: Mapping[str, SourceIdentity | None],
+               settings: Mapping[str, str], storage_options: StorageOptions) -> Plan:
+    """How the files ``listed``, named as files to add to ``output`` (a batch told which
+    files are new: ``append=True``), are added: ``"unchanged"`` (the archive holds them
+    all, as they are) or ``"append"``, with the archive's first and last files (``old``)
+    and the files to scan (``new``, ordered once scanned). No other file of the archive is
+    listed or compared, so this costs what is added. What only a whole batch can do is a
+    :class:`BatchError` saying so: no earlier output, other settings, or a named file the
+    archive holds that changed since."""
+    earlier = _earlier(output, settings)
+    if isinstance(earlier, Plan):
+        raise BatchError(f"cannot append to {output.target}: {earlier.reason}; {WHOLE}")
+    meta, sources = earlier
+    new = []
+    for url, known in listed.items():
+        try:
+            held = sources.get(url)
+        except (RefgridError, AttributeError, KeyError, TypeError) as e:
+            raise BatchError(f"cannot append to {output.target}: its sources cannot be read "
+                             f"({type(e).__name__}: {e}); {WHOLE}") from e
+        if held is None:
+            new.append(url)
+            continue
+        now = known if known is not None else Source.of(url, storage_options).identity
+        difference = identity_difference(held, now)
+        if difference:
+            raise BatchError(f"{url} is in the archive {output.target} and changed since it "
+                             f"was written ({difference}); {WHOLE}")
+    if not new:
+        return Plan("unchanged", "every file named is in the archive")
+    ends = output.ends(meta)
+    if ends is None:  # (no table to say: the sources in time order, as plan() takes them)
+        urls = [url for url, identity in sources.items() if not identity.get("rewritten")]
+        ends = (urls[0], urls[-1]) if urls else None
+    if ends is None:
+        raise BatchError(f"the archive {output.target} names no source file; {WHOLE}")
+    first, last = ends
+    return Plan("append", f"{len(new)} file(s) named as new", (first, last) if first != last
+                else (first,), tuple(new), meta, sources)
+
+
+WHOLE = "run the batch over every file of the archive (without append) to rebuild it"
+"""What a batch told which files are new says when only a whole batch can do it."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import os
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, NamedTuple, NotRequired, TypedDict
+from typing import IO, NamedTuple, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -63,9 +63,13 @@ class Entry(NamedTuple):
 
 
 class Journal:
-    """The records of a work directory, opened for one batch (a context manager)."""
+    """The records of a work directory, opened for one batch (a context manager).
 
-    def __init__(self, directory: Path) -> None:
+    ``lazy``: the records already there are indexed only when :attr:`entries` is first
+    asked for (an append of a few files to an archive of 10^5 reads none of theirs); the
+    records this batch appends are known at once."""
+
+    def __init__(self, directory: Path, *, lazy: bool = False) -> None:
         self.directory = directory
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -79,13 +83,21 @@ class Journal:
             raise BatchError(f"another batch is using the work directory {directory}; wait "
                              "for it, or give this one its own --work-dir") from None
         self.path = directory / RECORDS
-        self.entries: dict[str, Entry] = {}
+        self._entries: dict[str, Entry] | None = None
         self._added: dict[str, Entry] = {}
         """The records this batch appended (the index's next frame)."""
         self._frames = 0
         """The index's frames as it was read (0: it was not)."""
+        self._dirty = False
+        self._index: list[bytes] | None = None
+        """(A lazy journal's) the index's frame bodies, if they describe the records file
+        as this batch found it (empty: they do not)."""
         try:
-            self._load()
+            self._before = _signature(self.path) if self.path.exists() else None
+            """The records file as this batch found it (what the index must describe for
+            a lazy journal to add its frame)."""
+            if not lazy:
+                self._load()
             self._out: IO[bytes] = open(self.path, "ab")  # noqa: SIM115 - held until close
             self._in: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - held until close
         except OSError as e:
@@ -98,6 +110,27 @@ class Journal:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def entries(self) -> dict[str, Entry]:
+        """Every usable record by URL (indexed on first use)."""
+        if self._entries is None:
+            self._load()
+            assert self._entries is not None
+        return self._entries
+
+    def header(self, url: str) -> Header:
+        return self._entry(url).header
+
+    def _entry(self, url: str) -> Entry:
+        """``url``'s entry: a lazy journal finds it in the index alone (:func:`_row`), the
+        records of 10^5 files left unread, until :attr:`entries` is asked for."""
+        found = self._added.get(url)
+        if found is None and self._entries is None:
+            if self._index is None:
+                self._index = _frames(self.directory / INDEX, self._before)
+            found = _row(self._index, url) if self._index else None
+        return found if found is not None else self.entries[url]
+
     def close(self) -> None:
         self._out.flush()
         os.fsync(self._out.fileno())
@@ -106,7 +139,8 @@ class Journal:
         try:
             if self._dirty:
                 _write_index(self.directory / INDEX, self.path, self.entries)
-            elif self._added:
+            elif self._added and (self._entries is not None or _frames(
+                    self.directory / INDEX, self._before)):  # (else: read whole next time)
                 _add_frame(self.directory / INDEX, self.path, self._added)
         except OSError:  # the index only saves time: the next batch reads the records
             pass
@@ -122,14 +156,15 @@ class Journal:
         indexed = _read_index(self.directory / INDEX, self.path)
         clean = True
         if indexed is None:
-            self.entries, clean = read_entries(self.path)
+            self._entries, clean = read_entries(self.path)
         else:
-            self.entries, self._frames = indexed
+            self._entries, self._frames = indexed
+            self._entries.update(self._added)  # (a lazy journal's own, after the index)
         self._dirty = indexed is None or self._frames >= FRAMES
         """The index is to be written whole on :meth:`close` (it does not describe the
         records file, or has frames enough)."""
-        if not clean:
-            self._compact()
+        if not clean and not hasattr(self, "_out"):  # (a lazy journal's records file is
+            self._compact()  # open for appends: compacted by the next batch instead)
 
     def _compact(self) -> None:
         """Rewrite the records with only the current ones (atomically)."""
@@ -148,7 +183,7 @@ class Journal:
             replace_file(temporary, self.path)
         finally:
             temporary.unlink(missing_ok=True)
-        self.entries = entries
+        self._entries = entries
         self._dirty = True
 
     def append(self, header: Header, record: bytes) -> None:
@@ -162,12 +197,13 @@ class Journal:
             self._out.flush()
         except OSError as e:
             raise BatchError(f"cannot write the batch records {self.path}: {e}") from e
-        self.entries[header["url"]] = self._added[header["url"]] = \
-            Entry(header, offset, len(record))
+        entry = self._added[header["url"]] = Entry(header, offset, len(record))
+        if self._entries is not None:
+            self._entries[header["url"]] = entry
 
     def record(self, url: str) -> bytes:
         """The recorded bytes of ``url`` (checked against the CRC of its header)."""
-        entry = self.entries[url]
+        entry = self._entry(url)
         self._in.seek(entry.offset)
         data = self._in.read(entry.length)
         if _crc(entry.header, data) != entry.header.get("crc"):
@@ -229,9 +265,63 @@ def _read_index(index: Path, records: Path) -> tuple[dict[str, Entry], int] | No
         return None
 
 
+ENTRIES = b',"entries":['
+"""What separates a frame's signature and format from its entries (:func:`_frame`)."""
+ROW = b'[{"url":'
+"""How each entry of a frame begins: a header's URL comes first (:meth:`Journal.append`)."""
+
+
+def _frames(index: Path, signature: list[int] | None) -> list[bytes]:
+    """The bodies of an index's frames, each checked against its CRC, if the last
+    describes the records file whose signature is ``signature``, and every frame is of the
+    current format; else none. Their entries are not parsed (:func:`_row` finds one)."""
+    try:
+        data = index.read_bytes()
+    except OSError:
+        return []
+    bodies, at = [], 0
+    while at < len(data):
+        size = int.from_bytes(data[at:at + 4], "big")
+        body = data[at + 4:at + 4 + size]
+        if len(body) != size or zlib.crc32(body).to_bytes(4, "big") != \
+                data[at + 4 + size:at + 8 + size]:
+            return []
+        bodies.append(body)
+        at += 8 + size
+    try:
+        heads = [orjson.loads(body[:body.find(ENTRIES)] + b"}") for body in bodies]
+    except orjson.JSONDecodeError:
+        return []
+    if not heads or any(not isinstance(h, dict) or h.get("format") != FORMAT for h in heads) \
+            or signature is None or heads[-1].get("records") != signature:
+        return []
+    return bodies
+
+
+def _row(frames: list[bytes], url: str) -> Entry | None:
+    """The entry of ``url`` in the last frame naming it, found as bytes: a row begins
+    ``[{"url":<url>,`` and ends where the next begins or the entries end (a quote inside a
+    JSON string is escaped, so no value holds either), so one row is parsed, not 10^5."""
+    key = ROW + orjson.dumps(url) + b","
+    for body in reversed(frames):
+        start = body.rfind(key)
+        if start < 0:
+            continue
+        end = body.find(b"," + ROW, start + 1)
+        try:
+            header, offset, length = orjson.loads(body[start:end if end >= 0 else -2])
+        except (orjson.JSONDecodeError, ValueError):
+            return None
+        return Entry(cast("Header", header), offset, length) if isinstance(header, dict) \
+            and header.get("url") == url else None
+    return None
+
+
 def _frame(records: Path, entries: Mapping[str, Entry]) -> bytes:
     """A frame of ``entries``, every one of the current record format (:meth:`Journal.append`
-    writes it, :func:`read_entries` keeps no other): checked once a frame on reading."""
+    writes it, :func:`read_entries` keeps no other): checked once a frame on reading. Its
+    signature and format come first and its rows are compact JSON, so a lazy journal finds
+    one entry without parsing the others (:func:`_frames`, :func:`_row`)."""
     rows = [[e.header, e.offset, e.length] for e in entries.values()]
     body = orjson.dumps({"records": _signature(records), "format": FORMAT, "entries": rows})
     return len(body).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")

@@ -1,0 +1,172 @@
+"""A batch told which files are new (``append=True``, ``refgrid batch --append``): it lists
+and checks only those, scans them and the archive's first and last files, and appends — the
+output equal, byte for byte, to a batch over every file. What only a whole batch can do is
+refused with the output left as it was."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import xarray as xr
+
+import refgrid
+from archive_files import write_archive
+from helpers import closed
+from refgrid.archive.journal import INDEX, RECORDS, Journal, _read_index
+
+
+def tree_bytes(path):
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+def batch(sources, out, **kwargs):
+    return refgrid.batch(sources, out, progress=False, scheduler="synchronous", **kwargs)
+
+
+@pytest.fixture
+def grown(tmp_path, monkeypatch):
+    """An archive of 24 files (sources in record files of 2: 12 pages, read a page at a
+    time) and 3 files landed after it."""
+    monkeypatch.setitem(refgrid.writers.save.__kwdefaults__, "record_size", 2)
+    files = write_archive(tmp_path / "files", range(27))
+    out = tmp_path / "tas.parq"
+    batch([str(f) for f in files[:24]], out)
+    return files, out
+
+
+def test_the_named_files_are_appended_as_a_whole_batch_would(grown, tmp_path):
+    files, out = grown
+    one = batch(str(files[24]), out, append=True)
+    assert one.update.startswith("append: 1 file(s) named as new"), one.update
+    assert (one.files, one.scanned, one.reused) == (1, 1, 0)
+    two = batch([str(f) for f in files[25:]], out, append=True)
+    assert two.update.startswith("append: 2 file(s)"), two.update
+    fresh = tmp_path / "fresh.parq"
+    batch([str(f) for f in files], fresh)
+    assert tree_bytes(out) == tree_bytes(fresh)
+    with xr.open_dataset(out, engine="refgrid") as ds:
+        xr.testing.assert_identical(ds.load(), closed(xr.open_mfdataset(files,
+                                                                        combine="by_coords")))
+    # the work directory's index still describes its records: a whole batch reads no record
+    work = out.with_name(out.name + ".parts")
+    assert _read_index(work / INDEX, work / RECORDS) is not None
+    again = batch([str(f) for f in files], out)
+    assert (again.scanned, again.reused) == (0, 27) and again.update.startswith("unchanged")
+    assert tree_bytes(out) == tree_bytes(fresh)
+
+
+def test_files_already_in_the_archive_are_left_as_they_are(grown):
+    files, out = grown
+    before = tree_bytes(out)
+    result = batch([str(files[3]), str(files[23])], out, append=True)
+    assert result.update == "unchanged: every file named is in the archive"
+    assert tree_bytes(out) == before
+
+
+@pytest.mark.parametrize("case", ["no output", "backfill", "changed", "first changed",
+                                  "other settings"])
+def test_what_only_a_whole_batch_can_do_is_refused_and_the_output_kept(grown, tmp_path,
+                                                                        case):
+    files, out = grown
+    before = tree_bytes(out)
+    named, target, kwargs = [str(files[24])], out, {}
+    if case == "no output":
+        target = tmp_path / "none.parq"
+        match = "work directory .* is absent"
+    elif case == "backfill":
+        (files[10]).rename(tmp_path / "gone.nc")  # the archive misses a file, named back
+        named = [str(tmp_path / "elsewhere.nc")]
+        (tmp_path / "gone.nc").rename(tmp_path / "elsewhere.nc")
+        match = r"elsewhere\.nc lies inside the archive's range \(backfill\)"
+    elif case == "changed":
+        named = [str(files[5])]
+        os.utime(files[5], (1, 1))
+        match = r"tas_00005\.nc is in the archive .* and changed since it was written"
+    elif case == "first changed":
+        os.utime(files[0], (1, 1))
+        match = r"the archive's file .*tas_00000\.nc changed since it was written"
+    else:
+        kwargs = {"overlap": "allow"}
+        match = "written with other settings"
+    with pytest.raises(refgrid.BatchError, match=match) as raised:
+        batch(named, target, append=True, **kwargs)
+    assert "without append" in str(raised.value)
+    assert tree_bytes(out) == before
+    assert not target.exists() or target == out
+
+
+def test_the_command_line_appends_and_says_how(grown):
+    files, out = grown
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-m", "refgrid.cli", "batch", str(files[24]), "-o",
+                           str(out), "--append", "--scheduler", "synchronous", "-q"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "append: 1 file(s) named as new" in done.stdout
+    refused = subprocess.run([sys.executable, "-m", "refgrid.cli", "batch", str(files[3]),
+                              "-o", str(out.with_name("none.parq")), "--append", "-q"],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "without append" in refused.stderr
+
+
+def header(url: str, k: int) -> dict:
+    return {"url": url, "identity": {"size": k, "mtime": float(k)},
+            "first": [float(k), "days since 2000-01-01", "standard"]}
+
+
+URLS = ['/data/a "quoted", [{"url":x}].nc', "/data/ünï.nc", "s3://b/c.nc?v=1&w=2",
+        '/data/back\\slash.nc']
+"""URLs whose JSON holds escapes, and the very bytes a row begins with."""
+
+
+def test_a_lazy_journal_finds_entries_in_the_index_alone(tmp_path):
+    work = tmp_path / "w"
+    with Journal(work) as journal:
+        for k, url in enumerate(URLS):
+            journal.append(header(url, k), f"record {k}".encode())
+    with Journal(work) as journal:  # a second frame, superseding one entry
+        journal.append(header(URLS[1], 9), b"record 9")
+    with Journal(work, lazy=True) as lazy:
+        assert [lazy.record(u) for u in URLS] == [b"record 0", b"record 9", b"record 2",
+                                                  b"record 3"]
+        assert lazy.header(URLS[1])["identity"]["size"] == 9
+        assert lazy._entries is None  # (nothing indexed whole)
+        lazy.append(header("/data/new.nc", 5), b"record 5")
+        assert lazy.record("/data/new.nc") == b"record 5"
+    with Journal(work) as journal:  # (the lazy journal's records: one more frame)
+        assert journal._frames == 3 and journal.record("/data/new.nc") == b"record 5"
+        assert set(journal.entries) == {*URLS, "/data/new.nc"}
+    with Journal(work, lazy=True) as lazy, pytest.raises(KeyError):
+        lazy.header("/data/absent.nc")  # (not in the index: the records read whole)
+
+
+@pytest.mark.parametrize("damage", ["records changed", "index torn", "index absent"])
+def test_a_lazy_journal_whose_index_does_not_describe_its_records_reads_them(tmp_path,
+                                                                              damage):
+    work = tmp_path / "w"
+    with Journal(work) as journal:
+        for k, url in enumerate(URLS):
+            journal.append(header(url, k), f"record {k}".encode())
+    if damage == "records changed":  # a killed batch's record, not indexed
+        index = (work / INDEX).read_bytes()
+        with Journal(work) as journal:
+            journal.append(header("/data/late.nc", 7), b"record 7")
+        (work / INDEX).write_bytes(index)  # (its frame never written)
+    elif damage == "index torn":
+        (work / INDEX).write_bytes((work / INDEX).read_bytes()[:-3])
+    else:
+        (work / INDEX).unlink()
+    with Journal(work, lazy=True) as lazy:
+        assert lazy.record(URLS[2]) == b"record 2"
+        assert lazy._entries is not None  # (the index could not be trusted: read whole)
+        lazy.append(header("/data/new.nc", 5), b"record 5")
+    with Journal(work) as journal:
+        assert journal.record("/data/new.nc") == b"record 5"
+        assert journal.record(URLS[0]) == b"record 0"
+        if damage == "records changed":
+            assert journal.record("/data/late.nc") == b"record 7"
