@@ -16,7 +16,7 @@ import xarray as xr
 from numcodecs import Shuffle
 
 import refgrid
-from helpers import FIXTURES, closed
+from helpers import FIXTURES, RECTILINEAR, closed
 from refgrid.core.sources import StoredSources
 from refgrid.model.manifest import INLINE, PagedManifest
 from refgrid.model.virtual import VirtualGroup
@@ -84,7 +84,7 @@ def test_a_paged_manifest_pickles_and_reads_the_same(archive):
     manifest = refgrid.scan(archive)["tas"].manifest
     manifest.locate([0, 30])
     copy = pickle.loads(pickle.dumps(manifest))
-    assert isinstance(copy, PagedManifest) and not loaded(copy)
+    assert isinstance(copy, PagedManifest) and loaded(copy) == LAST  # (pinned: travels)
     flats = [3, 41, 17, 4]
     a, b = manifest.locate(flats), copy.locate(flats)
     assert a.path_id.tolist() != b.path_id.tolist()  # (another load order: other numbers)
@@ -142,7 +142,7 @@ def test_pickling_a_paged_manifest_reads_neither_pages_nor_sources(archive, monk
     group = refgrid.scan(archive)
     data = pickle.dumps(group["tas"].manifest)
     assert set(group.sources._pages) == {5} and len(data) < 10_000  # (the last: as opened)
-    assert not loaded(pickle.loads(data))
+    assert loaded(pickle.loads(data)) == LAST  # (pinned: what an append may rewrite)
     assert isinstance(group.sources, StoredSources) and len(group.sources) == len(FILES)
 
 
@@ -193,6 +193,7 @@ def test_a_reader_of_one_version_reads_it_while_the_next_is_appended(tmp_path,
     with xr.open_dataset(out, engine="refgrid") as ds:
         group = refgrid.scan(out)
         assert isinstance(group["tas"].manifest, PagedManifest)
+        pickled = pickle.dumps(group["tas"].manifest)
         assert isinstance(group.sources, StoredSources) and len(group.sources.firsts) == 10
         result = refgrid.batch([str(f) for f in files], out, progress=False,
                                scheduler="synchronous")
@@ -200,3 +201,68 @@ def test_a_reader_of_one_version_reads_it_while_the_next_is_appended(tmp_path,
         assert (out / "tas" / "refs.32.parq").read_bytes() != before  # (rewritten)
         xr.testing.assert_identical(ds.load(), truth)
     np.testing.assert_array_equal(read(group["tas"]), truth["tas"].values)
+    copy = pickle.loads(pickled)  # (a dask worker's copy, made before the append)
+    np.testing.assert_array_equal(read(replace(group["tas"], manifest=copy)),
+                                  truth["tas"].values)
+
+
+def test_a_reader_keeps_the_last_step_whose_record_files_an_append_rewrites(tmp_path,
+                                                                           monkeypatch):
+    """The last file's padded last chunks become interior when a file follows, and are
+    rewritten: every record file holding the array's last step along time changes — here
+    two, a step being 4 chunks in record files of 2. A reader of the version before keeps
+    them all (and a pickled copy of its manifest too)."""
+    import functools
+
+    import netCDF4
+
+    import refgrid.archive
+
+    def landed(k: int, days: int, start: int):
+        path = tmp_path / "files" / f"tile_{k:02d}.nc"
+        path.parent.mkdir(exist_ok=True)
+        with netCDF4.Dataset(path, "w") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("y", 4)
+            ds.createDimension("x", 4)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = np.arange(start, start + days)
+            v = ds.createVariable("v", "f4", ("time", "y", "x"), chunksizes=(5, 2, 2),
+                                  zlib=True)
+            v[:] = np.random.default_rng(k).random((days, 4, 4), dtype="f4")
+        return path
+
+    monkeypatch.setattr(refgrid.archive, "save",
+                        functools.partial(refgrid.archive.save, record_size=2))
+    monkeypatch.setattr(parquet, "EAGER_RECORDS", 1)  # (its 2 source record files: paged)
+    days = [12, 9, 11, 13, 7]
+    files = [landed(k, n, sum(days[:k])) for k, n in enumerate(days)]
+    out = tmp_path / "v.parq"
+    refgrid.batch([str(f) for f in files[:4]], out, progress=False, scheduler="synchronous")
+    truth = closed(xr.open_mfdataset(files[:4], combine="by_coords"))
+    group = refgrid.scan(out)
+    manifest = group["v"].manifest
+    assert isinstance(manifest, PagedManifest) and loaded(manifest) == {20, 21}
+    assert set(group.sources._pages) == {1}  # (from where the last file sorts: all after)
+    pickled = pickle.dumps(manifest)
+    before = {n: (out / "v" / f"refs.{n}.parq").read_bytes() for n in (19, 20, 21)}
+    refgrid.batch([str(f) for f in files], out, progress=False, scheduler="synchronous")
+    changed = {n for n, data in before.items()
+               if (out / "v" / f"refs.{n}.parq").read_bytes() != data}
+    assert changed == {20, 21}  # (the last step's; the one before kept its bytes)
+    np.testing.assert_array_equal(read(group["v"]), truth["v"].values)
+    copy = pickle.loads(pickled)
+    np.testing.assert_array_equal(read(replace(group["v"], manifest=copy)), truth["v"].values)
+    assert dict(group.sources) == {str(f): refgrid.scan(f).sources[str(f)] for f in files[:4]}
+    if RECTILINEAR:  # its padded chunks kept (served cropped), beyond max_chunks as a whole
+        import zarr
+
+        encoded = refgrid.write(refgrid.combine([refgrid.scan(f) for f in files], "time"),
+                                tmp_path / "encoded.parq", padded="encoded", record_size=2)
+        with refgrid.limits(max_chunks=40), zarr.config.set({"array.rectilinear_chunks": True}):
+            store = refgrid.open_store(encoded)
+            assert isinstance(store.view.arrays["v"].manifest, PagedManifest)
+            np.testing.assert_array_equal(
+                zarr.open_group(store, mode="r")["v"][...],
+                closed(xr.open_mfdataset(files, combine="by_coords"))["v"].values)

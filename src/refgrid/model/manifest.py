@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
@@ -396,6 +396,8 @@ class PagedManifest(ChunkManifest):
     _loaded: dict[int, Page]
     _urls: dict[str, int]
     _table: list[str]
+    _pinned: tuple[tuple[int, ...], int]
+    """The pages :meth:`pin` loaded, and how many URLs of :attr:`table` they name."""
 
     def __init__(self, shape: Sequence[int], pages: Pages) -> None:  # (not the dataclass's)
         object.__setattr__(self, "_shape", tuple(int(n) for n in shape))
@@ -404,9 +406,22 @@ class PagedManifest(ChunkManifest):
         object.__setattr__(self, "_loaded", {})
         object.__setattr__(self, "_urls", {})
         object.__setattr__(self, "_table", [])
+        object.__setattr__(self, "_pinned", ((), 0))
 
-    def __reduce__(self) -> tuple[type[PagedManifest], tuple[tuple[int, ...], Pages]]:
-        return PagedManifest, (self._shape, self._pages)
+    def __reduce__(self) -> tuple[Callable[..., PagedManifest], tuple[object, ...]]:
+        """Pickled with its pinned pages only (:meth:`pin`): what an append may have
+        rewritten since it was opened travels with it, the rest is read again."""
+        pinned, urls = self._pinned
+        return _unpickled, (self._shape, self._pages, {n: self._loaded[n] for n in pinned},
+                            self._table[:urls])
+
+    def pin(self, flats: Iterable[int]) -> None:
+        """Load the pages holding chunks ``flats`` now and keep them with the manifest, in
+        copies and pickles too (those an append of the next version rewrites: their bytes
+        on disk may be the next version's by the time a reader of this one needs them)."""
+        self.locate(list(flats))
+        with self._lock:
+            object.__setattr__(self, "_pinned", (tuple(self._loaded), len(self._table)))
 
     def with_pages(self, pages: Pages) -> PagedManifest:
         """This manifest loading its further pages from ``pages`` (a wrapper of
@@ -417,6 +432,7 @@ class PagedManifest(ChunkManifest):
             out._loaded.update(self._loaded)
             out._urls.update(self._urls)
             out._table.extend(self._table)
+            object.__setattr__(out, "_pinned", self._pinned)
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -516,3 +532,14 @@ class PagedManifest(ChunkManifest):
             whole = built.build()
             for name in ("paths", "path_id", "offset", "length", "inline"):
                 object.__setattr__(self, name, getattr(whole, name))
+
+
+def _unpickled(shape: tuple[int, ...], pages: Pages, pinned: dict[int, Page],
+               table: list[str]) -> PagedManifest:
+    """A pickled :class:`PagedManifest`, its pinned pages loaded as they were."""
+    manifest = PagedManifest(shape, pages)
+    manifest._loaded.update(pinned)
+    manifest._table.extend(table)
+    manifest._urls.update((url, k) for k, url in enumerate(table))
+    object.__setattr__(manifest, "_pinned", (tuple(pinned), len(table)))
+    return manifest

@@ -67,7 +67,7 @@ def padded_mask(grid: RectilinearGrid, end: int | None = None) -> np.ndarray:
     ``end``, its end as well)."""
     check_chunk_count(grid.chunk_counts)
     mask = np.zeros(grid.chunk_counts, dtype=bool)
-    for dim, inside in enumerate(_padded_along(grid, end)):
+    for dim, inside in enumerate(padded_along(grid, end)):
         shape = [1] * grid.ndim
         shape[dim] = len(inside)
         mask |= inside.reshape(shape)
@@ -77,10 +77,13 @@ def padded_mask(grid: RectilinearGrid, end: int | None = None) -> np.ndarray:
 def is_padded(grid: RectilinearGrid, end: int | None = None) -> bool:
     """Whether :func:`padded_mask` has a chunk (asked of each axis: a grid of 10^8 chunks
     needs no mask of 10^8 to say it has none)."""
-    return any(inside.any() for inside in _padded_along(grid, end))
+    return any(inside.any() for inside in padded_along(grid, end))
 
 
-def _padded_along(grid: RectilinearGrid, end: int | None) -> list[np.ndarray]:
+def padded_along(grid: RectilinearGrid, end: int | None = None) -> list[np.ndarray]:
+    """Per axis, which chunks :func:`padded_mask` would mark along it: a chunk is padded
+    where any of its coordinates is (asked a chunk at a time, a grid of 10^8 chunks needs
+    no mask of 10^8)."""
     out = []
     for dim, axis in enumerate(grid.axes):
         inside = (axis.encoded != axis.logical)

@@ -62,7 +62,7 @@ from refgrid.read.cropped import (
     Cropper,
     end_axis,
     is_padded,
-    padded_mask,
+    padded_along,
     portable_documents_group,
 )
 from refgrid.read.decode import decoded_by_zarr
@@ -125,7 +125,7 @@ class NativeView:
                           for path, a in keyed.items()},
                          {BOOKKEEPING: json.dumps({ATTRIBUTES_KEY: bookkeeping(group)})
                           .encode()})
-        self.padded = {path: padded_mask(a.grid, self.ends[path]).reshape(-1)
+        self.padded = {path: padded_along(a.grid, self.ends[path])
                        for path, a in self.arrays.items() if is_padded(a.grid, self.ends[path])}
         self.checked_arrays = {path for path, a in self.arrays.items()
                                if check_decoding and path not in self.unpacked
@@ -160,7 +160,9 @@ class NativeView:
             return "unpacked"
         if kind == MISSING:
             return "missing"
-        if chunk.array in self.padded and self.padded[chunk.array][chunk.flat]:
+        padded = self.padded.get(chunk.array)
+        if padded is not None and any(inside[c] for inside, c in zip(padded, chunk.coords,
+                                                                      strict=True)):
             return "cropped"
         if kind == INLINE:
             return "inline"

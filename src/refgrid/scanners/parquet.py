@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_right
 from collections.abc import ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple, cast
@@ -88,8 +89,12 @@ class ParquetReferences:
         records = math.ceil(total / self.record_size) if total else 0
         if records > EAGER_RECORDS:
             paged = PagedManifest(counts, pages)
-            paged.locate([total - 1])  # the last record file, the one an append rewrites:
-            return paged  # read now, a reader of this version keeps it while the next lands
+            # what an append rewrites — the record files holding the last step along the
+            # first axis (the last file's padded chunk, its partial record file) — read now
+            # and kept: a reader of this version reads it while the next one lands
+            size, slab = self.record_size, math.prod(counts[1:])
+            paged.pin(range(max(total - slab, 0) // size * size, total, size))
+            return paged
         names = [pages.name(n) for n in range(records)]
         found = self.fs.cat(names, on_error="return") if names else {}  # (concurrently)
         built = ManifestBuilder(counts)
@@ -327,9 +332,13 @@ def stored_sources(meta: object, url: str, fs: fsspec.AbstractFileSystem, root: 
         return page
 
     sources = StoredSources(rows, firsts, load, sidecar)
-    # read now, as manifests are: the whole table if small, else its last page, the one an
-    # append of later files rewrites (a reader of this version keeps them while it lands)
-    sources.load(range(len(firsts)) if len(firsts) <= EAGER_RECORDS else [len(firsts) - 1])
+    # read now, as manifests are: the whole table if small, else the pages an append of
+    # later files rewrites — from the one where the archive's last file sorts (new files
+    # sort after it when names sort in time) to the end (rewritten chunk files sort last) —
+    # so a reader of this version keeps them while the next one lands
+    last = bisect_right(firsts, table.last) - 1 if table.last else len(firsts) - 1
+    sources.load(range(len(firsts)) if len(firsts) <= EAGER_RECORDS else
+                 range(max(last, 0), len(firsts)))
     return sources
 
 
