@@ -170,3 +170,54 @@ def test_a_lazy_journal_whose_index_does_not_describe_its_records_reads_them(tmp
         assert journal.record(URLS[0]) == b"record 0"
         if damage == "records changed":
             assert journal.record("/data/late.nc") == b"record 7"
+
+
+def test_a_damaged_record_file_is_refused_before_anything_is_written(grown):
+    """Everything the append reads is read and checked before its first write: a damaged
+    record file of the last array it extends leaves the earlier ones as they were."""
+    import math
+
+    from archive_files import CHUNK, lengths
+
+    files, out = grown
+    row = sum(math.ceil(n / CHUNK) for n in lengths(range(23)))  # the last file's first chunk
+    assert row % 2  # (inside a record file of 2: the append reads its first row)
+    record = out / "tas" / f"refs.{row // 2}.parq"
+    data = bytearray(record.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    record.write_bytes(bytes(data))
+    before = tree_bytes(out)
+    with pytest.raises(refgrid.BatchError, match=r"does not match its digest.*without append"):
+        batch(str(files[24]), out, append=True)
+    assert tree_bytes(out) == before
+
+
+def test_a_last_file_recorded_otherwise_than_the_archive_says_is_refused(grown):
+    """The work directory holds another scan of the archive's last file than the one the
+    archive was made of (a shared work directory): its length and references could differ."""
+    files, out = grown
+    work = out.with_name(out.name + ".parts")
+    with Journal(work) as journal:
+        entry = journal.entries[str(files[23])]
+        journal.append({**entry.header, "identity": {"size": 1, "mtime": 1.0}},
+                       journal.record(str(files[23])))
+    before = tree_bytes(out)
+    with pytest.raises(refgrid.BatchError, match=r"tas_00023\.nc changed since it was "
+                       r"written or recorded .*without append"):
+        batch(str(files[24]), out, append=True)
+    assert tree_bytes(out) == before
+
+
+def test_a_lazy_journal_after_a_killed_batch_compacts_first_and_keeps_its_records(tmp_path):
+    work = tmp_path / "w"
+    with Journal(work) as journal:
+        for k, url in enumerate(URLS):
+            journal.append(header(url, k), f"record {k}".encode())
+    with open(work / RECORDS, "ab") as f:
+        f.write(b'{"url": "/torn.nc", "ident')  # a batch killed mid-record
+    with Journal(work, lazy=True) as lazy:
+        lazy.append(header("/data/new.nc", 5), b"record 5")
+    with Journal(work) as journal:
+        assert set(journal.entries) == {*URLS, "/data/new.nc"}
+        assert journal.record("/data/new.nc") == b"record 5"
+    assert b"/torn.nc" not in (work / RECORDS).read_bytes()

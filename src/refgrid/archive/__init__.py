@@ -22,11 +22,13 @@ from refgrid.archive.assemble import combine_records, order
 from refgrid.archive.deadline import GUARD, importing_script, note_unguarded
 from refgrid.archive.extend import (
     WHOLE,
+    Appended,
     IcechunkOutput,
     NotAppendable,
     Output,
     ParquetOutput,
     Plan,
+    changed,
     extend,
     plan,
     plan_added,
@@ -413,19 +415,38 @@ def _append_named(listed: dict[str, SourceIdentity | None], journal: Journal,
     if not new:
         raise BatchError(f"no new file could be scanned ({len(failed)} failed): "
                          f"{failed[0].message}; the archive {writing.target} is as it was")
+    try:
+        appended = _extend_named(journal, writing, chosen, new, settings["concat_dim"],
+                                 overlap, codecs, options)
+    except BatchError:
+        raise
+    except (RefgridError, NotAppendable) as e:  # (combine's, a scan's: named, with the way)
+        raise BatchError(f"cannot append to {writing.target}: {e}; {WHOLE}") from e
+    written = f"{appended.records} record file(s) written" if appended.snapshot is None \
+        else "a commit of the new references"
+    result = replace(result, update=f"{chosen}: {written}", snapshot=appended.snapshot,
+                     notes=[str(entry) for entry in appended.group.report])
+    _save(result)
+    return result
+
+
+def _extend_named(journal: Journal, writing: Output, chosen: Plan, new: list[str],
+                  concat_dim: str, overlap: Literal["error", "allow"],
+                  codecs: Literal["error", "recode"],
+                  options: dict[str, object]) -> Appended:
+    """Append the scanned files ``new`` after the archive's last, once its first and last
+    files are as the archive and the work directory recorded them."""
     for url in chosen.old:  # (what the append re-reads: its first and last files)
         try:
-            difference = identity_difference(chosen.sources[url],
-                                             Source.of(url, options).identity)
-            journal.header(url)
-        except ScanError as e:
-            difference = str(e)
+            recorded = journal.header(url)["identity"]
         except KeyError:
             raise BatchError(f"the work directory {journal.directory} has no record of the "
                              f"archive's file {url}; {WHOLE}") from None
+        now = Source.of(url, options).identity
+        difference = changed(chosen.sources.get(url), now) or changed(recorded, now)
         if difference:
-            raise BatchError(f"the archive's file {url} changed since it was written "
-                             f"({difference}); {WHOLE}")
+            raise BatchError(f"the archive's file {url} changed since it was written or "
+                             f"recorded ({difference}); {WHOLE}")
     last = chosen.old[-1]
     unplaced = [url for url in (last, *new) if "first" not in journal.header(url)]
     if unplaced:
@@ -436,18 +457,8 @@ def _append_named(listed: dict[str, SourceIdentity | None], journal: Journal,
         early = next(url for url in ordered if url != last)
         raise BatchError(f"{early} lies inside the archive's range (backfill), not after its "
                          f"last file {last}; {WHOLE}")
-    try:
-        appended = extend(journal, writing, replace(chosen, new=tuple(ordered[1:])),
-                          settings["concat_dim"], overlap=overlap, codecs=codecs,
-                          storage_options=options)
-    except NotAppendable as e:
-        raise BatchError(f"cannot append to {writing.target}: {e}; {WHOLE}") from e
-    written = f"{appended.records} record file(s) written" if appended.snapshot is None \
-        else "a commit of the new references"
-    result = replace(result, update=f"{chosen}: {written}", snapshot=appended.snapshot,
-                     notes=[str(entry) for entry in appended.group.report])
-    _save(result)
-    return result
+    return extend(journal, writing, replace(chosen, new=tuple(ordered[1:])),
+                  concat_dim, overlap=overlap, codecs=codecs, storage_options=options)
 
 
 def _combine(journal: Journal, urls: list[str], concat_dim: str,

@@ -46,7 +46,7 @@ from refgrid.core.sources import (
     identity_difference,
 )
 from refgrid.core.typed import StorageOptions
-from refgrid.errors import BatchError, RefgridError, WriteError
+from refgrid.errors import BatchError, RefgridError, ScanError, WriteError
 from refgrid.grid.json_forms import (
     ChunkGridJSON,
     emit_chunk_grid,
@@ -189,8 +189,12 @@ def plan_added(output: Output, listed: Mapping[str, SourceIdentity | None],
         if held is None:
             new.append(url)
             continue
-        now = known if known is not None else Source.of(url, storage_options).identity
-        difference = identity_difference(held, now)
+        try:
+            now = known if known is not None else Source.of(url, storage_options).identity
+        except ScanError as e:
+            raise BatchError(f"{url} is in the archive {output.target} and cannot be read "
+                             f"({e}); {WHOLE}") from e
+        difference = changed(held, now)
         if difference:
             raise BatchError(f"{url} is in the archive {output.target} and changed since it "
                              f"was written ({difference}); {WHOLE}")
@@ -198,13 +202,25 @@ def plan_added(output: Output, listed: Mapping[str, SourceIdentity | None],
         return Plan("unchanged", "every file named is in the archive")
     ends = output.ends(meta)
     if ends is None:  # (no table to say: the sources in time order, as plan() takes them)
-        urls = [url for url, identity in sources.items() if not identity.get("rewritten")]
+        urls = [url for url, identity in sources.items()
+                if isinstance(identity, Mapping) and not identity.get("rewritten")]
         ends = (urls[0], urls[-1]) if urls else None
     if ends is None:
         raise BatchError(f"the archive {output.target} names no source file; {WHOLE}")
     first, last = ends
     return Plan("append", f"{len(new)} file(s) named as new", (first, last) if first != last
                 else (first,), tuple(new), meta, sources)
+
+
+def changed(recorded: object, now: SourceIdentity) -> str:
+    """What differs between a file's recorded identity and ``now`` (empty: nothing); one
+    damaged in the record differs."""
+    if not isinstance(recorded, Mapping):
+        return f"its recorded identity {recorded!r:.60} is damaged"
+    try:
+        return identity_difference(cast("SourceIdentity", recorded), now)
+    except (TypeError, ValueError) as e:
+        return f"its recorded identity is damaged ({e})"
 
 
 WHOLE = "run the batch over every file of the archive (without append) to rebuild it"

@@ -89,15 +89,17 @@ class Journal:
         self._frames = 0
         """The index's frames as it was read (0: it was not)."""
         self._dirty = False
-        self._index: list[bytes] | None = None
-        """(A lazy journal's) the index's frame bodies, if they describe the records file
-        as this batch found it (empty: they do not)."""
+        self._index: list[bytes] = []
+        """(A lazy journal's) the index's frame bodies, which describe the records file as
+        this batch found it."""
         try:
             self._before = _signature(self.path) if self.path.exists() else None
             """The records file as this batch found it (what the index must describe for
             a lazy journal to add its frame)."""
-            if not lazy:
-                self._load()
+            if lazy:  # (an index that does not describe the records, or has frames enough:
+                self._index = _frames(directory / INDEX, self._before)  # read them whole,
+            if not self._index or len(self._index) >= FRAMES:  # a torn tail compacted, the
+                self._load()  # index written whole, before this batch appends)
             self._out: IO[bytes] = open(self.path, "ab")  # noqa: SIM115 - held until close
             self._in: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - held until close
         except OSError as e:
@@ -125,10 +127,8 @@ class Journal:
         """``url``'s entry: a lazy journal finds it in the index alone (:func:`_row`), the
         records of 10^5 files left unread, until :attr:`entries` is asked for."""
         found = self._added.get(url)
-        if found is None and self._entries is None:
-            if self._index is None:
-                self._index = _frames(self.directory / INDEX, self._before)
-            found = _row(self._index, url) if self._index else None
+        if found is None and self._entries is None and self._index:
+            found = _row(self._index, url)
         return found if found is not None else self.entries[url]
 
     def close(self) -> None:
@@ -139,8 +139,7 @@ class Journal:
         try:
             if self._dirty:
                 _write_index(self.directory / INDEX, self.path, self.entries)
-            elif self._added and (self._entries is not None or _frames(
-                    self.directory / INDEX, self._before)):  # (else: read whole next time)
+            elif self._added:  # (a lazy journal's index described the records it found)
                 _add_frame(self.directory / INDEX, self.path, self._added)
         except OSError:  # the index only saves time: the next batch reads the records
             pass

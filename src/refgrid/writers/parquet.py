@@ -127,25 +127,30 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
     digests: dict[str, str] = dict(kept.get(RECORDS_KEY, {}))
     portable = Portable(sidecar)
     written = 0
-    for path, (row, manifest) in tail.items():
+    kept_rows: dict[str, Rows] = {}  # (everything read, and checked, before any write)
+    for path, (row, _) in tail.items():
         first = row // record_size
         name = record_name(path, first)
-        old = read_record(target / name, digests.get(name))[:row - first * record_size] \
-            if row % record_size else Rows.empty()
-        written += _write_records(Rows.concat(old, Rows.of(manifest, portable)), target,
-                                  path, first, record_size, digests)
+        kept_rows[path] = read_record(target / name, digests.get(name))[
+            :row - first * record_size] if row % record_size else Rows.empty()
     added = [(url, identity) for url, identity in
              ((portable(url), identity) for url, identity in sources.items()) if url not in known]
     table = source_table(meta, str(target))
     if table is None:  # an archive of before: its table leaves .zmetadata
         added = [*stored_identities(meta).items(), *added]
         table = SourceTable(0, min(record_size, SOURCE_PAGE_ROWS), [], _first(added), None)
+    since = max(bisect_right(table.pages, min(url for url, _ in added)) - 1, 0) \
+        if added else 0
+    kept_identities = [row for n in range(since, len(table.pages)) if added
+                       for row in _read_identities(
+                           target / record_name(SOURCES_DIRECTORY, n),
+                           digests.get(record_name(SOURCES_DIRECTORY, n)))]
+    for path, (row, manifest) in tail.items():
+        written += _write_records(Rows.concat(kept_rows[path], Rows.of(manifest, portable)),
+                                  target, path, row // record_size, record_size, digests)
     if added:
-        first = max(bisect_right(table.pages, min(url for url, _ in added)) - 1, 0)
-        kept_rows = [row for n in range(first, len(table.pages)) for row in _read_identities(
-            target / record_name(SOURCES_DIRECTORY, n),
-            digests.get(record_name(SOURCES_DIRECTORY, n)))]
-        merged = sorted({**dict(kept_rows), **dict(added)}.items(), key=itemgetter(0))
+        first = since
+        merged = sorted({**dict(kept_identities), **dict(added)}.items(), key=itemgetter(0))
         pages = _write_identities(merged, target, first, table.page_rows, digests)
         table = SourceTable(first * table.page_rows + len(merged), table.page_rows,
                             [*table.pages[:first], *pages], table.first or _first(added),
