@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
-from refgrid.archive.assemble import combine_records, order
+from refgrid.archive.assemble import combine_records
 from refgrid.archive.deadline import GUARD, importing_script, note_unguarded
 from refgrid.archive.extend import (
     WHOLE,
@@ -28,6 +28,7 @@ from refgrid.archive.extend import (
     Output,
     ParquetOutput,
     Plan,
+    after_last,
     changed,
     extend,
     plan,
@@ -225,8 +226,8 @@ def batch(
                 "overlap": overlap, "codecs": codecs}
     job = ScanJob(concat_dim, options, allowed_sources, file_timeout or current().scan_timeout,
                   str(work / TIMED_OUT))
-    commit = message or f"refgrid batch: files along {concat_dim!r}"
     if append:
+        commit = message or f"refgrid batch: files along {concat_dim!r}"
         if not work.is_dir():
             raise BatchError(f"cannot append to {target}: its work directory {work} is "
                              f"absent; {WHOLE}")
@@ -447,16 +448,9 @@ def _extend_named(journal: Journal, writing: Output, chosen: Plan, new: list[str
         if difference:
             raise BatchError(f"the archive's file {url} changed since it was written or "
                              f"recorded ({difference}); {WHOLE}")
-    last = chosen.old[-1]
-    unplaced = [url for url in (last, *new) if "first" not in journal.header(url)]
-    if unplaced:
-        raise BatchError(f"{unplaced[0]} has no value of the concat coordinate to order it "
-                         f"by; {WHOLE}")
-    ordered = order(journal, [last, *new])
-    if ordered[0] != last:
-        early = next(url for url in ordered if url != last)
-        raise BatchError(f"{early} lies inside the archive's range (backfill), not after its "
-                         f"last file {last}; {WHOLE}")
+    ordered = after_last(journal, chosen.old[-1], new)
+    if isinstance(ordered, str):
+        raise BatchError(f"{ordered}; {WHOLE}")
     return extend(journal, writing, replace(chosen, new=tuple(ordered[1:])),
                   concat_dim, overlap=overlap, codecs=codecs, storage_options=options)
 

@@ -108,8 +108,7 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
         return earlier
     meta, sources = earlier
     try:
-        old = {url: identity for url, identity in sources.items()
-               if isinstance(identity, dict) and not identity.get("rewritten")}
+        old = source_files(sources)
     except (RefgridError, AttributeError, KeyError, TypeError) as e:  # (a damaged section)
         return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: {e})")
     if not old:
@@ -132,14 +131,9 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
     if first not in old or last not in old:
         return Plan("rebuild", "the earlier output's first and last files are not among "
                     "its sources")
-    unplaced = [url for url in (last, *new) if "first" not in journal.entries[url].header]
-    if unplaced:
-        return Plan("rebuild", f"{unplaced[0]} has no value of the concat coordinate to "
-                    "order it by")
-    ordered = order(journal, [last, *new])
-    if ordered[0] != last:
-        early = next(url for url in ordered if url != last)
-        return Plan("rebuild", f"{early} lies inside the archive's range (backfill)")
+    ordered = after_last(journal, last, new)
+    if isinstance(ordered, str):
+        return Plan("rebuild", ordered)
     return Plan("append", f"{len(new)} file(s) after the archive's last",
                 (first, *(url for url in old if url not in (first, last)), last)
                 if first != last else (first,), tuple(ordered[1:]), meta, sources)
@@ -202,14 +196,32 @@ def plan_added(output: Output, listed: Mapping[str, SourceIdentity | None],
         return Plan("unchanged", "every file named is in the archive")
     ends = output.ends(meta)
     if ends is None:  # (no table to say: the sources in time order, as plan() takes them)
-        urls = [url for url, identity in sources.items()
-                if isinstance(identity, Mapping) and not identity.get("rewritten")]
+        urls = list(source_files(sources))
         ends = (urls[0], urls[-1]) if urls else None
     if ends is None:
         raise BatchError(f"the archive {output.target} names no source file; {WHOLE}")
     first, last = ends
     return Plan("append", f"{len(new)} file(s) named as new", (first, last) if first != last
                 else (first,), tuple(new), meta, sources)
+
+
+def source_files(sources: Mapping[str, SourceIdentity]) -> dict[str, SourceIdentity]:
+    """The archive's source files, in its order: its rewritten chunk files left out."""
+    return {url: identity for url, identity in sources.items()
+            if isinstance(identity, dict) and not identity.get("rewritten")}
+
+
+def after_last(journal: Journal, last: str, new: Sequence[str]) -> list[str] | str:
+    """``[last, *new]`` in concat-coordinate order if every file of ``new`` comes after the
+    archive's ``last``; else why not."""
+    unplaced = [url for url in (last, *new) if "first" not in journal.header(url)]
+    if unplaced:
+        return f"{unplaced[0]} has no value of the concat coordinate to order it by"
+    ordered = order(journal, [last, *new])
+    if ordered[0] != last:
+        early = next(url for url in ordered if url != last)
+        return f"{early} lies inside the archive's range (backfill)"
+    return ordered
 
 
 def changed(recorded: object, now: SourceIdentity) -> str:

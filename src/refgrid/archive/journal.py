@@ -243,23 +243,19 @@ def _read_index(index: Path, records: Path) -> tuple[dict[str, Entry], int] | No
     the records file is not the one it describes (appended to by a killed batch, compacted,
     edited)."""
     try:
-        data = index.read_bytes()
+        bodies = _bodies(index.read_bytes())
+        if bodies is None:
+            return None
         entries: dict[str, Entry] = {}
-        frames, at, signature = 0, 0, None
+        signature = None
         with gc_paused():  # 10^5 headers: the collector would walk them again and again
-            while at < len(data):
-                size = int.from_bytes(data[at:at + 4], "big")
-                body = data[at + 4:at + 4 + size]
-                crc = data[at + 4 + size:at + 8 + size]
-                if len(body) != size or zlib.crc32(body).to_bytes(4, "big") != crc:
-                    return None
+            for body in bodies:
                 found = orjson.loads(body)
                 if found["format"] != FORMAT:
                     return None  # records of another version: scanned (and dropped) as usual
                 signature = found["records"]
                 entries.update((row[0]["url"], Entry._make(row)) for row in found["entries"])
-                frames, at = frames + 1, at + 8 + size
-        return (entries, frames) if signature == _signature(records) else None
+        return (entries, len(bodies)) if signature == _signature(records) else None
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 
@@ -270,23 +266,29 @@ ROW = b'[{"url":'
 """How each entry of a frame begins: a header's URL comes first (:meth:`Journal.append`)."""
 
 
-def _frames(index: Path, signature: list[int] | None) -> list[bytes]:
-    """The bodies of an index's frames, each checked against its CRC, if the last
-    describes the records file whose signature is ``signature``, and every frame is of the
-    current format; else none. Their entries are not parsed (:func:`_row` finds one)."""
-    try:
-        data = index.read_bytes()
-    except OSError:
-        return []
+def _bodies(data: bytes) -> list[bytes] | None:
+    """The bodies of an index's frames (a length, the body, its CRC), each checked against
+    its CRC; None if one does not match (a frame torn by a kill)."""
     bodies, at = [], 0
     while at < len(data):
         size = int.from_bytes(data[at:at + 4], "big")
         body = data[at + 4:at + 4 + size]
         if len(body) != size or zlib.crc32(body).to_bytes(4, "big") != \
                 data[at + 4 + size:at + 8 + size]:
-            return []
+            return None
         bodies.append(body)
         at += 8 + size
+    return bodies
+
+
+def _frames(index: Path, signature: list[int] | None) -> list[bytes]:
+    """The bodies of an index's frames, each checked against its CRC, if the last
+    describes the records file whose signature is ``signature``, and every frame is of the
+    current format; else none. Their entries are not parsed (:func:`_row` finds one)."""
+    try:
+        bodies = _bodies(index.read_bytes()) or []
+    except OSError:
+        return []
     try:
         heads = [orjson.loads(body[:body.find(ENTRIES)] + b"}") for body in bodies]
     except orjson.JSONDecodeError:

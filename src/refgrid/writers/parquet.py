@@ -149,11 +149,10 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
         written += _write_records(Rows.concat(kept_rows[path], Rows.of(manifest, portable)),
                                   target, path, row // record_size, record_size, digests)
     if added:
-        first = since
         merged = sorted({**dict(kept_identities), **dict(added)}.items(), key=itemgetter(0))
-        pages = _write_identities(merged, target, first, table.page_rows, digests)
-        table = SourceTable(first * table.page_rows + len(merged), table.page_rows,
-                            [*table.pages[:first], *pages], table.first or _first(added),
+        pages = _write_identities(merged, target, since, table.page_rows, digests)
+        table = SourceTable(since * table.page_rows + len(merged), table.page_rows,
+                            [*table.pages[:since], *pages], table.first or _first(added),
                             _first(added[::-1]) or table.last)
         written += len(pages)
     order = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in digests))
