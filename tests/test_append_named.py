@@ -27,6 +27,18 @@ def batch(sources, out, **kwargs):
     return refgrid.batch(sources, out, progress=False, scheduler="synchronous", **kwargs)
 
 
+def as_a_whole_batch_writes(out, files, tmp_path):
+    """Check that ``out`` holds what a batch over ``files`` writes, byte for byte, and reads
+    as xarray reads the files; returns that batch's output."""
+    fresh = tmp_path / "fresh.parq"
+    batch([str(f) for f in files], fresh)
+    assert tree_bytes(out) == tree_bytes(fresh)
+    with xr.open_dataset(out, engine="refgrid") as ds:
+        xr.testing.assert_identical(ds.load(), closed(xr.open_mfdataset(files,
+                                                                        combine="by_coords")))
+    return fresh
+
+
 @pytest.fixture
 def grown(tmp_path, monkeypatch):
     """An archive of 24 files (sources in record files of 2: 12 pages, read a page at a
@@ -45,12 +57,7 @@ def test_the_named_files_are_appended_as_a_whole_batch_would(grown, tmp_path):
     assert (one.files, one.scanned, one.reused) == (1, 1, 0)
     two = batch([str(f) for f in files[25:]], out, append=True)
     assert two.update.startswith("append: 2 file(s)"), two.update
-    fresh = tmp_path / "fresh.parq"
-    batch([str(f) for f in files], fresh)
-    assert tree_bytes(out) == tree_bytes(fresh)
-    with xr.open_dataset(out, engine="refgrid") as ds:
-        xr.testing.assert_identical(ds.load(), closed(xr.open_mfdataset(files,
-                                                                        combine="by_coords")))
+    fresh = as_a_whole_batch_writes(out, files, tmp_path)
     # the work directory's index still describes its records: a whole batch reads no record
     work = out.with_name(out.name + ".parts")
     assert _read_index(work / INDEX, work / RECORDS) is not None
@@ -221,3 +228,50 @@ def test_a_lazy_journal_after_a_killed_batch_compacts_first_and_keeps_its_record
         assert set(journal.entries) == {*URLS, "/data/new.nc"}
         assert journal.record("/data/new.nc") == b"record 5"
     assert b"/torn.nc" not in (work / RECORDS).read_bytes()
+
+
+PIECE = 40
+"""The concat coordinate's pieces in the tests below (4,096 steps by default)."""
+
+
+def stat_of(path):
+    return {str(p.relative_to(path)): (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "listed"])
+def test_an_append_rewrites_the_last_piece_of_the_time_coordinate_only(grown, tmp_path,
+                                                                       monkeypatch, named):
+    """The concat coordinate in pieces (each a row of its record files): an append keeps
+    the pieces before the last one's record file, and the result is the whole batch's."""
+    files, _ = grown
+    monkeypatch.setattr("refgrid.model.virtual.INLINE_PIECE", PIECE)
+    out = tmp_path / "pieces.parq"
+    batch([str(f) for f in files[:24]], out)
+    stored = refgrid.scan(out)["time"]
+    assert stored.grid.chunk_counts[0] == -(-stored.shape[0] // PIECE) > 8  # (record files: 2)
+    assert stored.inline_pieces
+    before = stat_of(out)
+    batch([str(files[24])] if named else [str(f) for f in files[:25]], out, append=named)
+    after = stat_of(out)
+    rows = sorted(k for k in before if k.startswith("time/"))
+    last = (stored.grid.chunk_counts[0] - 1) // 2  # the record file of the last piece
+    assert [k for k in rows if before[k] == after[k]] == \
+        [f"time/refs.{n}.parq" for n in range(last)]
+    batch([str(f) for f in files[25:]] if named else [str(f) for f in files], out,
+          append=named)
+    as_a_whole_batch_writes(out, files, tmp_path)
+
+
+def test_an_archive_whose_coordinate_is_one_chunk_is_appended_to_in_pieces(grown, tmp_path,
+                                                                          monkeypatch):
+    """An archive written before coordinates were pieced (here: pieces longer than it) is
+    appended to as a whole batch writes it now: its coordinate rewritten in pieces."""
+    files, out = grown
+    assert refgrid.scan(out)["time"].grid.chunk_counts == (1,)
+    monkeypatch.setattr("refgrid.model.virtual.INLINE_PIECE", PIECE)
+    batch(str(files[24]), out, append=True)
+    fresh = tmp_path / "fresh.parq"
+    batch([str(f) for f in files[:25]], fresh)
+    assert tree_bytes(out) == tree_bytes(fresh)
+    assert refgrid.scan(out)["time"].grid.chunk_counts[0] > 1

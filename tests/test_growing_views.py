@@ -22,13 +22,15 @@ import zarr
 import refgrid
 from archive_files import write_archive
 from helpers import RECTILINEAR, closed
+from refgrid.model import virtual
 from refgrid.read import native, view_chunks
 from refgrid.read.native import NativeView
 from refgrid.read.regular import RegularView, ViewSpec
 from refgrid.read.view import Chunk, Document
 
 PIECE = 40
-"""The concat coordinate's pieces in these tests (4096 in the service)."""
+"""The concat coordinate's pieces in these tests (4096 in the service): served in pieces of
+its one stored chunk, or stored in pieces (an archive written with them)."""
 
 VIEWS = {
     "native": lambda g: NativeView(g, growing="time"),
@@ -41,21 +43,28 @@ VIEWS = {
 
 @pytest.fixture(autouse=True)
 def small_pieces(monkeypatch):
-    monkeypatch.setattr(native, "GROWING_CHUNK", PIECE)
-    monkeypatch.setattr(view_chunks, "GROWING_CHUNK", PIECE)
+    for module in (native, view_chunks, virtual):
+        monkeypatch.setattr(module, "INLINE_PIECE", PIECE)
 
 
-@pytest.fixture(scope="module")
-def versions(tmp_path_factory) -> list[tuple[list[Path], refgrid.VirtualGroup]]:
-    """Versions of one archive of 2, 3, 4 and 6 files, each appended to the one before."""
+@pytest.fixture(scope="module", params=["one chunk", "in pieces"])
+def versions(tmp_path_factory, request) -> list[tuple[list[Path], refgrid.VirtualGroup]]:
+    """Versions of one archive of 2, 3, 4 and 6 files, each appended to the one before; its
+    time coordinate one inline chunk (58 to 174 steps in pieces of 4,096) or stored in
+    pieces of :data:`PIECE` (the first version: two)."""
     root = tmp_path_factory.mktemp("growing")
     files = write_archive(root / "landing", range(6))
     out, found = root / "tas.parq", []
-    for n in (2, 3, 4, 6):
-        result = refgrid.batch([str(f) for f in files[:n]], out, progress=False,
-                               scheduler="synchronous")
-        assert n == 2 or result.update.startswith("append"), result.update
-        found.append((files[:n], refgrid.scan(out)))
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "in pieces":
+            patch.setattr(virtual, "INLINE_PIECE", PIECE)
+        for n in (2, 3, 4, 6):
+            result = refgrid.batch([str(f) for f in files[:n]], out, progress=False,
+                                   scheduler="synchronous")
+            assert n == 2 or result.update.startswith("append"), result.update
+            found.append((files[:n], refgrid.scan(out)))
+    pieces = {found[-1][1]["time"].grid.chunk_counts[0]}
+    assert pieces == ({1} if request.param == "one chunk" else {5}), pieces
     return found
 
 

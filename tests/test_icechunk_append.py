@@ -132,3 +132,24 @@ def test_files_named_as_new_are_a_commit_of_their_references(tmp_path):
     assert added.snapshot not in (None, first.snapshot)
     xr.testing.assert_identical(snapshot(repo, added.snapshot), expected(files))
     xr.testing.assert_identical(snapshot(repo, first.snapshot), expected(files[:3]))
+
+
+def test_an_append_commits_the_last_piece_of_the_time_coordinate_and_the_new_ones(
+        tmp_path, monkeypatch):
+    """The concat coordinate in pieces of 40 steps: a commit holds the last stored piece
+    (written again, longer) and the new ones, nothing before."""
+    monkeypatch.setattr("refgrid.model.virtual.INLINE_PIECE", 40)
+    landing = tmp_path / "landing"
+    files = write_archive(landing, range(7))
+    repo = local_repository(tmp_path / "repo", [str(f) for f in files])
+    work = tmp_path / "work"
+    first = batch(files[:5], repo, work)
+    pieces = -(-sum(lengths(range(5))) // 40)
+    added = refgrid.batch([str(f) for f in files[5:]], repo, work_dir=work, progress=False,
+                          scheduler="synchronous", append=True)
+    repo = reopened(tmp_path / "repo", landing)
+    diff = repo.diff(from_snapshot_id=first.snapshot, to_snapshot_id=added.snapshot)
+    assert sorted(c[0] for c in diff.updated_chunks["/time"]) == \
+        list(range(pieces - 1, -(-sum(lengths(range(7))) // 40)))
+    xr.testing.assert_identical(snapshot(repo, added.snapshot), expected(files))
+    xr.testing.assert_identical(snapshot(repo, first.snapshot), expected(files[:5]))

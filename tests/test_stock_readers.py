@@ -330,3 +330,34 @@ def test_the_engine_on_a_served_regular_view_unpacks_as_the_file(archive, tmp_pa
                 _expected(files) as expected:
             assert ours["pr"].dtype == np.float32
             np.testing.assert_array_equal(ours["pr"].values, expected["pr"].values)
+
+
+SAME = ["tas", "time_bnds"]
+"""What xarray reads as the files mean (it keeps each file's climatology bounds in its own
+units)."""
+
+
+@pytest.mark.skipif(not RECTILINEAR, reason="zarr >= 3.2 reads rectilinear grids")
+def test_times_stored_in_pieces_read_as_the_files_everywhere(archive, tmp_path, monkeypatch):
+    """The concat coordinate and the re-encoded bounds stored in pieces (here of 16 steps;
+    4,096 by default), the last one padded: read by the engine, by zarr through fsspec's
+    references and through the served native view."""
+    monkeypatch.setattr("refgrid.model.virtual.INLINE_PIECE", 16)
+    _, files = archive
+    group = refgrid.combine([str(f) for f in files], "time")
+    for name in ("time", "time_bnds"):
+        array = group[name]
+        assert array.inline_pieces and array.grid.chunk_counts[0] == -(-array.shape[0] // 16)
+    want = _expected(files)
+    json_refs = refgrid.write(group, tmp_path / "refs.json")
+    for out in (json_refs, refgrid.write(group, tmp_path / "refs.parq")):
+        with xr.open_dataset(out, engine="refgrid") as ds:
+            xr.testing.assert_equal(ds[SAME].load(), want[SAME])
+    store = FsspecStore.from_url("reference://", storage_options={"fo": str(json_refs)},
+                                 read_only=True)
+    with zarr.config.set({"array.rectilinear_chunks": True}), \
+            xr.open_zarr(store, consolidated=False) as ds:
+        xr.testing.assert_equal(ds[SAME].load(), want[SAME])
+    with zarr.config.set({"array.rectilinear_chunks": True}), \
+            xr.open_zarr(refgrid.open_store(json_refs), consolidated=False) as ds:
+        xr.testing.assert_equal(ds[SAME].load(), want[SAME])

@@ -42,7 +42,14 @@ from refgrid.core.typed import Attributes, Untyped
 from refgrid.errors import ArgumentError, CombineError, RefgridError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
 from refgrid.model.manifest import MISSING, ManifestBuilder
-from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup, same_value
+from refgrid.model.virtual import (
+    ReportEntry,
+    VirtualArray,
+    VirtualGroup,
+    in_pieces,
+    piece_length,
+    same_value,
+)
 from refgrid.model.zarr_json import DIMENSION_NAMES_ATTR, dimension_names
 
 Times = list[cf.TimeEncoding | None]
@@ -539,14 +546,12 @@ def _exactly(data: np.ndarray, parts: list[VirtualArray], labels: list[str],
 
 
 def _inlined(like: VirtualArray, data: np.ndarray) -> VirtualArray:
-    """``like`` holding ``data`` as one inline chunk (uncompressed, little-endian)."""
-    grid = RectilinearGrid.regular(list(data.shape), [max(1, n) for n in data.shape])
+    """``like`` holding ``data`` inline (uncompressed, little-endian), in pieces along its
+    first dimension (:func:`~refgrid.model.virtual.in_pieces`)."""
     stored = data.astype(like.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
-    built = ManifestBuilder(grid.chunk_counts)
-    if data.size:
-        built.inlined((0,) * data.ndim, stored.tobytes())
-    return replace(like, dtype=stored.dtype, grid=grid, codecs=(bytes_codec(stored.dtype),),
-                   manifest=built.build())
+    typed = replace(like, dtype=stored.dtype, codecs=(bytes_codec(stored.dtype),))
+    return in_pieces(typed, stored.tobytes(), data.shape,
+                     piece_length(data.shape[0]) if data.ndim else 1)
 
 
 def _one_calendar(times: Times, labels: list[str], where: str) -> None:

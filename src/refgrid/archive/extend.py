@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -54,8 +54,8 @@ from refgrid.grid.json_forms import (
     parse_chunk_grid,
 )
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import ChunkManifest, ManifestBuilder
-from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.model.manifest import ChunkManifest
+from refgrid.model.virtual import VirtualArray, VirtualGroup, in_pieces, piece_length
 from refgrid.model.zarr_json import bookkeeping, documents
 from refgrid.read.cropped import portable_documents_group, portable_grid
 from refgrid.scanners.parquet import source_table, stored_sources
@@ -281,8 +281,9 @@ class Output:
         order does not say (None: the first and last of them)."""
         return None
 
-    def inline(self, meta: Mapping[str, Any], path: str) -> bytes:
-        """The stored bytes of the archive's one-inline-chunk array ``path``."""
+    def inline(self, meta: Mapping[str, Any], path: str, piece: int) -> bytes:
+        """The stored bytes of piece ``piece`` (along the first dimension) of the archive's
+        inline array ``path`` (:attr:`~refgrid.model.virtual.VirtualArray.inline_pieces`)."""
         raise NotImplementedError
 
     def prepared(self, tail: VirtualGroup) -> VirtualGroup:
@@ -338,13 +339,15 @@ class ParquetOutput(Output):
         return (table.first, table.last) if table is not None and table.first and \
             table.last else None
 
-    def inline(self, meta: Mapping[str, Any], path: str) -> bytes:
-        name = record_name(path, 0)
+    def inline(self, meta: Mapping[str, Any], path: str, piece: int) -> bytes:
+        size = int(meta["record_size"])
+        name = record_name(path, piece // size)
         stored = read_record(self.target / name,
                              meta[SOURCES_KEY].get(RECORDS_KEY, {}).get(name))
-        if len(stored) != 1 or stored.raw is None or stored.raw[0] is None:
-            raise NotAppendable(f"the archive's {path!r} is not one inline chunk")
-        return bytes(stored.raw[0])
+        row = piece % size
+        if len(stored) <= row or stored.raw is None or stored.raw[row] is None:
+            raise NotAppendable(f"the archive's {path!r} is not stored inline")
+        return bytes(stored.raw[row])
 
     def prepared(self, tail: VirtualGroup) -> VirtualGroup:
         if self.padded == "rewrite" and needs_rewrite(tail):
@@ -403,10 +406,10 @@ class IcechunkOutput(Output):
         return {"metadata": docs, SNAPSHOT: head,
                 SOURCES_KEY: {k: kept[k] for k in ("sources", ATTRIBUTES_KEY) if k in kept}}
 
-    def inline(self, meta: Mapping[str, Any], path: str) -> bytes:
+    def inline(self, meta: Mapping[str, Any], path: str, piece: int) -> bytes:
         doc = meta["metadata"][document_key(path)]
         store = self.repository.readonly_session(branch=self.branch).store
-        return _get(store, chunk_key(path, (0,) * len(doc["shape"]),
+        return _get(store, chunk_key(path, (piece,) + (0,) * (len(doc["shape"]) - 1),
                                      KeyEncoding.from_json(doc.get("chunk_key_encoding"))))
 
     def grid(self, array: VirtualArray) -> RectilinearGrid:
@@ -480,20 +483,27 @@ def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
     meta = chosen.meta
     old_docs: dict[str, dict[str, Any]] = meta["metadata"]
     last_length = _length(journal, last, concat_dim)
-    tails, whole = {}, {}
+    tails: dict[str, VirtualArray] = {}
+    whole: dict[str, tuple[VirtualArray, int, int]] = {}
     for path, node in group.walk():
         if isinstance(node, VirtualArray) and concat_dim in node.dims:
             if node.dims[0] != concat_dim:
                 raise NotAppendable(f"{concat_dim!r} is not the first dimension of {path!r} "
                                     "(its chunks interleave in the record files)")
-            if node.one_inline_chunk:
-                whole[path] = _grown(node, output.inline(meta, path), skip + last_length)
+            if node.inline_pieces:
+                whole[path] = _grown(node, output, meta, path, skip + last_length)
             else:
                 tails[path] = node.slice(concat_dim, skip, node.shape[0])
-    tail = output.prepared(sized(group.with_arrays({**tails, **whole}), storage_options))
+    tail = output.prepared(sized(group.with_arrays(
+        {**tails, **{path: array for path, (array, _, _) in whole.items()}}), storage_options))
     docs = output.documents(tail)
-    appended: dict[str, tuple[int, int, ChunkManifest]] = {
-        path: (0, 0, array.manifest) for path, array in whole.items()}
+    appended: dict[str, tuple[int, int, ChunkManifest]] = {}
+    for path, (_, length, piece) in whole.items():
+        array = tail[path]
+        assert isinstance(array, VirtualArray)
+        key = document_key(path)
+        docs[key] = {**docs[key], "shape": [length, *array.shape[1:]]}
+        appended[path] = (piece, piece, array.manifest)
     for path in tails:
         array = tail[path]
         assert isinstance(array, VirtualArray)
@@ -529,17 +539,35 @@ def _grown_whole(old: Mapping[str, Any], last_length: int, grid: RectilinearGrid
     return emit_chunk_grid(RectilinearGrid.concat([keep, grid], 0)), kept.stop
 
 
-def _grown(array: VirtualArray, stored: bytes, start: int) -> VirtualArray:
-    """The archive's one-chunk array (``stored``, its bytes) with ``array``'s elements from
-    ``start`` on after it (the concat coordinate, re-encoded to the first file's units: its
-    bytes grow with the steps, 8 a step, and are written again whole)."""
+def _grown(array: VirtualArray, output: Output, meta: Mapping[str, Any], path: str,
+           start: int) -> tuple[VirtualArray, int, int]:
+    """The archive's inline array ``path`` (:func:`~refgrid.model.virtual.in_pieces`) with
+    ``array``'s elements from ``start`` on after it (the concat coordinate, re-encoded to
+    the first file's units): its pieces from the last stored one on (read, and written again
+    with the new elements after it: a piece of 4,096 steps at most, whatever the archive's
+    length), its new length and the index of its first piece written. An archive whose
+    array is one chunk of another length (a short archive, or one written before arrays
+    were pieced) is written again whole."""
+    old = meta["metadata"][document_key(path)]
+    if old["shape"][1:] != list(array.shape[1:]):
+        raise NotAppendable(f"the archive's {path!r} is not shaped as the new files'")
+    before = parse_chunk_grid(old["chunk_grid"], old["shape"])
+    length = int(before.shape[0])
     step = math.prod(array.shape[1:]) * array.dtype.itemsize
-    data = stored + array.manifest.inline[(0,) * len(array.dims)][start * step:]
-    shape = (len(data) // step if step else 0, *array.shape[1:])
-    grid = RectilinearGrid.regular(shape, [max(1, n) for n in shape])
-    built = ManifestBuilder(grid.chunk_counts)
-    built.inlined((0,) * len(array.dims), data)
-    return replace(array, grid=grid, manifest=built.build())
+    added = array.manifest.inline[(0,) * len(array.dims)] if array.grid.nchunks == 1 else \
+        b"".join(array.manifest.inline_chunk(k) for k in range(array.grid.nchunks))
+    added = added[start * step:array.shape[0] * step]
+    total = length + len(added) // step
+    piece = piece_length(total)
+    kept = int(before.axes[0].logical[0]) if before.nchunks else 0
+    if kept != piece and before.nchunks > 1:
+        raise NotAppendable(f"the archive's {path!r} is stored in pieces of {kept}, not "
+                            f"{piece}")
+    first = before.chunk_counts[0] - 1 if kept == piece else 0
+    stored = output.inline(meta, path, first)[:(length - first * kept) * step] \
+        if before.nchunks else b""
+    return (in_pieces(array, stored + added, (total - first * piece, *array.shape[1:]),
+                      piece), total, first)
 
 
 def _length(journal: Journal, url: str, concat_dim: str) -> int:

@@ -8,6 +8,7 @@ represent as plain references is a :class:`ReportEntry` in the group's report.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -21,7 +22,13 @@ from refgrid.core.sources import SourceIdentity, StoredSources
 from refgrid.core.util import FrozenPickle
 from refgrid.errors import GridError, ModelError
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import INLINE, ChunkManifest
+from refgrid.model.manifest import INLINE, ChunkManifest, ManifestBuilder
+
+INLINE_PIECE = 4096
+"""Elements along its first dimension per chunk of an array refgrid stores inline (a concat
+coordinate, re-encoded times; :func:`in_pieces`): an append rewrites the last piece only, not
+24 MB of coordinate at 3·10^6 steps, and a followed archive's views serve pieces of this
+length."""
 
 Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict",
                  "duplicate", "re-encoded"]
@@ -113,10 +120,19 @@ class VirtualArray(Displayed, FrozenPickle):
         return self.dtype
 
     @property
-    def one_inline_chunk(self) -> bool:
-        """Whether the array is one inline chunk: a concat coordinate, or times re-encoded,
-        as :func:`refgrid.combine` stores them."""
-        return self.grid.nchunks == 1 and int(self.manifest.path_id.reshape(-1)[0]) == INLINE
+    def inline_pieces(self) -> bool:
+        """Whether the array is stored as :func:`in_pieces` stores it (a concat coordinate,
+        or times re-encoded, as :func:`refgrid.combine` stores them): uncompressed inline
+        chunks on a regular grid, whole but along the first dimension — so a piece of it is
+        a slice of its bytes. (Its first and last chunks are looked at: a paged manifest
+        loads no more.)"""
+        grid = self.grid
+        if not grid.ndim or not grid.nchunks or not grid.is_regular or \
+                any(n != 1 for n in grid.chunk_counts[1:]) or self.dtype.kind in "OT" or \
+                [c.get("name") for c in self.codecs] != ["bytes"]:
+            return False
+        ids = self.manifest.locate([0, grid.nchunks - 1]).path_id
+        return bool((np.asarray(ids) == INLINE).all())
 
     def axis(self, dim: str) -> int:
         try:
@@ -240,3 +256,31 @@ class VirtualGroup(Displayed, FrozenPickle):
                 and dict(self.groups) == dict(other.groups))
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def piece_length(length: int) -> int:
+    """The length along the first dimension of each piece :func:`in_pieces` stores for an
+    array that long: :data:`INLINE_PIECE`, or the whole array where it is shorter."""
+    return max(1, min(length, INLINE_PIECE))
+
+
+def in_pieces(like: VirtualArray, data: bytes, shape: Sequence[int],
+              piece: int) -> VirtualArray:
+    """``like`` holding ``data`` (its stored bytes, C order, ``shape``) as inline chunks of
+    ``piece`` elements along the first dimension (whole along the others) on a regular grid;
+    the last piece padded with zeros to full length, as a regular grid's last chunk is
+    stored (no reader reads past the end; the appends that fill it rewrite it)."""
+    shape = tuple(int(n) for n in shape)
+    if not shape:
+        grid = RectilinearGrid.regular((), ())
+        built = ManifestBuilder(())
+        built.inlined((), data)
+        return replace(like, grid=grid, manifest=built.build())
+    grid = RectilinearGrid.regular(shape, (piece, *(max(1, n) for n in shape[1:])))
+    built = ManifestBuilder(grid.chunk_counts)
+    size = piece * math.prod(shape[1:]) * like.dtype.itemsize
+    rest = (0,) * (len(shape) - 1)
+    for k in range(grid.chunk_counts[0] if math.prod(shape) else 0):
+        chunk = data[k * size:(k + 1) * size]
+        built.inlined((k, *rest), chunk + bytes(size - len(chunk)))
+    return replace(like, grid=grid, manifest=built.build())

@@ -48,8 +48,14 @@ def portable_documents_group(group: VirtualGroup, end: str | None = None) -> Vir
 
 
 def end_axis(array: VirtualArray, end: str | None) -> int | None:
-    """The axis of dimension ``end`` in ``array`` (None: it has no such dimension)."""
-    return array.dims.index(end) if end is not None and end in array.dims else None
+    """The axis of dimension ``end`` in ``array`` (None: it has no such dimension, or it is
+    the first of an array stored inline, :attr:`~VirtualArray.inline_pieces`: its last
+    piece is full length, and the appends that fill it keep the values before, so a reader
+    of an earlier version reads it as its own)."""
+    if end is None or end not in array.dims or (array.dims[0] == end and
+                                                 array.inline_pieces):
+        return None
+    return array.dims.index(end)
 
 
 def padded_arrays(group: VirtualGroup) -> dict[str, VirtualArray]:

@@ -15,10 +15,10 @@ passed through — but
 * with ``growing`` (a followed archive's concat dimension), what an append changes is only
   what it adds: the final chunk along it is declared and served at its real extent (its bytes
   are those it will have once it is inside the array), and an array stored as one inline
-  chunk (the concat coordinate) is served in chunks of
-  :data:`~refgrid.read.view_chunks.GROWING_CHUNK` elements, its last one full length — so a
-  reader holding an earlier version's metadata reads every chunk of it exactly from the
-  next version.
+  chunk (the concat coordinate, up to :data:`~refgrid.model.virtual.INLINE_PIECE` steps;
+  longer ones are stored in pieces of that length) is served in pieces of that length, its
+  last one full length — so a reader holding an earlier version's metadata reads every chunk
+  of it exactly from the next version.
 
 Reads: each chunk takes one route (:meth:`NativeView.route`). A local chunk asked for alone
 is one ``pread`` on the file kept open (zarr asks for one chunk at a time, and an ``open``
@@ -48,7 +48,7 @@ from refgrid.core.util import thread_pool
 from refgrid.errors import ReadError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import INLINE, MISSING, UNSIZED, ChunkManifest
-from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.model.virtual import INLINE_PIECE, VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import (
     bookkeeping,
     consolidated,
@@ -69,7 +69,6 @@ from refgrid.read.decode import decoded_by_zarr
 from refgrid.read.fetch import OpenFiles
 from refgrid.read.unpacked import packed, unpack_values, unpacked_array
 from refgrid.read.view import Chunk, Parsed, Tree
-from refgrid.read.view_chunks import GROWING_CHUNK
 
 if TYPE_CHECKING:
     from refgrid.model.zarr_json import GroupDocument
@@ -301,7 +300,7 @@ class NativeView:
 
     def _slice_bytes(self, path: str) -> int:
         array = self.arrays[path]
-        return GROWING_CHUNK * math.prod(array.shape[1:]) * array.dtype.itemsize
+        return INLINE_PIECE * math.prod(array.shape[1:]) * array.dtype.itemsize
 
     def _slice(self, chunk: Chunk) -> bytes:
         """Piece ``chunk.coords[0]`` of a growing inline array, full length: past the
@@ -340,16 +339,16 @@ class NativeView:
 
 def _sliceable(array: VirtualArray, growing: str | None) -> bool:
     """Whether ``array`` is one inline chunk along ``growing``, its first dimension, stored
-    uncompressed (so a piece of it is a slice of its bytes)."""
-    return growing is not None and array.dims[:1] == (growing,) and array.one_inline_chunk \
-        and len(array.codecs) == 1 and array.codecs[0].get("name") == "bytes" \
-        and array.dtype.kind not in "OT"
+    uncompressed (so a piece of it is a slice of its bytes; an array in pieces is served as
+    stored)."""
+    return growing is not None and array.dims[:1] == (growing,) and array.grid.nchunks == 1 \
+        and array.inline_pieces
 
 
 def _sliced(array: VirtualArray) -> VirtualArray:
     """``array`` on the grid it is served on when growing (no chunks of its own: read by
     :meth:`NativeView._slice`)."""
-    grid = RectilinearGrid.regular(array.shape, (GROWING_CHUNK, *(max(1, n) for n in
+    grid = RectilinearGrid.regular(array.shape, (INLINE_PIECE, *(max(1, n) for n in
                                                                   array.shape[1:])))
     return replace(array, grid=grid, manifest=ChunkManifest.empty(grid.chunk_counts))
 

@@ -23,7 +23,7 @@ from typing import Literal
 
 from refgrid.errors import ArgumentError
 from refgrid.grid.rectilinear import AxisChunks
-from refgrid.model.virtual import VirtualArray
+from refgrid.model.virtual import INLINE_PIECE, VirtualArray
 
 ViewChunks = Literal["auto", "native"] | Mapping[str, int]
 """``"auto"``: assembled blocks chosen by the cost model; ``"native"``: the native chunks
@@ -46,9 +46,6 @@ SMALL_ARRAY_BYTES = 2**20
 chunks of 16 bytes: one zarr call instead of 730)."""
 MAX_CANDIDATES = 1024
 """Block shapes weighed at most (many dimensions: fewer lengths tried along each)."""
-GROWING_CHUNK = 4096
-"""Elements per view chunk, along a growing archive's dimension, of an array stored as one
-inline chunk (its concat coordinate, whose one chunk grows with every append)."""
 
 
 def view_chunks(array: VirtualArray, chunks: ViewChunks,
@@ -84,11 +81,12 @@ def view_chunks(array: VirtualArray, chunks: ViewChunks,
 
 def growing_length(array: VirtualArray, axis: int) -> int:
     """A chunk length along a growing dimension that appends leave as it is: the first
-    chunk's (a file's own, which no append changes), or :data:`GROWING_CHUNK` for an array
-    stored as one inline chunk."""
+    chunk's (a file's own, which no append changes), or
+    :data:`~refgrid.model.virtual.INLINE_PIECE` for an array stored inline (its pieces, or
+    its one chunk that appends grow)."""
     along = array.grid.axes[axis]
-    if array.one_inline_chunk or not along.nchunks:
-        return GROWING_CHUNK
+    if array.inline_pieces or not along.nchunks:
+        return INLINE_PIECE
     return max(1, int(along.logical[0]))
 
 
