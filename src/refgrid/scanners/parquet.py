@@ -107,8 +107,9 @@ class ParquetReferences:
 
 EAGER_RECORDS = 8
 """Record files an array's manifest may span and still be read whole as the archive opens
-(8 x 10^5 chunks, 16 MB of columns); beyond, a reader loads the record files it needs, the
-last one as it opens (an append rewrites it)."""
+(8 x 10^5 chunks, 16 MB of columns); beyond, a reader loads the record files it needs, and
+those holding the last step along the first dimension as it opens (an append rewrites them:
+:meth:`~refgrid.model.manifest.PagedManifest.pin`)."""
 
 
 @dataclass(frozen=True)
