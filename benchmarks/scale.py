@@ -63,12 +63,12 @@ def build(files: int) -> Path:
     """The archive of ``files`` files (made once): its files and ``tas.parq``."""
     import refgrid
     from refgrid.combining import with_inline_coordinates
-    from refgrid.core.sources import RECORDS_KEY, SOURCE_TABLE_KEY, identity_of
+    from refgrid.core.sources import PIECES_KEY, RECORDS_KEY, SOURCE_TABLE_KEY, identity_of
     from refgrid.grid.rectilinear import RectilinearGrid
     from refgrid.model.manifest import PagedManifest
     from refgrid.model.virtual import VirtualArray, in_pieces, piece_length
     from refgrid.model.zarr_json import documents
-    from refgrid.scanners.parquet import SOURCE_PAGE_ROWS, SourceTable
+    from refgrid.scanners.parquet import PIECE_ROWS, SOURCE_PAGE_ROWS, SourceTable
     from refgrid.writers.parquet import (
         RECORD_SIZE,
         Rows,
@@ -119,11 +119,14 @@ def build(files: int) -> Path:
     temporary.mkdir()
     digests: dict[str, str] = {}
     portable = Portable(None)
+    pieces = {}  # (arrays stored inline in pieces: record files of their own length)
     for name in ("lat", "lon", "time"):
         array = group[name]
         assert isinstance(array, VirtualArray)
-        _write_records(Rows.of(array.manifest, portable), temporary, name, 0, RECORD_SIZE,
-                       digests)
+        if array.inline_pieces:
+            pieces[name] = PIECE_ROWS
+        _write_records(Rows.of(array.manifest, portable), temporary, name, 0,
+                       pieces.get(name, RECORD_SIZE), digests, name in pieces)
     pages = -(-files * per_file // RECORD_SIZE)
     for n in range(pages):
         rows = np.arange(n * RECORD_SIZE, min((n + 1) * RECORD_SIZE, files * per_file))
@@ -139,7 +142,8 @@ def build(files: int) -> Path:
                                temporary, 0, SOURCE_PAGE_ROWS, digests)  # (sorted names)
     table = SourceTable(files, SOURCE_PAGE_ROWS, firsts, urls[0], urls[-1])
     kept = section(group, portable, sources=False,
-                   **{RECORDS_KEY: digests, SOURCE_TABLE_KEY: table.to_json()})
+                   **{RECORDS_KEY: digests, SOURCE_TABLE_KEY: table.to_json(),
+                      PIECES_KEY: pieces})
     (temporary / ".zmetadata").write_bytes(zmetadata(kept, documents(group), RECORD_SIZE))
     temporary.rename(out)
     print(f"  {pages:,} record files of references written: "

@@ -242,14 +242,16 @@ def stat_of(path):
 @pytest.mark.parametrize("named", [True, False], ids=["named", "listed"])
 def test_an_append_rewrites_the_last_piece_of_the_time_coordinate_only(grown, tmp_path,
                                                                        monkeypatch, named):
-    """The concat coordinate in pieces (each a row of its record files): an append keeps
-    the pieces before the last one's record file, and the result is the whole batch's."""
+    """The concat coordinate in pieces (each a row of its record files, here 2 a file): an
+    append keeps the pieces before the last one's record file, and the result is the whole
+    batch's."""
     files, _ = grown
     monkeypatch.setattr("refgrid.model.virtual.INLINE_PIECE", PIECE)
+    monkeypatch.setattr("refgrid.writers.parquet.PIECE_ROWS", 2)
     out = tmp_path / "pieces.parq"
     batch([str(f) for f in files[:24]], out)
     stored = refgrid.scan(out)["time"]
-    assert stored.grid.chunk_counts[0] == -(-stored.shape[0] // PIECE) > 8  # (record files: 2)
+    assert stored.grid.chunk_counts[0] == -(-stored.shape[0] // PIECE) > 8
     assert stored.inline_pieces
     before = stat_of(out)
     batch([str(files[24])] if named else [str(f) for f in files[:25]], out, append=named)
@@ -257,7 +259,7 @@ def test_an_append_rewrites_the_last_piece_of_the_time_coordinate_only(grown, tm
     rows = sorted(k for k in before if k.startswith("time/"))
     last = (stored.grid.chunk_counts[0] - 1) // 2  # the record file of the last piece
     assert [k for k in rows if before[k] == after[k]] == \
-        [f"time/refs.{n}.parq" for n in range(last)]
+        [f"time/pieces.{n}.parq" for n in range(last)]
     batch([str(f) for f in files[25:]] if named else [str(f) for f in files], out,
           append=named)
     as_a_whole_batch_writes(out, files, tmp_path)
@@ -265,13 +267,68 @@ def test_an_append_rewrites_the_last_piece_of_the_time_coordinate_only(grown, tm
 
 def test_an_archive_whose_coordinate_is_one_chunk_is_appended_to_in_pieces(grown, tmp_path,
                                                                           monkeypatch):
-    """An archive written before coordinates were pieced (here: pieces longer than it) is
-    appended to as a whole batch writes it now: its coordinate rewritten in pieces."""
+    """An archive written before coordinates were pieced — its coordinate one chunk (here:
+    pieces longer than it) in a record file of ``record_size`` rows — is appended to as a
+    whole batch writes it now: its coordinate written again in pieces, in record files of
+    pieces, the earlier record file removed."""
+    import json
+
     files, out = grown
-    assert refgrid.scan(out)["time"].grid.chunk_counts == (1,)
+    meta = json.loads((out / ".zmetadata").read_bytes())
+    section = meta["refgrid"]
+    assert section.pop("pieces") == {"time": 64}
+    section["records"] = {k.replace("time/pieces.", "time/refs."): v
+                          for k, v in section["records"].items()}
+    (out / "time" / "pieces.0.parq").rename(out / "time" / "refs.0.parq")
+    (out / ".zmetadata").write_text(json.dumps(meta))  # (as written before)
+    old = files[:24]
+    with xr.open_dataset(out, engine="refgrid") as ds:
+        xr.testing.assert_identical(ds.load(), closed(xr.open_mfdataset(old,
+                                                                        combine="by_coords")))
     monkeypatch.setattr("refgrid.model.virtual.INLINE_PIECE", PIECE)
     batch(str(files[24]), out, append=True)
-    fresh = tmp_path / "fresh.parq"
-    batch([str(f) for f in files[:25]], fresh)
-    assert tree_bytes(out) == tree_bytes(fresh)
+    as_a_whole_batch_writes(out, files[:25], tmp_path)
     assert refgrid.scan(out)["time"].grid.chunk_counts[0] > 1
+    assert not (out / "time" / "refs.0.parq").exists()
+
+
+def write_bounded(directory, count: int, steps: int) -> list:
+    """``count`` files of ``steps`` days each, with time bounds in the time's units."""
+    import netCDF4
+    import numpy as np
+
+    directory.mkdir()
+    out = []
+    for k in range(count):
+        path = directory / f"b_{k:03d}.nc"
+        with netCDF4.Dataset(path, "w") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("nv", 2)
+            time = ds.createVariable("time", "f8", ("time",))
+            time.units, time.calendar, time.bounds = "days since 2000-01-01", "standard", \
+                "time_bnds"
+            bounds = ds.createVariable("time_bnds", "f8", ("time", "nv"))
+            days = np.arange(k * steps, (k + 1) * steps, dtype="f8")
+            time[:], bounds[:] = days + 0.5, np.stack([days, days + 1], axis=1)
+            ds.createVariable("v", "f4", ("time",))[:] = days
+        out.append(path)
+    return out
+
+
+def test_time_bounds_of_equal_files_are_appended_as_the_files_chunks(tmp_path):
+    """Files of equal length: each one's time bounds (inlined by the batch, one chunk a
+    file) make a regular grid of inline chunks — which is not an array stored in pieces:
+    appended as the files' chunks, as a whole batch writes them."""
+    files = write_bounded(tmp_path / "files", 5, 10)
+    out = tmp_path / "b.parq"
+    batch([str(f) for f in files[:3]], out)
+    bounds = refgrid.scan(out)["time_bnds"]
+    assert bounds.grid.chunk_shape == (10, 2) and not bounds.inline_pieces
+    for new in files[3:]:
+        assert batch(str(new), out, append=True).update.startswith("append")
+    fresh = tmp_path / "fresh.parq"
+    batch([str(f) for f in files], fresh)
+    assert tree_bytes(out) == tree_bytes(fresh)
+    with xr.open_dataset(out, engine="refgrid") as ds:
+        xr.testing.assert_identical(ds.load(), closed(xr.open_mfdataset(files,
+                                                                        combine="by_coords")))

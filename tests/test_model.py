@@ -176,3 +176,26 @@ def test_chunks_inlined_in_bulk_are_those_inlined_one_by_one():
     scalar = ManifestBuilder(())
     scalar.inlined_many(np.array([0]), [b"x"])
     assert dict(scalar.build().inline) == {(): b"x"}
+
+
+@pytest.mark.parametrize(("shape", "chunks", "pieces"), [
+    ((9000, 2), (4096, 2), True),    # refgrid's pieces: the last one padded
+    ((30, 2), (30, 2), True),        # shorter than a piece: one chunk of its length
+    ((60, 2), (30, 2), False),       # a file's chunks (time bounds of files of 30 steps)
+    ((9000, 3), (4096, 4), False),   # chunks not whole along the others: not slices of it
+])
+def test_an_array_in_pieces_is_what_in_pieces_stores(shape, chunks, pieces):
+    from refgrid.codecs.filters import bytes_codec
+    from refgrid.model.virtual import in_pieces
+
+    like = VirtualArray("t", ("time", "nv"), np.dtype("<f8"),
+                        RectilinearGrid.regular(shape, shape),
+                        ChunkManifest.empty((1, 1)), codecs=(bytes_codec(np.dtype("<f8")),))
+    data = np.arange(np.prod(shape), dtype="<f8").tobytes()
+    array = in_pieces(like, data, shape, chunks[0])
+    if chunks[1] != shape[1]:  # (the same chunks, declared wider than the array)
+        array = VirtualArray("t", array.dims, array.dtype,
+                             RectilinearGrid.regular(shape, chunks), array.manifest,
+                             codecs=array.codecs)
+    assert array.inline_pieces is pieces
+    assert array.inline_bytes is (chunks[1:] == shape[1:])

@@ -123,7 +123,8 @@ def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
     stores it, and so every other variable along ``concat_dim`` whose values are CF times
     (up to :data:`INLINE_TIMES_LIMIT` bytes): batch workers do this where they scan, so that
     combining their records — re-encoding times to one file's units — reads no source."""
-    job = _Combine(concat_dim, "error", "identical", "error", storage_options or {}, _unknown)
+    job = _Combine(concat_dim, "error", "identical", "error", storage_options or {}, _unknown,
+                   pieces=False)
     url = _label(group, 0)
 
     def inline(g: VirtualGroup, path: str) -> VirtualGroup:
@@ -134,7 +135,7 @@ def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
                 a = job.coordinate([a], [url], _where(path, name), [times.get(name)])
             elif concat_dim in a.dims and name in times and \
                     math.prod(a.shape) * a.dtype.itemsize <= INLINE_TIMES_LIMIT:
-                a = _inlined(a, job.read(a))
+                a = job.inlined(a, job.read(a))
             arrays[name] = a
         groups = {name: inline(child, _where(path, name)) for name, child in g.groups.items()}
         return replace(g, arrays=arrays, groups=groups)
@@ -156,12 +157,19 @@ def _once_per_variable(entries: tuple[ReportEntry, ...]) -> tuple[ReportEntry, .
 class _Combine:
     def __init__(self, dim: str, overlap: str, others: str, codecs: str,
                  storage_options: dict[str, object],
-                 fingerprint: Callable[[VirtualArray], str | None]) -> None:
+                 fingerprint: Callable[[VirtualArray], str | None], pieces: bool = True) -> None:
         self.dim, self.overlap, self.others, self.recode = dim, overlap, others, codecs == "recode"
         self.storage_options = storage_options
         self.fingerprint = fingerprint
+        self.pieces = pieces
+        """Whether what is inlined is stored in pieces (a combined archive) or as one chunk
+        (a file's own, as a batch worker records it: its variables must combine as the
+        file's chunks do, not look like an archive's coordinate in pieces)."""
         self.report: list[ReportEntry] = []
         self.values: dict[int, np.ndarray] = {}
+
+    def inlined(self, like: VirtualArray, data: np.ndarray) -> VirtualArray:
+        return _inlined(like, data, self.pieces)
 
     def read(self, array: VirtualArray) -> np.ndarray:
         """An array's values, read once per combine (coordinates serve ordering and output)."""
@@ -229,14 +237,14 @@ class _Combine:
         """The concat coordinate, read, re-encoded to the first file's units, inlined."""
         self.check(parts, labels, where, times, reread=True)
         if all(t is not None for t in times):
-            return _inlined(parts[0], self.times(parts, labels, where, times))
+            return self.inlined(parts[0], self.times(parts, labels, where, times))
         units = [p.attrs.get("units") for p in parts]
         if any(t is not None for t in times) or any(u != units[0] for u in units):
             odd = [lab for lab, u in zip(labels, units, strict=True) if u != units[0]]
             raise CombineError(f"{where}: units differ ({', '.join(odd)} vs {labels[0]}) "
                                "and are not CF time units that can be re-encoded")
         data = np.concatenate([self.read(p) for p in parts])
-        return _inlined(parts[0], _exactly(data, parts, labels, where))
+        return self.inlined(parts[0], _exactly(data, parts, labels, where))
 
     def times(self, parts: list[VirtualArray], labels: list[str], where: str,
               times: Times) -> np.ndarray:
@@ -308,7 +316,7 @@ class _Combine:
         if timed and any(t != times[0] or _stored_differently(p, first)
                          for t, p in zip(times, parts, strict=True)):
             self.check(parts, labels, where, times, reread=True)
-            return replace(_inlined(first, self.times(parts, labels, where, times)),
+            return replace(self.inlined(first, self.times(parts, labels, where, times)),
                            attrs=attrs)
         self.check(parts, labels, where, times)
         if self.recode:
@@ -545,13 +553,14 @@ def _exactly(data: np.ndarray, parts: list[VirtualArray], labels: list[str],
     return cast
 
 
-def _inlined(like: VirtualArray, data: np.ndarray) -> VirtualArray:
-    """``like`` holding ``data`` inline (uncompressed, little-endian), in pieces along its
-    first dimension (:func:`~refgrid.model.virtual.in_pieces`)."""
+def _inlined(like: VirtualArray, data: np.ndarray, pieces: bool) -> VirtualArray:
+    """``like`` holding ``data`` inline (uncompressed, little-endian): in pieces along its
+    first dimension (:func:`~refgrid.model.virtual.in_pieces`), or as one chunk."""
     stored = data.astype(like.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
     typed = replace(like, dtype=stored.dtype, codecs=(bytes_codec(stored.dtype),))
+    length = data.shape[0] if data.ndim else 1
     return in_pieces(typed, stored.tobytes(), data.shape,
-                     piece_length(data.shape[0]) if data.ndim else 1)
+                     piece_length(length) if pieces else max(1, length))
 
 
 def _one_calendar(times: Times, labels: list[str], where: str) -> None:

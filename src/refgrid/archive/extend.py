@@ -58,13 +58,13 @@ from refgrid.model.manifest import ChunkManifest
 from refgrid.model.virtual import VirtualArray, VirtualGroup, in_pieces, piece_length
 from refgrid.model.zarr_json import bookkeeping, documents
 from refgrid.read.cropped import portable_documents_group, portable_grid
-from refgrid.scanners.parquet import source_table, stored_sources
+from refgrid.scanners.parquet import piece_rows, record_name, source_table, stored_sources
 from refgrid.scanners.source import Source
 from refgrid.writers import sized
 from refgrid.writers.atomic import write_file
 from refgrid.writers.icechunk import append_icechunk
 from refgrid.writers.padded import Padded, needs_rewrite, rewrite_padded, sidecar_for
-from refgrid.writers.parquet import append_parquet, read_record, record_name
+from refgrid.writers.parquet import append_parquet, read_record
 
 if TYPE_CHECKING:  # the icechunk extra
     from icechunk import Repository
@@ -301,11 +301,12 @@ class Output:
               appended: Mapping[str, tuple[int, int, ChunkManifest]],
               docs: Mapping[str, Mapping[str, object]],
               sources: Mapping[str, SourceIdentity],
-              known: Container[str]) -> tuple[int, str | None]:
+              known: Container[str], pieced: Iterable[str]) -> tuple[int, str | None]:
         """Write the new extent: per array, its chunks from ``(row, first chunk along the
         concat dimension)`` on, and ``sources`` but those the archive names (``known``, as
-        it names them: the last file's rewritten chunks, say); returns the files (or
-        commits) written and the snapshot committed (None: none)."""
+        it names them: the last file's rewritten chunks, say); ``pieced``: the arrays
+        stored inline in pieces; returns the files (or commits) written and the snapshot
+        committed (None: none)."""
         raise NotImplementedError
 
 
@@ -340,8 +341,9 @@ class ParquetOutput(Output):
             table.last else None
 
     def inline(self, meta: Mapping[str, Any], path: str, piece: int) -> bytes:
-        size = int(meta["record_size"])
-        name = record_name(path, piece // size)
+        pieces = piece_rows(meta)
+        size = pieces.get(path, int(meta["record_size"]))
+        name = record_name(path, piece // size, path in pieces)
         stored = read_record(self.target / name,
                              meta[SOURCES_KEY].get(RECORDS_KEY, {}).get(name))
         row = piece % size
@@ -359,12 +361,12 @@ class ParquetOutput(Output):
               appended: Mapping[str, tuple[int, int, ChunkManifest]],
               docs: Mapping[str, Mapping[str, object]],
               sources: Mapping[str, SourceIdentity],
-              known: Container[str]) -> tuple[int, str | None]:
+              known: Container[str], pieced: Iterable[str]) -> tuple[int, str | None]:
         sidecar = sidecar_for(self.target)
         return append_parquet(self.target, meta, {p: (row, manifest) for p, (row, _, manifest)
                                                   in appended.items()},
                               docs, sources, sidecar if sidecar.is_dir() else None,
-                              known), None
+                              known, pieced), None
 
 
 @dataclass(frozen=True)
@@ -422,7 +424,7 @@ class IcechunkOutput(Output):
               appended: Mapping[str, tuple[int, int, ChunkManifest]],
               docs: Mapping[str, Mapping[str, object]],
               sources: Mapping[str, SourceIdentity],
-              known: Container[str]) -> tuple[int, str | None]:
+              known: Container[str], pieced: Iterable[str]) -> tuple[int, str | None]:
         changed = {document_key(path): docs[document_key(path)] for path in appended}
         snapshot = append_icechunk(self.repository, tail, {
             path: start for path, (_, start, _) in appended.items()}, changed,
@@ -523,7 +525,7 @@ def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
     new_sources: dict[str, SourceIdentity] = {
         url: identity for url, identity in tail.sources.items() if url not in anchors}
     return Appended(group, *output.write(meta, tail, appended, docs, new_sources,
-                                         chosen.sources))
+                                         chosen.sources, set(whole)))
 
 
 def _grown_whole(old: Mapping[str, Any], last_length: int, grid: RectilinearGrid,
@@ -564,8 +566,11 @@ def _grown(array: VirtualArray, output: Output, meta: Mapping[str, Any], path: s
         raise NotAppendable(f"the archive's {path!r} is stored in pieces of {kept}, not "
                             f"{piece}")
     first = before.chunk_counts[0] - 1 if kept == piece else 0
-    stored = output.inline(meta, path, first)[:(length - first * kept) * step] \
-        if before.nchunks else b""
+    stored = output.inline(meta, path, first) if before.nchunks else b""
+    if before.nchunks and len(stored) != kept * step:
+        raise NotAppendable(f"the archive's piece {first} of {path!r} holds {len(stored)} "
+                            f"bytes, not {kept * step}")
+    stored = stored[:(length - first * kept) * step]
     return (in_pieces(array, stored + added, (total - first * piece, *array.shape[1:]),
                       piece), total, first)
 

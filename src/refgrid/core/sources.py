@@ -83,6 +83,10 @@ and last files along its concat dimension."""
 RECORDS_KEY = "records"
 """Key, beside ``sources`` in parquet's ``.zmetadata`` section, of each record file's digest
 (relative name → :func:`record_digest`)."""
+PIECES_KEY = "pieces"
+"""Key, beside ``sources`` in parquet's ``.zmetadata`` section, of the arrays stored inline in
+pieces (the concat coordinate) → the rows of each of their record files
+(:func:`refgrid.scanners.parquet.record_name`)."""
 
 
 def record_digest(data: bytes) -> str:

@@ -6,7 +6,9 @@ in-memory model (the encoded-extent field is still a proposal: zarr-extensions #
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from typing import NotRequired, TypedDict, TypeGuard, cast
 
@@ -117,10 +119,10 @@ def grown_chunk_grid(doc: object, shape: Sequence[int], drop: int,
         return None
     runs_kept = list(specs[0])
     try:  # the final chunk is declared at its stored length: past the array's end
-        padding = sum(v * n for v, n in runs_kept) - int(shape[0])
+        padding = sum(itertools.starmap(operator.mul, runs_kept)) - int(shape[0])
         if not runs_kept or not 0 <= padding < runs_kept[-1][0]:
             return None  # (too short, or chunks past the end: the whole parse says which)
-        remove, kept = drop + padding, sum(n for _, n in runs_kept)
+        remove, kept = drop + padding, sum(map(operator.itemgetter(1), runs_kept))
         while remove > 0 and runs_kept:
             length, repeat = runs_kept[-1]
             if type(length) is not int or type(repeat) is not int or length < 1:

@@ -120,19 +120,26 @@ class VirtualArray(Displayed, FrozenPickle):
         return self.dtype
 
     @property
-    def inline_pieces(self) -> bool:
-        """Whether the array is stored as :func:`in_pieces` stores it (a concat coordinate,
-        or times re-encoded, as :func:`refgrid.combine` stores them): uncompressed inline
-        chunks on a regular grid, whole but along the first dimension — so a piece of it is
-        a slice of its bytes. (Its first and last chunks are looked at: a paged manifest
-        loads no more.)"""
+    def inline_bytes(self) -> bool:
+        """Whether the array is uncompressed inline chunks on a regular grid, whole but
+        along the first dimension — so a piece of it is a slice of its bytes. (Its first
+        and last chunks are looked at: a paged manifest loads no more.)"""
         grid = self.grid
-        if not grid.ndim or not grid.nchunks or not grid.is_regular or \
-                any(n != 1 for n in grid.chunk_counts[1:]) or self.dtype.kind in "OT" or \
-                [c.get("name") for c in self.codecs] != ["bytes"]:
+        chunks = grid.chunk_shape
+        if not grid.ndim or not grid.nchunks or chunks is None or \
+                list(chunks[1:]) != [max(1, n) for n in self.shape[1:]] or \
+                self.dtype.kind in "OT" or [c.get("name") for c in self.codecs] != ["bytes"]:
             return False
         ids = self.manifest.locate([0, grid.nchunks - 1]).path_id
         return bool((np.asarray(ids) == INLINE).all())
+
+    @property
+    def inline_pieces(self) -> bool:
+        """Whether the array is stored as :func:`in_pieces` stores what refgrid inlines (a
+        concat coordinate, times re-encoded, as :func:`refgrid.combine` stores them): its
+        :attr:`inline_bytes` in pieces of :func:`piece_length` elements."""
+        return self.inline_bytes and (self.grid.chunk_shape or (0,))[0] == \
+            piece_length(self.shape[0])
 
     def axis(self, dim: str) -> int:
         try:

@@ -342,7 +342,7 @@ def _sliceable(array: VirtualArray, growing: str | None) -> bool:
     uncompressed (so a piece of it is a slice of its bytes; an array in pieces is served as
     stored)."""
     return growing is not None and array.dims[:1] == (growing,) and array.grid.nchunks == 1 \
-        and array.inline_pieces
+        and array.inline_bytes
 
 
 def _sliced(array: VirtualArray) -> VirtualArray:

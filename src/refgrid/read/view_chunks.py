@@ -81,11 +81,11 @@ def view_chunks(array: VirtualArray, chunks: ViewChunks,
 
 def growing_length(array: VirtualArray, axis: int) -> int:
     """A chunk length along a growing dimension that appends leave as it is: the first
-    chunk's (a file's own, which no append changes), or
-    :data:`~refgrid.model.virtual.INLINE_PIECE` for an array stored inline (its pieces, or
-    its one chunk that appends grow)."""
+    chunk's (a file's own, or a piece of an array stored inline, which no append changes),
+    or :data:`~refgrid.model.virtual.INLINE_PIECE` for an array stored as one inline chunk
+    (which appends grow)."""
     along = array.grid.axes[axis]
-    if array.inline_pieces or not along.nchunks:
+    if (array.grid.nchunks == 1 and array.inline_bytes) or not along.nchunks:
         return INLINE_PIECE
     return max(1, int(along.logical[0]))
 

@@ -7,7 +7,9 @@ columns ``path``/``offset``/``size`` and ``raw`` (inline bytes). Reading the col
 keeps an archive of millions of chunks free of per-chunk Python objects, and a record file
 that kerchunk never wrote (an array without any chunk) simply means missing chunks.
 refgrid writes the same layout with Zarr v3 documents (``zarr.json`` keys) in ``.zmetadata``;
-kerchunk's Zarr v2 documents are translated by :mod:`refgrid.scanners.kerchunk`.
+kerchunk's Zarr v2 documents are translated by :mod:`refgrid.scanners.kerchunk`; its section
+may name arrays stored inline in pieces, whose record files hold fewer rows
+(:func:`record_name`, :func:`piece_rows`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import math
 from bisect import bisect_right
 from collections.abc import ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import fsspec
 import numpy as np
@@ -30,6 +32,7 @@ from refgrid.core.keys import METADATA, ZMETADATA, document_keys
 from refgrid.core.sources import (
     ATTRIBUTES_KEY,
     IDENTITY_FIELDS,
+    PIECES_KEY,
     RECORDS_KEY,
     SOURCE_TABLE_KEY,
     SourceIdentity,
@@ -76,33 +79,62 @@ class ParquetReferences:
     digests: dict[str, str]
     """Record file (relative name) → the digest refgrid's writer recorded (none for
     kerchunk's parquet)."""
+    pieces: Mapping[str, int]
+    """Arrays whose record files hold pieces → their rows a file (:func:`piece_rows`)."""
 
     def manifest(self, array: str, counts: tuple[int, ...]) -> ChunkManifest:
         """The chunk manifest of ``array`` whose chunk grid has ``counts`` chunks per axis:
         read whole at once up to :data:`EAGER_RECORDS` record files (a damaged one is an
         error as the archive opens), page by page beyond (:class:`RecordPages`)."""
         total = math.prod(counts)
-        pages = RecordPages(self.url, self.fs, self.root, array, self.record_size,
+        size = self.pieces.get(array, self.record_size)
+        pages = RecordPages(self.url, self.fs, self.root, array, size,
                             {k: v for k, v in self.digests.items()
                              if k.rsplit("/", 1)[0] == array},
-                            self.sidecar, self.storage_options, METADATA in self.documents)
-        records = math.ceil(total / self.record_size) if total else 0
+                            self.sidecar, self.storage_options, METADATA in self.documents,
+                            array in self.pieces)
+        records = math.ceil(total / size) if total else 0
         if records > EAGER_RECORDS:
             paged = PagedManifest(counts, pages)
             # what an append rewrites — the record files holding the last step along the
             # first axis (the last file's padded chunk, its partial record file) — read now
             # and kept: a reader of this version reads it while the next one lands
-            size, slab = self.record_size, math.prod(counts[1:])
+            slab = math.prod(counts[1:])
             paged.pin(range(max(total - slab, 0) // size * size, total, size))
             return paged
         names = [pages.name(n) for n in range(records)]
         found = self.fs.cat(names, on_error="return") if names else {}  # (concurrently)
         built = ManifestBuilder(counts)
         for n, name in enumerate(names):
-            start = n * self.record_size
-            built.page(start, pages.parse(n, min(self.record_size, total - start),
-                                          found.get(name)))
+            start = n * size
+            built.page(start, pages.parse(n, min(size, total - start), found.get(name)))
         return built.build()
+
+
+PIECE_ROWS = 64
+"""Rows of each record file of an array stored inline in pieces
+(:attr:`~refgrid.model.virtual.VirtualArray.inline_pieces`: the concat coordinate, 2 MB of
+float64 a file), where ``record_size`` rows of 32 kB pieces would make the one record file
+an append rewrites hold the whole coordinate."""
+
+
+def record_name(array: str, n: int, pieced: bool = False) -> str:
+    """Record file ``n`` of ``array``, relative to the reference directory; ``pieced``: of an
+    array whose record files hold :data:`PIECE_ROWS` rows, named apart (a reader that knows
+    only ``record_size`` finds no record file — an error — rather than reading 64 rows as
+    the first of 10^5, the rest as missing)."""
+    return f"{array}/{'pieces' if pieced else 'refs'}.{n}.parq"
+
+
+def piece_rows(meta: Mapping[str, Any]) -> dict[str, int]:
+    """The arrays of parquet references ``meta`` (``.zmetadata``, parsed) whose record files
+    hold pieces, with their rows a file (:data:`~refgrid.core.sources.PIECES_KEY`)."""
+    found = section(meta).get(PIECES_KEY, {})
+    if not isinstance(found, Mapping) or not all(
+            isinstance(k, str) and type(v) is int and v > 0 for k, v in found.items()):
+        raise ValueError(f"{PIECES_KEY} is not arrays and their rows per record file: "
+                         f"{found!r:.80}")
+    return dict(found)
 
 
 EAGER_RECORDS = 8
@@ -128,9 +160,11 @@ class RecordPages:
     storage_options: StorageOptions
     refgrid: bool
     """Written by refgrid (which writes every record file)."""
+    pieced: bool = False
+    """Record files of pieces (:func:`record_name`)."""
 
     def name(self, n: int) -> str:
-        return f"{self.root}/{self.array}/refs.{n}.parq"
+        return f"{self.root}/{record_name(self.array, n, self.pieced)}"
 
     def load(self, n: int, rows: int) -> Page:
         try:
@@ -153,7 +187,7 @@ class RecordPages:
             raise FormatError(self.url, self.array, f"cannot read {name}: {data}") from data
         if data is None:
             raise FormatError(self.url, self.array, f"cannot read {name}: no answer")
-        relative = f"{self.array}/refs.{n}.parq"
+        relative = record_name(self.array, n, self.pieced)
         if relative in self.digests and record_digest(data) != self.digests[relative]:
             raise FormatError(self.url, self.array, f"record file {relative} does not match "
                               "its digest in .zmetadata: it is damaged or was changed")
@@ -207,6 +241,7 @@ def load_parquet_references(url: str, storage_options: StorageOptions) -> Parque
         record_size = int(meta["record_size"])
         if record_size < 1:
             raise ValueError(f"record_size {record_size} is not a positive integer")
+        pieces = piece_rows(meta)
     except FileNotFoundError:
         if not fs.exists(root):
             raise NotFoundError(url, None, "file not found") from None
@@ -219,7 +254,7 @@ def load_parquet_references(url: str, storage_options: StorageOptions) -> Parque
     return ParquetReferences(url, documents, record_size,
                              stored_sources(meta, url, fs, root, sidecar, digests), sidecar,
                              section(meta).get(ATTRIBUTES_KEY), fs, root, storage_options,
-                             digests)
+                             digests, pieces)
 
 
 # -- the sources' identities: record files of their own ----------------------------------

@@ -5,7 +5,9 @@ document (here the ``zarr.json`` of each node) and the ``record_size``; the refe
 array are in ``<array>/refs.<n>.parq``, row ``i`` of file ``n`` being chunk
 ``n * record_size + i`` of the chunk grid in C order, with columns ``path`` (dictionary
 encoded: an archive names few files many times), ``offset``, ``size`` and ``raw`` (inline
-bytes). Missing chunks are rows without a path. A reader takes each column whole, so opening an
+bytes) — an array stored inline in pieces (the concat coordinate) in record files of
+:data:`~refgrid.scanners.parquet.PIECE_ROWS` rows, ``<array>/pieces.<n>.parq``. Missing chunks
+are rows without a path. A reader takes each column whole, so opening an
 archive of 10^6 chunks costs milliseconds and no Python object per chunk; the JSON form of the
 same archive costs a parse of every key. Pages carry CRC checksums and ``.zmetadata`` a digest
 of each record file (the checksums leave page headers and the footer uncovered), so a damaged
@@ -20,7 +22,7 @@ import json
 import math
 import shutil
 from bisect import bisect_right
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -34,6 +36,7 @@ import pyarrow.parquet as pq
 from refgrid.core.keys import ZMETADATA
 from refgrid.core.sources import (
     ATTRIBUTES_KEY,
+    PIECES_KEY,
     RECORDS_KEY,
     SIDECAR_KEY,
     SOURCE_TABLE_KEY,
@@ -48,12 +51,15 @@ from refgrid.model.manifest import ChunkManifest, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import documents
 from refgrid.scanners.parquet import (
+    PIECE_ROWS,
     SOURCE_PAGE_ROWS,
     SOURCES_DIRECTORY,
     IdentityColumns,
     SourceTable,
     identity_table,
+    piece_rows,
     read_table,
+    record_name,
     source_table,
 )
 from refgrid.writers.atomic import replace_directory, temporary_for, write_file
@@ -81,10 +87,12 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
     try:
         temporary.mkdir(parents=True)
         digests: dict[str, str] = {}
+        pieces = {path: PIECE_ROWS for path, node in group.walk() if zarr_format == 3 and
+                  isinstance(node, VirtualArray) and node.inline_pieces}
         for path, node in group.walk():
             if isinstance(node, VirtualArray):
                 _write_records(Rows.of(node.manifest, portable), temporary, path, 0,
-                               record_size, digests)
+                               pieces.get(path, record_size), digests, path in pieces)
         sources = [(portable(url), identity) for url, identity in group.sources.items()]
         page_rows = min(record_size, SOURCE_PAGE_ROWS)
         pages = _write_identities(sorted(sources, key=itemgetter(0)), temporary, 0,
@@ -93,7 +101,8 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
                                                _first(sources), _first(sources[::-1])
                                                ).to_json()} if sources else {}
         (temporary / ZMETADATA).write_bytes(zmetadata(
-            section(group, portable, sources=False, **{RECORDS_KEY: digests, **table}),
+            section(group, portable, sources=False, **{RECORDS_KEY: digests, **table},
+                    **({PIECES_KEY: pieces} if pieces else {})),
             metadata, record_size))
         replace_directory(temporary, target)
     finally:
@@ -101,22 +110,22 @@ def write_parquet(group: VirtualGroup, target: Path, *, grid_form: GridForm = "a
     return target
 
 
-def record_name(array: str, n: int) -> str:
-    """Record file ``n`` of ``array``, relative to the reference directory."""
-    return f"{array}/refs.{n}.parq"
-
-
 def append_parquet(target: Path, meta: Mapping[str, Any],
                    tail: Mapping[str, tuple[int, ChunkManifest]],
                    metadata: Mapping[str, object], sources: Mapping[str, SourceIdentity],
-                   sidecar: Path | None = None, known: Container[str] = ()) -> int:
+                   sidecar: Path | None = None, known: Container[str] = (),
+                   pieced: Iterable[str] = ()) -> int:
     """Extend the parquet references at ``target`` (whose ``.zmetadata`` is ``meta``, as
     read) in place, writing what changed only:
     ``tail`` maps an array to ``(row, manifest)`` — its chunks from C-order row ``row`` on
     are now ``manifest``'s (the rows before stay; the record file holding ``row`` is
     rewritten, later ones written); ``metadata`` replaces the documents; ``sources`` are
     added to the sources, one identity a URL (``known``: those it holds, named as it names
-    them, which are not added again). Each record file is swapped in whole, then
+    them, which are not added again); ``pieced``: the arrays stored inline in pieces, whose
+    record files hold :data:`~refgrid.scanners.parquet.PIECE_ROWS` rows (one the archive
+    keeps in ``record_size`` rows, as written before there were such record files, is
+    written again whole from row 0, and its earlier record files removed once
+    ``.zmetadata`` names the new ones). Each record file is swapped in whole, then
     ``.zmetadata`` (the documents, the digests and the sources' table of the new extent)
     last: until then the directory reads as before (a reader that had loaded the old
     ``.zmetadata`` may meet a rewritten record file, whose digest then differs: an error,
@@ -125,14 +134,25 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
     record_size = int(meta["record_size"])
     kept = dict(meta[SOURCES_KEY])
     digests: dict[str, str] = dict(kept.get(RECORDS_KEY, {}))
+    pieces = piece_rows(meta)
+    moved = [path for path in pieced if path not in pieces]
+    if any(tail[path][0] for path in moved):
+        raise FormatError(str(target), moved[0], "an array moved to record files of pieces "
+                          "is written whole")
+    order = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in digests))  # (as written)
+    stale = [name for name in digests if name.rsplit("/", 1)[0] in moved]
+    for name in stale:
+        del digests[name]
+    pieces.update({path: PIECE_ROWS for path in moved})
     portable = Portable(sidecar)
     written = 0
     kept_rows: dict[str, Rows] = {}  # (everything read, and checked, before any write)
     for path, (row, _) in tail.items():
-        first = row // record_size
-        name = record_name(path, first)
+        size = pieces.get(path, record_size)
+        first = row // size
+        name = record_name(path, first, path in pieces)
         kept_rows[path] = read_record(target / name, digests.get(name))[
-            :row - first * record_size] if row % record_size else Rows.empty()
+            :row - first * size] if row % size else Rows.empty()
     added = [(url, identity) for url, identity in
              ((portable(url), identity) for url, identity in sources.items()) if url not in known]
     table = source_table(meta, str(target))
@@ -146,8 +166,9 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
                            target / record_name(SOURCES_DIRECTORY, n),
                            digests.get(record_name(SOURCES_DIRECTORY, n)))]
     for path, (row, manifest) in tail.items():
+        size = pieces.get(path, record_size)
         written += _write_records(Rows.concat(kept_rows[path], Rows.of(manifest, portable)),
-                                  target, path, row // record_size, record_size, digests)
+                                  target, path, row // size, size, digests, path in pieces)
     if added:
         merged = sorted({**dict(kept_identities), **dict(added)}.items(), key=itemgetter(0))
         pages = _write_identities(merged, target, since, table.page_rows, digests)
@@ -155,15 +176,18 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
                             [*table.pages[:since], *pages], table.first or _first(added),
                             _first(added[::-1]) or table.last)
         written += len(pages)
-    order = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in digests))
+    order = list(dict.fromkeys([*order, *(name.rsplit("/", 1)[0] for name in digests)]))
     records = {name: digests[name] for array in order for name in sorted(
         (k for k in digests if k.rsplit("/", 1)[0] == array),
         key=lambda k: int(k.rsplit(".", 2)[1]))}
     sidecar_name = sidecar.name if sidecar is not None else kept.get(SIDECAR_KEY)
     kept = {**({ATTRIBUTES_KEY: kept[ATTRIBUTES_KEY]} if ATTRIBUTES_KEY in kept else {}),
             **({SIDECAR_KEY: sidecar_name} if sidecar_name else {}), RECORDS_KEY: records,
-            **({SOURCE_TABLE_KEY: table.to_json()} if table.rows else {})}
+            **({SOURCE_TABLE_KEY: table.to_json()} if table.rows else {}),
+            **({PIECES_KEY: pieces} if pieces else {})}
     write_file(target / ZMETADATA, zmetadata(kept, metadata, record_size))
+    for name in stale:
+        (target / name).unlink(missing_ok=True)
     return written
 
 
@@ -259,13 +283,14 @@ class Rows:
 
 
 def _write_records(rows: Rows, root: Path, path: str, first: int, record_size: int,
-                   digests: dict[str, str]) -> int:
+                   digests: dict[str, str], pieced: bool = False) -> int:
     """``rows`` as record files ``first``, ``first + 1``... of ``path`` under ``root``, each
-    swapped in whole, their digests into ``digests``; how many were written."""
+    swapped in whole, their digests into ``digests``; how many were written (``pieced``:
+    record files of pieces, :func:`~refgrid.scanners.parquet.record_name`)."""
     count = math.ceil(len(rows) / record_size)
     for n in range(count):
         _write_table(rows[n * record_size:(n + 1) * record_size].table(), root,
-                     record_name(path, first + n), digests, use_dictionary=["path"],
+                     record_name(path, first + n, pieced), digests, use_dictionary=["path"],
                      column_encoding=DELTA_ENCODED)
     return count
 
