@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import xarray as xr
 
@@ -292,14 +293,14 @@ def test_an_archive_whose_coordinate_is_one_chunk_is_appended_to_in_pieces(grown
     assert not (out / "time" / "refs.0.parq").exists()
 
 
-def write_bounded(directory, count: int, steps: int) -> list:
-    """``count`` files of ``steps`` days each, with time bounds in the time's units."""
+def write_bounded(directory, lengths: list[int]) -> list:
+    """Files of ``lengths`` days each, one after another, with time bounds in the time's
+    units."""
     import netCDF4
-    import numpy as np
 
     directory.mkdir()
     out = []
-    for k in range(count):
+    for k, steps in enumerate(lengths):
         path = directory / f"b_{k:03d}.nc"
         with netCDF4.Dataset(path, "w") as ds:
             ds.createDimension("time", None)
@@ -308,7 +309,8 @@ def write_bounded(directory, count: int, steps: int) -> list:
             time.units, time.calendar, time.bounds = "days since 2000-01-01", "standard", \
                 "time_bnds"
             bounds = ds.createVariable("time_bnds", "f8", ("time", "nv"))
-            days = np.arange(k * steps, (k + 1) * steps, dtype="f8")
+            start = sum(lengths[:k])
+            days = np.arange(start, start + steps, dtype="f8")
             time[:], bounds[:] = days + 0.5, np.stack([days, days + 1], axis=1)
             ds.createVariable("v", "f4", ("time",))[:] = days
         out.append(path)
@@ -319,7 +321,7 @@ def test_time_bounds_of_equal_files_are_appended_as_the_files_chunks(tmp_path):
     """Files of equal length: each one's time bounds (inlined by the batch, one chunk a
     file) make a regular grid of inline chunks — which is not an array stored in pieces:
     appended as the files' chunks, as a whole batch writes them."""
-    files = write_bounded(tmp_path / "files", 5, 10)
+    files = write_bounded(tmp_path / "files", [10] * 5)
     out = tmp_path / "b.parq"
     batch([str(f) for f in files[:3]], out)
     bounds = refgrid.scan(out)["time_bnds"]
@@ -332,3 +334,41 @@ def test_time_bounds_of_equal_files_are_appended_as_the_files_chunks(tmp_path):
     with xr.open_dataset(out, engine="refgrid") as ds:
         xr.testing.assert_identical(ds.load(), closed(xr.open_mfdataset(files,
                                                                         combine="by_coords")))
+
+
+def test_files_one_piece_long_after_a_shorter_one_are_not_taken_for_pieces(tmp_path,
+                                                                           monkeypatch):
+    """Files exactly one piece long (here 40 steps) each make one chunk of time bounds, as a
+    piece would be — after a shorter file the archive's chunks are not pieces: appended as
+    the files' chunks or refused, never read as pieces (which placed later bounds wrongly)."""
+    monkeypatch.setattr("refgrid.model.virtual.INLINE_PIECE", PIECE)
+    files = write_bounded(tmp_path / "files", [PIECE, PIECE, 10, PIECE, PIECE, PIECE])
+    out = tmp_path / "b.parq"
+    batch([str(f) for f in files[:2]], out)
+    for n in range(3, len(files) + 1):
+        try:
+            batch(str(files[n - 1]), out, append=True)
+        except refgrid.BatchError as e:
+            assert "without append" in str(e)
+            batch([str(f) for f in files[:n]], out)
+        want = closed(xr.open_mfdataset(files[:n], combine="by_coords"))
+        with xr.open_dataset(out, engine="refgrid") as ds:
+            xr.testing.assert_identical(ds.load(), want)
+            np.testing.assert_array_equal(ds["time_bnds"][-15:-5].values,
+                                          want["time_bnds"][-15:-5].values)
+
+
+def test_an_archive_of_one_file_grows_as_a_whole_batch_writes_it(tmp_path):
+    """One file's time bounds are one inline chunk — stored as a piece would be (record
+    files of pieces); once a second file follows they are the files' chunks, and move to
+    record files of ``record_size`` rows, as a whole batch writes them."""
+    files = write_bounded(tmp_path / "files", [10, 10, 12])
+    out = tmp_path / "b.parq"
+    batch(str(files[0]), out)
+    assert (out / "time_bnds" / "pieces.0.parq").exists()
+    for new in files[1:]:
+        assert batch(str(new), out, append=True).update.startswith("append")
+    assert not (out / "time_bnds" / "pieces.0.parq").exists()
+    fresh = tmp_path / "fresh.parq"
+    batch([str(f) for f in files], fresh)
+    assert tree_bytes(out) == tree_bytes(fresh)

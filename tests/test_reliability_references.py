@@ -62,6 +62,35 @@ def test_unusable_record_size_is_a_format_error(tmp_path, record_size):
         refgrid.scan(refs)
 
 
+@pytest.mark.parametrize(("pieces", "expected"), [
+    ({"time": 0}, "pieces is not arrays"), ({"time": True}, "pieces is not arrays"),
+    ([64], "pieces is not arrays"), ({"time": 50}, r"holds 64 rows, not 50"),
+    ({"time": 128}, r"holds 64 rows, not 92"), ({"time": 10**400}, r"not 92"),
+    ({"tas": 64}, r"\.0\.parq is missing"), ("v2", "kerchunk's Zarr v2")])
+def test_a_wrong_row_count_for_pieces_is_an_error_not_other_rows(tmp_path, monkeypatch,
+                                                                 pieces, expected):
+    """An array in record files of pieces (the concat coordinate: 92 pieces of 4 steps
+    here, 64 a file) read with another row count took rows of the next pieces, or fill
+    values, silently; a count of 10**400 made no record file at all."""
+    monkeypatch.setattr("refgrid.model.virtual.INLINE_PIECE", 4)
+    v2 = pieces == "v2"  # (refgrid's kerchunk v2 parquet: record files of record_size rows)
+    if v2:
+        refs = refgrid.write(refgrid.scan(SOURCE), tmp_path / "refs.parq",
+                             format="kerchunk-v2")
+    else:
+        files = [FIXTURES / "monthly" / "chunk10" / f"tas_2001{m:02d}.nc"
+                 for m in range(1, 13)]
+        group = refgrid.combine([str(f) for f in files], "time")
+        assert group["time"].grid.chunk_counts == (92,)
+        refs = refgrid.write(group, tmp_path / "refs.parq")
+    meta = json.loads((refs / ".zmetadata").read_text())
+    meta.setdefault("refgrid", {})["pieces"] = {"time": 64} if v2 else pieces
+    (refs / ".zmetadata").write_text(json.dumps(meta))
+    with pytest.raises(refgrid.FormatError, match=expected), \
+            xr.open_dataset(refs, engine="refgrid") as ds:
+        ds.load()
+
+
 def test_chunk_keys_of_another_rank_are_not_read_as_this_arrays():
     """Keys are parsed in bulk: "1/2/3/4" next to "5/6" has as many parts as two 3-d keys,
     and must not become chunks (1, 2, 3) and (4, 5, 6). Keys no writer makes (an empty part,

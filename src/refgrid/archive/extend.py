@@ -525,7 +525,7 @@ def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
     new_sources: dict[str, SourceIdentity] = {
         url: identity for url, identity in tail.sources.items() if url not in anchors}
     return Appended(group, *output.write(meta, tail, appended, docs, new_sources,
-                                         chosen.sources, set(whole)))
+                                         chosen.sources, list(whole)))
 
 
 def _grown_whole(old: Mapping[str, Any], last_length: int, grid: RectilinearGrid,
@@ -562,9 +562,9 @@ def _grown(array: VirtualArray, output: Output, meta: Mapping[str, Any], path: s
     total = length + len(added) // step
     piece = piece_length(total)
     kept = int(before.axes[0].logical[0]) if before.nchunks else 0
-    if kept != piece and before.nchunks > 1:
-        raise NotAppendable(f"the archive's {path!r} is stored in pieces of {kept}, not "
-                            f"{piece}")
+    if before.nchunks > 1 and (kept != piece or (before.chunk_shape or (0,))[0] != kept):
+        raise NotAppendable(f"the archive's {path!r} is not stored in pieces of {piece} (its "
+                            "files' own chunks, say)")
     first = before.chunk_counts[0] - 1 if kept == piece else 0
     stored = output.inline(meta, path, first) if before.nchunks else b""
     if before.nchunks and len(stored) != kept * step:

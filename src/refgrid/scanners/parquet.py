@@ -93,7 +93,7 @@ class ParquetReferences:
                              if k.rsplit("/", 1)[0] == array},
                             self.sidecar, self.storage_options, METADATA in self.documents,
                             array in self.pieces)
-        records = math.ceil(total / size) if total else 0
+        records = -(-total // size)  # (integers: a size of 10**400 is one record file)
         if records > EAGER_RECORDS:
             paged = PagedManifest(counts, pages)
             # what an append rewrites — the record files holding the last step along the
@@ -192,6 +192,10 @@ class RecordPages:
             raise FormatError(self.url, self.array, f"record file {relative} does not match "
                               "its digest in .zmetadata: it is damaged or was changed")
         table = read_table(data, self.url, name)
+        if relative in self.digests and table.num_rows != rows:  # (refgrid's: all rows)
+            raise FormatError(self.url, self.array, f"record file {relative} holds "
+                              f"{table.num_rows} rows, not {rows}: the row count .zmetadata "
+                              "gives its array is wrong")
         try:
             _fill(table, 0, built, self.sidecar)
         except (pa.ArrowException, KeyError, TypeError, ValueError) as e:
@@ -242,6 +246,8 @@ def load_parquet_references(url: str, storage_options: StorageOptions) -> Parque
         if record_size < 1:
             raise ValueError(f"record_size {record_size} is not a positive integer")
         pieces = piece_rows(meta)
+        if pieces and METADATA not in documents:
+            raise ValueError(f"{PIECES_KEY} in kerchunk's Zarr v2 references, which have none")
     except FileNotFoundError:
         if not fs.exists(root):
             raise NotFoundError(url, None, "file not found") from None

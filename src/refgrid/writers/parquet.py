@@ -122,10 +122,12 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
     rewritten, later ones written); ``metadata`` replaces the documents; ``sources`` are
     added to the sources, one identity a URL (``known``: those it holds, named as it names
     them, which are not added again); ``pieced``: the arrays stored inline in pieces, whose
-    record files hold :data:`~refgrid.scanners.parquet.PIECE_ROWS` rows (one the archive
-    keeps in ``record_size`` rows, as written before there were such record files, is
-    written again whole from row 0, and its earlier record files removed once
-    ``.zmetadata`` names the new ones). Each record file is swapped in whole, then
+    record files hold :data:`~refgrid.scanners.parquet.PIECE_ROWS` rows. An array whose
+    record files change form — the coordinate of an archive written before there were
+    record files of pieces, or a one-file archive's time bounds (one chunk, as a piece
+    would be) now in its files' chunks — is written again whole from row 0 (such arrays
+    are small: inlined times), its earlier record files removed once ``.zmetadata`` names
+    the new ones. Each record file is swapped in whole, then
     ``.zmetadata`` (the documents, the digests and the sources' table of the new extent)
     last: until then the directory reads as before (a reader that had loaded the old
     ``.zmetadata`` may meet a rewritten record file, whose digest then differs: an error,
@@ -135,24 +137,29 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
     kept = dict(meta[SOURCES_KEY])
     digests: dict[str, str] = dict(kept.get(RECORDS_KEY, {}))
     pieces = piece_rows(meta)
-    moved = [path for path in pieced if path not in pieces]
-    if any(tail[path][0] for path in moved):
-        raise FormatError(str(target), moved[0], "an array moved to record files of pieces "
-                          "is written whole")
+    stored = {path: (pieces.get(path, record_size), path in pieces) for path in tail}
+    wanted = {path: (PIECE_ROWS, True) if path in pieced else (record_size, False)
+              for path in tail}
+    moved = [path for path in tail if stored[path] != wanted[path]]
     order = list(dict.fromkeys(name.rsplit("/", 1)[0] for name in digests))  # (as written)
-    stale = [name for name in digests if name.rsplit("/", 1)[0] in moved]
-    for name in stale:
-        del digests[name]
-    pieces.update({path: PIECE_ROWS for path in moved})
     portable = Portable(sidecar)
     written = 0
     kept_rows: dict[str, Rows] = {}  # (everything read, and checked, before any write)
     for path, (row, _) in tail.items():
-        size = pieces.get(path, record_size)
-        first = row // size
-        name = record_name(path, first, path in pieces)
-        kept_rows[path] = read_record(target / name, digests.get(name))[
-            :row - first * size] if row % size else Rows.empty()
+        size, named = stored[path]
+        first = row // size if path not in moved else 0
+        kept_rows[path] = Rows.empty()
+        for n in range(first, -(-row // size)):  # (moved: every record file, read whole)
+            name = record_name(path, n, named)
+            kept_rows[path] = Rows.concat(kept_rows[path], read_record(
+                target / name, digests.get(name))[:row - n * size])
+    stale = [name for name in digests if name.rsplit("/", 1)[0] in moved]
+    for name in stale:
+        del digests[name]
+    pieces = {path: rows for path, rows in pieces.items() if path not in moved}
+    pieces.update({path: wanted[path][0] for path in moved if wanted[path][1]})
+    pieces = {path: pieces[path] for path in sorted(pieces, key=lambda p: (
+        order.index(p) if p in order else len(order)))}  # (as a whole write lists them)
     added = [(url, identity) for url, identity in
              ((portable(url), identity) for url, identity in sources.items()) if url not in known]
     table = source_table(meta, str(target))
@@ -166,9 +173,10 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
                            target / record_name(SOURCES_DIRECTORY, n),
                            digests.get(record_name(SOURCES_DIRECTORY, n)))]
     for path, (row, manifest) in tail.items():
-        size = pieces.get(path, record_size)
+        size, named = wanted[path]
         written += _write_records(Rows.concat(kept_rows[path], Rows.of(manifest, portable)),
-                                  target, path, row // size, size, digests, path in pieces)
+                                  target, path, 0 if path in moved else row // size, size,
+                                  digests, named)
     if added:
         merged = sorted({**dict(kept_identities), **dict(added)}.items(), key=itemgetter(0))
         pages = _write_identities(merged, target, since, table.page_rows, digests)
