@@ -328,12 +328,7 @@ def test_time_bounds_of_equal_files_are_appended_as_the_files_chunks(tmp_path):
     assert bounds.grid.chunk_shape == (10, 2) and not bounds.inline_pieces
     for new in files[3:]:
         assert batch(str(new), out, append=True).update.startswith("append")
-    fresh = tmp_path / "fresh.parq"
-    batch([str(f) for f in files], fresh)
-    assert tree_bytes(out) == tree_bytes(fresh)
-    with xr.open_dataset(out, engine="refgrid") as ds:
-        xr.testing.assert_identical(ds.load(), closed(xr.open_mfdataset(files,
-                                                                        combine="by_coords")))
+    as_a_whole_batch_writes(out, files, tmp_path)
 
 
 def test_files_one_piece_long_after_a_shorter_one_are_not_taken_for_pieces(tmp_path,
@@ -369,6 +364,4 @@ def test_an_archive_of_one_file_grows_as_a_whole_batch_writes_it(tmp_path):
     for new in files[1:]:
         assert batch(str(new), out, append=True).update.startswith("append")
     assert not (out / "time_bnds" / "pieces.0.parq").exists()
-    fresh = tmp_path / "fresh.parq"
-    batch([str(f) for f in files], fresh)
-    assert tree_bytes(out) == tree_bytes(fresh)
+    as_a_whole_batch_writes(out, files, tmp_path)

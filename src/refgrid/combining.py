@@ -558,9 +558,8 @@ def _inlined(like: VirtualArray, data: np.ndarray, pieces: bool) -> VirtualArray
     first dimension (:func:`~refgrid.model.virtual.in_pieces`), or as one chunk."""
     stored = data.astype(like.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
     typed = replace(like, dtype=stored.dtype, codecs=(bytes_codec(stored.dtype),))
-    length = data.shape[0] if data.ndim else 1
     return in_pieces(typed, stored.tobytes(), data.shape,
-                     piece_length(length) if pieces else max(1, length))
+                     piece_length(data.shape[0]) if pieces else max(1, data.shape[0]))
 
 
 def _one_calendar(times: Times, labels: list[str], where: str) -> None:

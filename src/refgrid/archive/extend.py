@@ -58,7 +58,13 @@ from refgrid.model.manifest import ChunkManifest
 from refgrid.model.virtual import VirtualArray, VirtualGroup, in_pieces, piece_length
 from refgrid.model.zarr_json import bookkeeping, documents
 from refgrid.read.cropped import portable_documents_group, portable_grid
-from refgrid.scanners.parquet import piece_rows, record_name, source_table, stored_sources
+from refgrid.scanners.parquet import (
+    piece_rows,
+    record_name,
+    record_rows,
+    source_table,
+    stored_sources,
+)
 from refgrid.scanners.source import Source
 from refgrid.writers import sized
 from refgrid.writers.atomic import write_file
@@ -341,9 +347,8 @@ class ParquetOutput(Output):
             table.last else None
 
     def inline(self, meta: Mapping[str, Any], path: str, piece: int) -> bytes:
-        pieces = piece_rows(meta)
-        size = pieces.get(path, int(meta["record_size"]))
-        name = record_name(path, piece // size, path in pieces)
+        size, pieced = record_rows(path, piece_rows(meta), int(meta["record_size"]))
+        name = record_name(path, piece // size, pieced)
         stored = read_record(self.target / name,
                              meta[SOURCES_KEY].get(RECORDS_KEY, {}).get(name))
         row = piece % size
@@ -556,9 +561,8 @@ def _grown(array: VirtualArray, output: Output, meta: Mapping[str, Any], path: s
     before = parse_chunk_grid(old["chunk_grid"], old["shape"])
     length = int(before.shape[0])
     step = math.prod(array.shape[1:]) * array.dtype.itemsize
-    added = array.manifest.inline[(0,) * len(array.dims)] if array.grid.nchunks == 1 else \
-        b"".join(array.manifest.inline_chunk(k) for k in range(array.grid.nchunks))
-    added = added[start * step:array.shape[0] * step]
+    added = b"".join(array.manifest.inline_chunk(k) for k in range(array.grid.nchunks))[
+        start * step:array.shape[0] * step]
     total = length + len(added) // step
     piece = piece_length(total)
     kept = int(before.axes[0].logical[0]) if before.nchunks else 0

@@ -273,16 +273,12 @@ def piece_length(length: int) -> int:
 
 def in_pieces(like: VirtualArray, data: bytes, shape: Sequence[int],
               piece: int) -> VirtualArray:
-    """``like`` holding ``data`` (its stored bytes, C order, ``shape``) as inline chunks of
-    ``piece`` elements along the first dimension (whole along the others) on a regular grid;
-    the last piece padded with zeros to full length, as a regular grid's last chunk is
-    stored (no reader reads past the end; the appends that fill it rewrite it)."""
+    """``like`` holding ``data`` (its stored bytes, C order, ``shape``: an array along a
+    concat dimension, so of one dimension at least) as inline chunks of ``piece`` elements
+    along the first dimension (whole along the others) on a regular grid; the last piece
+    padded with zeros to full length, as a regular grid's last chunk is stored (no reader
+    reads past the end; the appends that fill it rewrite it)."""
     shape = tuple(int(n) for n in shape)
-    if not shape:
-        grid = RectilinearGrid.regular((), ())
-        built = ManifestBuilder(())
-        built.inlined((), data)
-        return replace(like, grid=grid, manifest=built.build())
     grid = RectilinearGrid.regular(shape, (piece, *(max(1, n) for n in shape[1:])))
     built = ManifestBuilder(grid.chunk_counts)
     size = piece * math.prod(shape[1:]) * like.dtype.itemsize

@@ -87,12 +87,12 @@ class ParquetReferences:
         read whole at once up to :data:`EAGER_RECORDS` record files (a damaged one is an
         error as the archive opens), page by page beyond (:class:`RecordPages`)."""
         total = math.prod(counts)
-        size = self.pieces.get(array, self.record_size)
+        size, pieced = record_rows(array, self.pieces, self.record_size)
         pages = RecordPages(self.url, self.fs, self.root, array, size,
                             {k: v for k, v in self.digests.items()
                              if k.rsplit("/", 1)[0] == array},
                             self.sidecar, self.storage_options, METADATA in self.documents,
-                            array in self.pieces)
+                            pieced)
         records = -(-total // size)  # (integers: a size of 10**400 is one record file)
         if records > EAGER_RECORDS:
             paged = PagedManifest(counts, pages)
@@ -124,6 +124,12 @@ def record_name(array: str, n: int, pieced: bool = False) -> str:
     only ``record_size`` finds no record file — an error — rather than reading 64 rows as
     the first of 10^5, the rest as missing)."""
     return f"{array}/{'pieces' if pieced else 'refs'}.{n}.parq"
+
+
+def record_rows(array: str, pieces: Mapping[str, int], record_size: int) -> tuple[int, bool]:
+    """The rows of each record file of ``array`` and whether they are record files of
+    pieces (:func:`record_name`), given :func:`piece_rows` and the ``record_size``."""
+    return pieces.get(array, record_size), array in pieces
 
 
 def piece_rows(meta: Mapping[str, Any]) -> dict[str, int]:

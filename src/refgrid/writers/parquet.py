@@ -60,6 +60,7 @@ from refgrid.scanners.parquet import (
     piece_rows,
     read_table,
     record_name,
+    record_rows,
     source_table,
 )
 from refgrid.writers.atomic import replace_directory, temporary_for, write_file
@@ -137,7 +138,7 @@ def append_parquet(target: Path, meta: Mapping[str, Any],
     kept = dict(meta[SOURCES_KEY])
     digests: dict[str, str] = dict(kept.get(RECORDS_KEY, {}))
     pieces = piece_rows(meta)
-    stored = {path: (pieces.get(path, record_size), path in pieces) for path in tail}
+    stored = {path: record_rows(path, pieces, record_size) for path in tail}
     wanted = {path: (PIECE_ROWS, True) if path in pieced else (record_size, False)
               for path in tail}
     moved = [path for path in tail if stored[path] != wanted[path]]
