@@ -261,7 +261,8 @@ def work_directory(root: Path, work: Path, files: int) -> None:
             journal.append({"url": url, "identity": identity_of(url),  # type: ignore[typeddict-item]
                             "first": [float(k), UNITS, "standard"]}, dumps(group, digests))
     settings = {"concat_dim": "time", "format": "parquet", "padded": "rewrite",
-                "overlap": "error", "codecs": "error"}
+                "overlap": "error", "codecs": "error", "missing": "error", "merge": "false",
+                "variables": "", "drop_variables": ""}  # (a batch's defaults)
     (work.parent / "tas.parq.report.json").write_text(json.dumps({"settings": settings}))
 
 

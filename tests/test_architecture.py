@@ -34,7 +34,7 @@ ACROSS = {("materializing", "writers"), ("materializing", "explore"), ("cli", "d
 in with the writers' atomic replace and picks chunks with the advisor; the service follows
 growing archives with batch); any other, such as grid ↔ codecs or archive → serve, is an
 error."""
-TOP_LEVEL_MODULES = {"__init__", "errors", "cli", "demo", "combining", "materializing"}
+TOP_LEVEL_MODULES = {"__init__", "errors", "cli", "demo", "materializing"}
 """The only modules beside the packages: everything else lives in the package of its role."""
 
 
@@ -44,7 +44,7 @@ def _module_name(path: Path) -> str:
 
 
 def _part(module: str) -> str:
-    """The package (``scanners``, ``grid``, ...) or top-level module (``combining``, ``cli``)
+    """The package (``scanners``, ``grid``, ...) or top-level module (``materializing``, ``cli``)
     holding ``module``; ``__init__`` for the package itself."""
     parts = module.split(".")
     return "__init__" if len(parts) == 1 else parts[1]

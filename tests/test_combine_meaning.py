@@ -181,7 +181,7 @@ def test_a_coordinate_of_another_type_is_refused_where_a_value_would_change(tmp_
     time = b["time"]
     # the second file's times as fractions of hours, in float64
     frac = replace(time, dtype=np.dtype("f8"), attrs=dict(time.attrs))
-    from refgrid.combining import _inlined
+    from refgrid.combining.concat import _inlined
 
     frac = _inlined(frac, np.arange(744, 744 + 28 * 24, 24, dtype="f8") + 0.5, pieces=False)
     b = replace(b, arrays={**b.arrays, "time": frac})
@@ -334,12 +334,12 @@ def test_batch_combines_what_combine_combines_whatever_a_worker_inlined(tmp_path
                                                                         monkeypatch):
     """A worker inlines small time variables into its record, leaves large ones referenced:
     files on either side of the limit still combine (read and written anew)."""
-    import refgrid.combining
+    import refgrid.combining.concat
 
     files = write(tmp_path / "src", [*months(2001, 1, "days since 2001-01-01"),
                                      *months(2001, 2, "days since 2001-01-01")[1:]])
     sizes = [refgrid.scan(f)["time_bnds"].shape[0] * 16 for f in files]
-    monkeypatch.setattr(refgrid.combining, "INLINE_TIMES_LIMIT", min(sizes))  # 1st only
+    monkeypatch.setattr(refgrid.combining.concat, "INLINE_TIMES_LIMIT", min(sizes))  # 1st only
     result = refgrid.batch([str(f) for f in files], tmp_path / "out.json",
                            scheduler="synchronous")
     with xr.open_dataset(result.output, engine="refgrid") as ours, _expected(files) as truth:

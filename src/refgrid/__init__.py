@@ -40,7 +40,7 @@ from refgrid.errors import (
 
 if TYPE_CHECKING:
     from refgrid.archive import batch
-    from refgrid.combining import combine
+    from refgrid.combining import combine, merge
     from refgrid.core.bounds import Limits, limits, set_limits
     from refgrid.explore import plot as plot
     from refgrid.explore.advise import ChunkAdvice, advise_chunks
@@ -60,6 +60,7 @@ _LAZY = {"advise_chunks": "refgrid.explore.advise", "ChunkAdvice": "refgrid.expl
          "batch": "refgrid.archive", "materialize": "refgrid.materializing",
          "Limits": "refgrid.core.bounds", "limits": "refgrid.core.bounds",
          "set_limits": "refgrid.core.bounds", "combine": "refgrid.combining",
+         "merge": "refgrid.combining",
          "RectilinearGrid": "refgrid.grid.rectilinear", "ChunkManifest": "refgrid.model.manifest",
          "VirtualArray": "refgrid.model.virtual", "VirtualGroup": "refgrid.model.virtual",
          "get_mapper": "refgrid.read.mapper", "scan": "refgrid.scanners",
@@ -115,6 +116,7 @@ __all__ = [
     "get_mapper",
     "limits",
     "materialize",
+    "merge",
     "open_store",
     "scan",
     "set_limits",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -113,6 +115,68 @@ padded_option = click.option(
          "only refgrid reads.")
 
 
+def _names(values: tuple[str, ...]) -> list[str] | None:
+    """``--variables a,b --variables c`` → ``["a", "b", "c"]`` (None: not given)."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    return names or None
+
+
+def choosing_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--variables`` / ``--drop-variables``, passed on as ``choice``."""
+
+    @functools.wraps(command)
+    def run(variables: tuple[str, ...], drop_variables: tuple[str, ...],
+            **kwargs: Any) -> None:
+        command(choice={"variables": _names(variables),
+                        "drop_variables": _names(drop_variables)}, **kwargs)
+
+    run = click.option(
+        "--drop-variables", multiple=True, metavar="NAME[,NAME...]",
+        help="Leave these variables (or groups) out, before files are compared.")(run)
+    return click.option(
+        "--variables", multiple=True, metavar="NAME[,NAME...]",
+        help="Keep only these variables (paths such as sub/tas), with their coordinates, "
+             "bounds and grid mappings.")(run)
+
+
+def shaping_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Merging, stacking, filling and times from names, passed on as ``shaping``."""
+
+    @functools.wraps(command)
+    def run(missing: str, merge: bool, stack_dim: str | None, stack_by: str | None,
+            time_from: str | None, time_units: str | None, calendar: str | None,
+            **kwargs: Any) -> None:
+        command(shaping={"missing": missing, "merge": merge, "stack_dim": stack_dim,
+                         "stack_by": stack_by, "time_from": time_from,
+                         "time_units": time_units, "calendar": calendar}, **kwargs)
+
+    options = [
+        click.option("--missing", type=click.Choice(["error", "fill"]), default="error",
+                     show_default=True,
+                     help="A variable absent from some files: an error, or read as its "
+                          "fill value there (no data copied; the report names the files)."),
+        click.option("--merge", is_flag=True,
+                     help="Files hold different variables (tas_*.nc, pr_*.nc): combine "
+                          "each file set with its own chunks, then merge the sets."),
+        click.option("--stack-dim", default=None, metavar="NAME",
+                     help="Stack the files along this new dimension (with --stack-by)."),
+        click.option("--stack-by", default=None, metavar="PATTERN|attribute:NAME",
+                     help="Each file's value along --stack-dim: a file-name pattern "
+                          "('{member}/tas_*.nc', 'run{n:d}.nc', 'exp_%Y%m.nc') or a global "
+                          "attribute ('attribute:realization')."),
+        click.option("--time-from", default=None, metavar="PATTERN",
+                     help="Files without a time coordinate take it from their name "
+                          "('sst_%Y%m%d.nc')."),
+        click.option("--time-units", default=None, metavar="UNITS",
+                     help="Units of times from names (default: days since 1970-01-01)."),
+        click.option("--calendar", default=None,
+                     help="Calendar of times from names (default: standard)."),
+    ]
+    for option in reversed(options):
+        run = option(run)
+    return run
+
+
 def _echo_rewrite(saved: Saved) -> None:
     if saved.rewrite is not None:
         click.echo(f"  {saved.rewrite}")
@@ -131,12 +195,13 @@ def _echo_rewrite(saved: Saved) -> None:
 @click.option("--inline-threshold", type=int, default=0, show_default=True,
               help="Inline chunks stored in fewer bytes than this.")
 @format_option
+@choosing_options
 @allow_source
 @timeout_option
 @storage_option
 def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline_threshold: int,
-         format_: Format | None, allowed: tuple[str, ...], timeout: float | None,
-         storage: tuple[str, ...]) -> None:
+         format_: Format | None, choice: dict[str, list[str] | None], allowed: tuple[str, ...],
+         timeout: float | None, storage: tuple[str, ...]) -> None:
     """Scan one HDF5/NetCDF4 file (local path or fsspec URL) into references.
 
     \b
@@ -144,11 +209,13 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
       refgrid scan data/tas_200101.nc -o tas.json
       refgrid scan s3://bucket/tas.nc -o tas.json -s anon=true --report
       refgrid scan data/tas_200101.nc -o tas_v2.json --format kerchunk-v2
+      refgrid scan granule.h5 -o g.json --drop-variables Projection
     """
     import refgrid
 
     [group] = _scan([source], timeout, on_error=on_error, inline_threshold=inline_threshold,
-                    allowed_sources=list(allowed) or None, **_storage_options(storage))
+                    allowed_sources=list(allowed) or None, **choice,
+                    **_storage_options(storage))
     refgrid.write(group, output, format=format_)
     arrays = sum(1 for _, node in group.walk() if isinstance(node, refgrid.VirtualArray))
     click.echo(f"wrote {output} ({arrays} arrays, {len(group.report)} report entries)")
@@ -178,14 +245,18 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
               help="Print scan notes and attribute conflicts.")
 @format_option
 @padded_option
+@choosing_options
+@shaping_options
 @allow_source
 @timeout_option
 @storage_option
 def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overlap: bool,
             stack_others: bool, recode: bool, show_report: bool, format_: Format | None,
-            padded: Padded,
+            padded: Padded, choice: dict[str, Any], shaping: dict[str, Any],
             allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
-    """Scan files (paths or URLs) and combine them along a dimension of irregular length.
+    """Scan files (paths or URLs) and combine them along a dimension of irregular length —
+    merging file sets of other variables, stacking along a new dimension, choosing
+    variables, filling variables that come and go, taking times from file names.
 
     \b
     Examples:
@@ -194,6 +265,10 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
       refgrid combine s3://bucket/tas_*.nc -o tas.json -s anon=true
       refgrid combine @files.txt -o tas.json        # one path or URL per line
       refgrid combine 'data/tas_*.nc' -o tas.json --padded encoded   # copy nothing
+      refgrid combine 'cmip/*/tas_*.nc' 'cmip/*/pr_*.nc' -o cmip.json --merge \\
+          --stack-dim member --stack-by '{member}/*.nc'
+      refgrid combine 'sst/sst_*.nc' -o sst.json --time-from 'sst_%Y%m%d.nc' --missing fill
+      refgrid combine 'granules/*.h5' -o g.json --drop-variables Projection
     """
     import refgrid
     from refgrid.core.inputs import expand_counting
@@ -207,9 +282,11 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
     for url, times in twice.items():
         click.echo(f"note: {url} is named {times} times: combined once")
     groups = _scan(list(found), timeout, allowed_sources=list(allowed) or None, **options)
-    group = refgrid.combine(groups, concat_dim, overlap="allow" if allow_overlap else "error",
+    group = refgrid.combine(groups, concat_dim, sources=list(found),
+                            overlap="allow" if allow_overlap else "error",
                             others="stack" if stack_others else "identical",
-                            codecs="recode" if recode else "error", storage_options=options)
+                            codecs="recode" if recode else "error", storage_options=options,
+                            **choice, **shaping)
     saved = save(group, output, format=format_, padded=padded, storage_options=options)
     click.echo(f"combined {len(groups)} files along {concat_dim!r} -> {output}")
     _echo_rewrite(saved)
@@ -305,13 +382,16 @@ def _scan_here(source: str, kwargs: dict[str, object]
                    "landed): the archive's other files are neither listed nor checked, so "
                    "the run costs what it adds. Backfill, changed files or an archive not "
                    "yet written are refused: run without --append.")
+@choosing_options
+@shaping_options
 @allow_source
 @storage_option
 def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: str | None,
           workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
           allow_overlap: bool, recode: bool, quiet: bool, file_timeout: float | None,
           format_: Format | None, padded: Padded, to_icechunk: bool, message: str | None,
-          append: bool, allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
+          append: bool, choice: dict[str, Any], shaping: dict[str, Any],
+          allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
     """Convert a whole archive: scan every file on dask, combine, write references.
 
     SOURCES are paths, URLs, glob patterns (quoted: expanded by refgrid, remote ones too)
@@ -326,6 +406,8 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
       refgrid batch @files.txt -o tas.json --scheduler tcp://10.0.0.5:8786
       refgrid batch 'data/tas_*.nc' -o tas.icechunk --icechunk -m "2001 added"
       refgrid batch data/tas_20261125.nc -o tas.parq --append
+      refgrid batch 'cmip/*/*.nc' -o cmip.parq --merge --stack-dim member \\
+          --stack-by '{member}/*.nc'
     """
     from refgrid.archive import batch as run_batch
     from refgrid.core.util import import_extra
@@ -347,7 +429,7 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
             progress=False if quiet else None, overlap="allow" if allow_overlap else "error",
             codecs="recode" if recode else "error", allowed_sources=list(allowed) or None,
             storage_options=_storage_options(storage), file_timeout=file_timeout,
-            append=append)
+            append=append, **choice, **shaping)
     except DirectoryError as e:
         raise _directory_hint(e, "batch", output) from e
     click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused, "

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
@@ -37,6 +37,8 @@ from refgrid.archive.extend import (
 from refgrid.archive.journal import RECORDS, Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
+from refgrid.combining import check_policies
+from refgrid.combining.shaping import FileShape
 from refgrid.core.bounds import current
 from refgrid.core.inputs import expand
 from refgrid.core.sources import SourceIdentity, identity_difference
@@ -154,6 +156,15 @@ def batch(
     storage_options: StorageOptions | None = None,
     file_timeout: float | None = None,
     append: bool = False,
+    missing: Literal["error", "fill"] = "error",
+    variables: Sequence[str] | str | None = None,
+    drop_variables: Sequence[str] | str | None = None,
+    merge: bool = False,
+    stack_dim: str | None = None,
+    stack_by: str | None = None,
+    time_from: str | None = None,
+    time_units: str | None = None,
+    calendar: str | None = None,
 ) -> BatchResult:
     """Convert an archive: scan every file ``sources`` name, combine along ``concat_dim``,
     write references at ``output``.
@@ -181,6 +192,12 @@ def batch(
     :func:`refgrid.write`. ``output`` may also be an Icechunk ``Repository`` (``work_dir``
     then required): the archive is committed to it with ``message``, so a run over a grown
     archive appends its new files as a new commit and earlier snapshots keep their extent.
+
+    ``missing``, ``variables``, ``drop_variables``, ``merge``, ``stack_dim``/``stack_by``,
+    ``time_from``/``time_units``/``calendar``: as in :func:`refgrid.combine` — each file is
+    shaped on its worker, and files are partitioned from what the workers recorded. A merged
+    or stacked archive is written whole when it grows (``append=True`` refuses it), and so
+    is one whose variables come and go where the new files' variables differ.
 
     ``append=True``: ``sources`` name files to *add* to the existing output, after its last
     file along ``concat_dim`` (a file that just landed: an S3 event, a cron job that knows
@@ -222,11 +239,18 @@ def batch(
                             f"{file_timeout!r}")
     show = showing(progress)
     work = Path(work_dir) if work_dir is not None else target.with_name(target.name + ".parts")
+    check_policies({"overlap": overlap, "codecs": codecs, "missing": missing})
+    shape = FileShape.of(variables, drop_variables, time_from, time_units, calendar,
+                         stack_dim, stack_by)
     settings = {"concat_dim": concat_dim, "format": chosen, "padded": padded,
-                "overlap": overlap, "codecs": codecs}
+                "overlap": overlap, "codecs": codecs, "missing": missing,
+                "merge": str(merge).lower(), **shape.settings}
+    policies = Policies(concat_dim, overlap, codecs, missing, merge, stack_dim)
     job = ScanJob(concat_dim, options, allowed_sources, file_timeout or current().scan_timeout,
-                  str(work / TIMED_OUT))
+                  str(work / TIMED_OUT), shape, merge)
     if append:
+        if policies.whole:
+            raise BatchError(f"cannot append to {target}: {policies.whole}; {WHOLE}")
         commit = message or f"refgrid batch: files along {concat_dim!r}"
         if not work.is_dir():
             raise BatchError(f"cannot append to {target}: its work directory {work} is "
@@ -238,13 +262,15 @@ def batch(
             added: Output = ParquetOutput(target, chosen, padded, options) if repository is None \
                 else IcechunkOutput(target, repository, commit, options)
             return _append_named(listed, journal, added, job, settings, Scanning(
-                scheduler, workers, on_error, show), overlap, codecs, options)
+                scheduler, workers, on_error, show), policies, options)
     with _leaving_no_empty(work), Journal(work) as journal:
-        todo, reused, changed, failed = _plan(listed, journal, options)
+        todo, reused, changed, failed = _plan(listed, journal, options,
+                                              shape.key(merge))
         failed_now = _scan(todo, job, journal, Scanning(scheduler, workers, on_error, show))
         failed += failed_now
         bad = {f.url for f in failed}
         good = [url for url in listed if url in journal.entries and url not in bad]
+        _check_named(shape, journal, good)
         dropped = len(set(journal.entries) - set(listed))
         report = target.with_name(target.name + ".report.json")
         result = BatchResult(target, report, work, len(listed), len(todo) - len(failed_now),
@@ -263,11 +289,14 @@ def batch(
         how = plan(journal, writing, good, settings) if writing is not None else \
             Plan("rebuild", "an Icechunk session is written whole (a repository is appended "
                  "to)")
+        if how.path == "append" and policies.whole:
+            how = Plan("rebuild", policies.whole)
         try:
             if how.path == "append" and writing is not None:
                 try:
                     appended = extend(journal, writing, how, concat_dim, overlap=overlap,
-                                      codecs=codecs, storage_options=options)
+                                      codecs=codecs, missing=missing,
+                                      storage_options=options)
                 except NotAppendable as e:
                     how = Plan("rebuild", str(e))
                 else:
@@ -282,7 +311,7 @@ def batch(
                 result = replace(result, update=str(how))
                 _save(result)
                 return result
-            group = _combine(journal, good, concat_dim, overlap, codecs, options, show)
+            group = _combine(journal, good, policies, options, show)
         except RefgridError as e:
             _save(replace(result, error=str(e)))
             raise
@@ -298,6 +327,18 @@ def batch(
             result = replace(result, rewritten=str(saved.rewrite))
     _save(result)
     return result
+
+
+def _check_named(shape: FileShape, journal: Journal, urls: list[str]) -> None:
+    """A chosen name none of the files holds is a typo, not a choice (as in combine)."""
+    named = [*(shape.variables or ()), *shape.drop_variables]
+    if not named or not urls:
+        return
+    held = {n for url in urls for n in journal.header(url).get("named", [])}
+    unknown = [n for n in named if n not in held]
+    if unknown:
+        raise ArgumentError(f"none of the {len(urls)} files holds "
+                            f"{', '.join(map(repr, unknown))}")
 
 
 def _is_repository(target: object) -> bool:
@@ -330,10 +371,11 @@ def _unguarded(output: object, work_dir: str | os.PathLike[str] | None) -> None:
 
 
 def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
-          options: dict[str, object]) -> tuple[list[tuple[str, SourceIdentity | None]], int,
-                                            list[str], list[FailedFile]]:
-    """Which files to scan (those not recorded, and those changed since they were), how
-    many records are reused, what changed, and the files whose identity cannot be had."""
+          options: dict[str, object], shaped: str
+          ) -> tuple[list[tuple[str, SourceIdentity | None]], int, list[str], list[FailedFile]]:
+    """Which files to scan (those not recorded, those changed since they were, and those
+    recorded with other variables, times or stacking: ``shaped``), how many records are
+    reused, what changed, and the files whose identity cannot be had."""
     todo: list[tuple[str, SourceIdentity | None]] = []
     changed, failed = [], []
     reused = 0
@@ -341,6 +383,10 @@ def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
     for url, known in listed.items():
         entry = entries.get(url)
         if entry is None:
+            todo.append((url, known))
+            continue
+        if entry.header.get("shape", "") != shaped:
+            changed.append(f"{url}: recorded with other variables, times or stacking")
             todo.append((url, known))
             continue
         if known is not None and known == entry.header["identity"]:
@@ -358,6 +404,26 @@ def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
         else:
             reused += 1
     return todo, reused, changed, failed
+
+
+@dataclass(frozen=True)
+class Policies:
+    """How a batch's recorded files are combined (:func:`refgrid.combine`'s policies)."""
+
+    concat_dim: str
+    overlap: Literal["error", "allow"]
+    codecs: Literal["error", "recode"]
+    missing: Literal["error", "fill"]
+    merge: bool
+    stack_dim: str | None
+
+    @property
+    def whole(self) -> str | None:
+        """Why a grown archive is written whole (None: it may be appended to)."""
+        if self.merge or self.stack_dim is not None:
+            return "a merged or stacked archive is written whole when it grows (its file " \
+                   "sets or members are combined apart, then joined)"
+        return None
 
 
 @dataclass(frozen=True)
@@ -398,8 +464,7 @@ def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: 
 
 def _append_named(listed: dict[str, SourceIdentity | None], journal: Journal,
                   writing: Output, job: ScanJob, settings: dict[str, str], how: Scanning,
-                  overlap: Literal["error", "allow"], codecs: Literal["error", "recode"],
-                  options: dict[str, object]) -> BatchResult:
+                  policies: Policies, options: dict[str, object]) -> BatchResult:
     """A batch told which files are new (``append=True``): see :func:`batch`."""
     chosen = plan_added(writing, listed, settings, options)
     report = writing.report
@@ -417,8 +482,7 @@ def _append_named(listed: dict[str, SourceIdentity | None], journal: Journal,
         raise BatchError(f"no new file could be scanned ({len(failed)} failed): "
                          f"{failed[0].message}; the archive {writing.target} is as it was")
     try:
-        appended = _extend_named(journal, writing, chosen, new, settings["concat_dim"],
-                                 overlap, codecs, options)
+        appended = _extend_named(journal, writing, chosen, new, policies, options)
     except BatchError:
         raise
     except (RefgridError, NotAppendable) as e:  # (combine's, a scan's: named, with the way)
@@ -432,9 +496,7 @@ def _append_named(listed: dict[str, SourceIdentity | None], journal: Journal,
 
 
 def _extend_named(journal: Journal, writing: Output, chosen: Plan, new: list[str],
-                  concat_dim: str, overlap: Literal["error", "allow"],
-                  codecs: Literal["error", "recode"],
-                  options: dict[str, object]) -> Appended:
+                  policies: Policies, options: dict[str, object]) -> Appended:
     """Append the scanned files ``new`` after the archive's last, once its first and last
     files are as the archive and the work directory recorded them."""
     for url in chosen.old:  # (what the append re-reads: its first and last files)
@@ -452,15 +514,17 @@ def _extend_named(journal: Journal, writing: Output, chosen: Plan, new: list[str
     if isinstance(ordered, str):
         raise BatchError(f"{ordered}; {WHOLE}")
     return extend(journal, writing, replace(chosen, new=tuple(ordered[1:])),
-                  concat_dim, overlap=overlap, codecs=codecs, storage_options=options)
+                  policies.concat_dim, overlap=policies.overlap, codecs=policies.codecs,
+                  missing=policies.missing, storage_options=options)
 
 
-def _combine(journal: Journal, urls: list[str], concat_dim: str,
-             overlap: Literal["error", "allow"], codecs: Literal["error", "recode"],
+def _combine(journal: Journal, urls: list[str], policies: Policies,
              options: dict[str, object], show: bool) -> VirtualGroup:
     bar = progress_bar(len(urls), "combining", "file", show)
     try:
-        return combine_records(journal, urls, concat_dim, overlap=overlap, codecs=codecs,
+        return combine_records(journal, urls, policies.concat_dim, overlap=policies.overlap,
+                               codecs=policies.codecs, missing=policies.missing,
+                               merge=policies.merge, stack_dim=policies.stack_dim,
                                storage_options=options, advance=bar.update)
     finally:
         bar.close()

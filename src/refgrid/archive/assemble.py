@@ -13,15 +13,18 @@ variable without the concat dimension, which the combine compares instead of rea
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
-from refgrid.combining import combine
+from refgrid.combining import merged_sets, stack
+from refgrid.combining.concat import concatenated
 from refgrid.core.cf import decode_times, is_time_units
+from refgrid.core.names import from_json
 from refgrid.core.typed import JSON, JSONScalar
 from refgrid.errors import BatchError, CombineError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
@@ -33,29 +36,58 @@ SLICE_FILES = 2000
 
 
 def combine_records(journal: Journal, urls: Sequence[str], concat_dim: str, *,
-             overlap: Literal["error", "allow"] = "error",
-             codecs: Literal["error", "recode"] = "error",
-             storage_options: dict[str, object] | None = None,
-             advance: Callable[[int], None] = lambda n: None) -> VirtualGroup:
-    """The combined dataset of the recorded ``urls``; ``advance(n)`` after n more files."""
-    ordered = order(journal, urls)
+                    overlap: Literal["error", "allow"] = "error",
+                    codecs: Literal["error", "recode"] = "error",
+                    missing: Literal["error", "fill"] = "error",
+                    merge: bool = False, stack_dim: str | None = None,
+                    storage_options: dict[str, object] | None = None,
+                    advance: Callable[[int], None] = lambda n: None) -> VirtualGroup:
+    """The combined dataset of the recorded ``urls``; ``advance(n)`` after n more files.
+    Files are partitioned as :func:`refgrid.combine` partitions them — by the value along
+    ``stack_dim`` and, merging, by file set — from what their workers recorded."""
     digests: dict[str, str] = {}
 
     def fingerprint(array: VirtualArray) -> str | None:
         return digests.get(_content_key(array))
 
-    options = {"overlap": overlap, "codecs": codecs, "storage_options": storage_options,
-               "fingerprint": fingerprint}
+    options = {"overlap": overlap, "codecs": codecs, "missing": missing,
+               "storage_options": storage_options, "fingerprint": fingerprint}
+    parts: dict[str, dict[str, list[str]]] = {}
+    for url in urls:
+        header = journal.header(url)
+        value = json.dumps(header.get("stack")) if stack_dim is not None else ""
+        key = json.dumps(header.get("set")) if merge else ""
+        parts.setdefault(value, {}).setdefault(key, []).append(url)
+    results, values, names = [], [], []
+    for value, sets in parts.items():
+        combined = [_combined(journal, members, concat_dim, digests, options, advance)
+                    for members in sets.values()]
+        firsts = [members[0] for members in sets.values()]
+        results.append(combined[0] if len(combined) == 1 else
+                       merged_sets(combined, firsts, storage_options, fingerprint))
+        values.append(value)
+        names.append(f"{sum(len(members) for members in sets.values())} files")
+    if stack_dim is None:
+        return results[0]
+    return stack(results, [from_json(json.loads(v)) for v in values], stack_dim, names,
+                 **options)  # type: ignore[arg-type]
+
+
+def _combined(journal: Journal, urls: Sequence[str], concat_dim: str,
+              digests: dict[str, str], options: dict[str, Any],
+              advance: Callable[[int], None]) -> VirtualGroup:
+    """One part's files combined, a slice of files at a time."""
+    ordered = order(journal, urls)
     slices, labels = [], []
     for first in range(0, len(ordered), SLICE_FILES):
         part = ordered[first:first + SLICE_FILES]
         groups = [_load(journal, url, digests) for url in part]
-        slices.append(combine(groups, concat_dim, sources=part, **options))  # type: ignore[arg-type]
+        slices.append(concatenated(groups, part, concat_dim, **options))
         labels.append(part[0])
         advance(len(part))
     if len(slices) == 1:
         return slices[0]
-    return combine(slices, concat_dim, sources=labels, **options)  # type: ignore[arg-type]
+    return concatenated(slices, labels, concat_dim, **options)
 
 
 def order(journal: Journal, urls: Sequence[str]) -> list[str]:

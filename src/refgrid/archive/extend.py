@@ -36,6 +36,7 @@ from refgrid.archive.assemble import combine_records, order
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
 from refgrid.core import jsonio
+from refgrid.core.dtypes import ENCODING_ATTR
 from refgrid.core.keys import ZMETADATA, KeyEncoding, chunk_key, document_key
 from refgrid.core.sources import (
     ATTRIBUTES_KEY,
@@ -467,12 +468,17 @@ def _get(store: object, key: str) -> bytes:
 
 def extend(journal: Journal, output: Output, chosen: Plan, concat_dim: str, *,
            overlap: Literal["error", "allow"], codecs: Literal["error", "recode"],
-           storage_options: StorageOptions) -> Appended:
-    """Append ``chosen.new`` to ``output`` (see the module)."""
+           storage_options: StorageOptions, missing: Literal["error", "fill"] = "error"
+           ) -> Appended:
+    """Append ``chosen.new`` to ``output`` (see the module). The combined files must hold
+    the archive's variables, no more, no fewer: with ``missing="fill"``, a new file without
+    one of them reads as its fill value there, as a rebuild would read it, but a variable
+    the new files bring (or one only the archive's middle files hold) means a rebuild."""
     first, last = chosen.old[0], chosen.old[-1]
     anchors = [first] if first == last else [first, last]
     group = combine_records(journal, [*anchors, *chosen.new], concat_dim, overlap=overlap,
-                            codecs=codecs, storage_options=dict(storage_options))
+                            codecs=codecs, missing=missing,
+                            storage_options=dict(storage_options))
     try:
         return _extend(journal, output, chosen, group, anchors, concat_dim, storage_options)
     except (NotAppendable, WriteError):
@@ -602,9 +608,21 @@ def _check_same(old: Mapping[str, object], new: Mapping[str, object],
                 _without_grid(was) != _without_grid(doc):
             raise NotAppendable(f"{key} of the new files differs from the archive's beyond "
                                 "its extent (attributes, codecs or fill values)")
-    if json.loads(json.dumps(new_kept)) != old_kept:
+    if _without_source(json.loads(json.dumps(new_kept))) != _without_source(old_kept):
         raise NotAppendable("refgrid's bookkeeping of the new files differs from the "
                             "archive's")
+
+
+def _without_source(kept: object) -> object:
+    """Bookkeeping but the file each array's encoding came from (a variable some files lack
+    takes it from the first file holding it among those combined): the archive keeps its
+    own."""
+    if not isinstance(kept, Mapping):
+        return kept
+    return {name: {k: ({e: v for e, v in value.items() if e != "source"}
+                       if k == ENCODING_ATTR and isinstance(value, Mapping) else value)
+                   for k, value in attrs.items()} if isinstance(attrs, Mapping) else attrs
+            for name, attrs in kept.items()}
 
 
 def _without_grid(doc: Mapping[str, object]) -> dict[str, object]:

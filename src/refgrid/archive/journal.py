@@ -48,6 +48,14 @@ class Header(TypedDict):
     identity: SourceIdentity
     first: NotRequired[list[JSON]]
     """``[value, units, calendar]``: the concat coordinate's first value, to order files."""
+    stack: NotRequired[list[str | int]]
+    """The file's value along the dimension files are stacked along (``names.to_json``)."""
+    set: NotRequired[list[str]]
+    """The file's data variables along the concat dimension (its file set, merging)."""
+    shape: NotRequired[str]
+    """What the file was shaped with (``FileShape.key``; absent: nothing)."""
+    named: NotRequired[list[str]]
+    """The chosen variable names the file holds."""
     format: NotRequired[int]
     bytes: NotRequired[int]
     crc: NotRequired[int]

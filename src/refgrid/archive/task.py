@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -20,6 +20,8 @@ from refgrid.archive.deadline import deadline
 from refgrid.archive.journal import Header
 from refgrid.archive.record import dumps
 from refgrid.combining import with_inline_coordinates
+from refgrid.combining.shaping import FileShape, data_variables
+from refgrid.core.names import to_json
 from refgrid.core.sources import SourceIdentity, is_local
 from refgrid.core.typed import JSON
 from refgrid.errors import RefgridError, ScanError
@@ -37,6 +39,11 @@ class ScanJob:
     """Seconds one file's scan may take in a worker process (None: no deadline)."""
     notes: str | None = None
     """Where a worker notes the file whose scan passed the deadline (the work directory)."""
+    shape: FileShape = field(default_factory=FileShape)
+    """What is done to each file before it is recorded (variables chosen, time from the
+    name) and the value it is stacked at."""
+    merge: bool = False
+    """Whether files are merged by file set (each file's set is recorded)."""
 
 
 @dataclass(frozen=True)
@@ -79,12 +86,22 @@ def _scanned(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned:
         # scan's **storage_options would be checked against its other keywords
         group = scan(url, allowed_sources=job.allowed_sources,
                      **cast("dict[str, Any]", job.storage_options))
+        named = job.shape.named(group)
+        group = job.shape.shaped(group, url, job.concat_dim)
         group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
         record = dumps(group, _digests(group, job))
         first = _first(group, job.concat_dim)
     header: Header = {"url": url, "identity": recorded}
     if first is not None:
         header["first"] = first
+    shaped = job.shape.key(job.merge)
+    if shaped:
+        header["shape"] = shaped
+        header["named"] = named
+    if job.shape.stack_dim is not None:
+        header["stack"] = to_json(job.shape.stack_value(group, url))
+    if job.merge:
+        header["set"] = sorted(data_variables(group, job.concat_dim))
     return Scanned(header, record)
 
 

@@ -39,6 +39,7 @@ from refgrid.errors import (
     RefgridError,
     ScanError,
 )
+from refgrid.model.choose import choose
 from refgrid.model.virtual import VirtualGroup
 from refgrid.scanners.allowed import check_sources, default_allowed
 from refgrid.scanners.options import OnError, ScanOptions
@@ -76,6 +77,10 @@ HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
 
 
+def _names(value: Sequence[str] | str | None) -> Sequence[str] | None:
+    return (value,) if isinstance(value, str) else value
+
+
 def scan(
     source: Input,
     *,
@@ -84,6 +89,8 @@ def scan(
     fallback_inline_limit: int = ScanOptions.fallback_inline_limit,
     contiguous_chunk_bytes: int = ScanOptions.contiguous_chunk_bytes,
     allowed_sources: Sequence[str] | None = None,
+    variables: Sequence[str] | str | None = None,
+    drop_variables: Sequence[str] | str | None = None,
     **storage_options: object,
 ) -> VirtualGroup:
     """Scan one HDF5 / NetCDF4 / NetCDF3 file, a reference set (kerchunk or refgrid JSON,
@@ -98,6 +105,10 @@ def scan(
     ``allowed_sources``: URL or path prefixes the files named by references must lie under
     (:class:`refgrid.AccessError` otherwise). Default: for references loaded from a remote
     URL, that URL's scheme and host or bucket; otherwise no restriction.
+
+    ``variables``: keep only these variables (paths such as ``"sub/tas"``) and what they are
+    read with (their dimensions' coordinates, bounds, auxiliary coordinates, grid mappings);
+    ``drop_variables``: leave these out. A name the input does not hold is an error.
     """
     options = ScanOptions(on_error, inline_threshold, fallback_inline_limit,
                           contiguous_chunk_bytes)
@@ -124,7 +135,7 @@ def scan(
             None if isinstance(source, Mapping) else where)
         if kind in REFERENCE_FORMATS and prefixes is not None:
             group = check_sources(group, prefixes, where)
-        return group
+        return choose(group, _names(variables), _names(drop_variables), where)
     except (ModelError, GridError) as e:  # name the input they came from
         raise FormatError(where, None, str(e)) from e
     except RefgridError:

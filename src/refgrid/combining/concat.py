@@ -27,21 +27,18 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, cast
 
 import numpy as np
 
 from refgrid.codecs.filters import CodecJSON, bytes_codec
 from refgrid.core import cf
 from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, reader_attrs
-from refgrid.core.inputs import expand_counting
 from refgrid.core.typed import Attributes, Untyped
-from refgrid.errors import ArgumentError, CombineError, RefgridError
+from refgrid.errors import CombineError, RefgridError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
-from refgrid.model.manifest import MISSING, ManifestBuilder
+from refgrid.model.manifest import MISSING, ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import (
     ReportEntry,
     VirtualArray,
@@ -61,60 +58,54 @@ LEVEL_KEYS = frozenset({"level", "clevel", "complevel"})
 """Codec settings that change how data was compressed, not how it decodes."""
 
 
-Sources = Sequence[VirtualGroup | str | os.PathLike[str]] | str | os.PathLike[str]
-"""What :func:`combine` takes: scanned groups, or what the CLI takes — paths, URLs, glob
-patterns and ``@list`` files — scanned here."""
-
-
-
-def combine(
-    groups: Sources,
-    concat_dim: str = "time",
-    *,
-    sources: Sequence[str] | None = None,
-    overlap: Literal["error", "allow"] = "error",
-    others: Literal["identical", "stack"] = "identical",
-    codecs: Literal["error", "recode"] = "error",
-    storage_options: dict[str, object] | None = None,
-    fingerprint: Callable[[VirtualArray], str | None] | None = None,
-) -> VirtualGroup:
-    """Concatenate files along ``concat_dim`` (see the module docstring).
-
-    ``groups``: groups :func:`refgrid.scan` made, or — as ``refgrid combine`` takes them —
-    paths, URLs, glob patterns (``"data/tas_*.nc"``) and ``@list`` files, which are
-    expanded and scanned with ``storage_options``; a file named twice is combined once, and
-    said so in the report. ``sources`` names the files in messages (default: the first URL
-    each group references).
-    ``codecs="recode"`` accepts files whose codecs decode differently from the first file's
-    (say contiguous, uncompressed files among compressed chunked ones): their chunks are
-    decoded, re-encoded with the first file's codecs and inlined — data is copied, and each
-    such variable is reported. ``storage_options`` reach the source files, which are read
-    for the concat coordinate, for times to re-encode and to compare variables without the
-    concat dimension.
-    ``fingerprint`` gives a digest of an array's values where one is known without reading
-    (batch workers compute them where they scan): arrays without the concat dimension whose
-    digests are equal are identical and are not read.
-    """
-    groups, named, report = _scanned(groups, storage_options)
+def concatenated(groups: Sequence[VirtualGroup], labels: Sequence[str], concat_dim: str, *,
+           overlap: str = "error", others: str = "identical", codecs: str = "error",
+           missing: str = "error", storage_options: dict[str, object] | None = None,
+           fingerprint: Callable[[VirtualArray], str | None] | None = None) -> VirtualGroup:
+    """Files (scanned, named by ``labels``) joined along ``concat_dim``: see the module
+    docstring and :func:`refgrid.combine`, which shapes and partitions files first."""
     if not groups:
         raise CombineError("nothing to combine: no groups given")
-    labels = list(sources) if sources is not None else named or [
-        _label(g, k) for k, g in enumerate(groups)]
-    if len(labels) != len(groups):
-        raise CombineError(f"{len(labels)} source names for {len(groups)} groups")
+    held = [k for k, g in enumerate(groups) if g.arrays or any(
+        isinstance(node, VirtualArray) for _, node in g.walk())]
+    skipped = [] if len(held) == len(groups) else [
+        ReportEntry(labels[k], "", "skipped", "holds none of the chosen variables")
+        for k in sorted(set(range(len(groups))) - set(held))]
+    if skipped:  # (a file of another file set, where variables are chosen)
+        if not held:
+            return replace(groups[0], report=tuple(skipped), sources={})
+        groups, labels = [groups[k] for k in held], [labels[k] for k in held]
     dims = {d for g in groups for _, node in g.walk() if isinstance(node, VirtualArray)
             for d in node.dims}
     if concat_dim not in dims:
         raise CombineError(f"no variable in any of the {len(groups)} files has the dimension "
                            f"{concat_dim!r} to combine along (dimensions: "
                            f"{', '.join(sorted(dims)) or 'none'})")
-    job = _Combine(concat_dim, overlap, others, codecs, storage_options or {},
-                   fingerprint or _unknown)
-    root = job.group(list(groups), labels, "")
+    job = Combine(concat_dim, overlap, others, codecs, storage_options or {},
+                  fingerprint or _unknown, missing=missing)
+    if missing == "fill":
+        job.lengths = {lab: _extent(g, concat_dim) for g, lab in zip(groups, labels,
+                                                                     strict=True)}
+    root = job.group(list(groups), list(labels), "")
     scanned = tuple(entry for g in groups for entry in g.report)
     identities = {url: identity for g in groups for url, identity in g.sources.items()}
-    return replace(root, report=_once_per_variable((*report, *scanned, *job.report)),
+    return replace(root, report=once_per_variable((*skipped, *scanned, *job.report)),
                    sources=identities)
+
+
+def _extent(group: VirtualGroup, dim: str) -> tuple[int, int]:
+    """A file's length along ``dim`` and the chunk length a variable it lacks takes there:
+    its first data variable's along ``dim`` (its coordinate's where it has no other), so
+    the file decides it, not which file held the variable first — a batch that appends
+    the file fills it as a whole batch does."""
+    along = [node for _, node in group.walk() if isinstance(node, VirtualArray)
+             and dim in node.dims]
+    if not along:
+        return 0, 1
+    first = next((a for a in along if a.name != dim), along[0])
+    axis = first.axis(dim)
+    length = first.shape[axis]
+    return length, int(first.grid.lengths(axis)[0]) if length else 1
 
 
 def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
@@ -123,9 +114,9 @@ def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
     stores it, and so every other variable along ``concat_dim`` whose values are CF times
     (up to :data:`INLINE_TIMES_LIMIT` bytes): batch workers do this where they scan, so that
     combining their records — re-encoding times to one file's units — reads no source."""
-    job = _Combine(concat_dim, "error", "identical", "error", storage_options or {}, _unknown,
+    job = Combine(concat_dim, "error", "identical", "error", storage_options or {}, _unknown,
                    pieces=False)
-    url = _label(group, 0)
+    url = label_of(group, 0)
 
     def inline(g: VirtualGroup, path: str) -> VirtualGroup:
         times = cf.time_encodings({name: a.attrs for name, a in g.arrays.items()})
@@ -147,18 +138,26 @@ def _unknown(array: VirtualArray) -> None:
     return None
 
 
-def _once_per_variable(entries: tuple[ReportEntry, ...]) -> tuple[ReportEntry, ...]:
+def once_per_variable(entries: tuple[ReportEntry, ...]) -> tuple[ReportEntry, ...]:
     """The report with one re-encoding entry per variable: a batch combines slices of files,
     then the slices, and each level may re-encode (the outermost level's entry is kept)."""
     last = {e.variable: e for e in entries if e.action == "re-encoded"}
     return tuple(e for e in entries if e.action != "re-encoded" or last[e.variable] is e)
 
 
-class _Combine:
+class Combine:
     def __init__(self, dim: str, overlap: str, others: str, codecs: str,
                  storage_options: dict[str, object],
-                 fingerprint: Callable[[VirtualArray], str | None], pieces: bool = True) -> None:
+                 fingerprint: Callable[[VirtualArray], str | None], pieces: bool = True,
+                 missing: str = "error", stacking: bool = False) -> None:
         self.dim, self.overlap, self.others, self.recode = dim, overlap, others, codecs == "recode"
+        self.fill = missing == "fill"
+        self.stacking = stacking
+        """Whether the groups are members stacked along a new dimension (whose coordinates
+        must agree: no per-file copies)."""
+        self.lengths: dict[str, tuple[int, int]] = {}
+        """Each file's length along the dimension and the chunk length there (by label):
+        what a variable absent from it spans there (``missing="fill"``)."""
         self.storage_options = storage_options
         self.fingerprint = fingerprint
         self.pieces = pieces
@@ -188,10 +187,21 @@ class _Combine:
         missing = {n: [lab for g, lab in zip(groups, labels, strict=True) if n not in g.arrays]
                    for n in names}
         missing = {n: files for n, files in missing.items() if files}
-        if missing:
-            detail = "; ".join(f"{_where(path, n)} missing from {', '.join(f)}"
+        if missing and (not self.fill or self.dim in missing):
+            detail = "; ".join(f"{_where(path, n)} missing from {some(f)}"
                                for n, f in sorted(missing.items()))
-            raise CombineError(f"variables are not in every file: {detail}")
+            hint = "" if self.fill else " (pass missing='fill' to read them as their fill " \
+                "value in the files without them)"
+            raise CombineError(f"variables are not in every file: {detail}{hint}")
+        if missing:
+            templates = {n: next(g.arrays[n] for g in groups if n in g.arrays) for n in missing}
+            groups = [self.completed(g, lab, path, templates) for g, lab in zip(groups, labels,
+                                                                                strict=True)]
+            for n, files in missing.items():
+                there = "read as its fill value there" if self.dim in templates[n].dims else \
+                    f"taken from the files that hold it (it has no {self.dim!r} dimension)"
+                self.report.append(ReportEntry(files[0], _where(path, n), "filled", (
+                    f"absent from {len(files)} file(s) ({some(files)}): {there}")))
         encodings = [cf.time_encodings({n: a.attrs for n, a in g.arrays.items()})
                      for g in groups]
         arrays = {}
@@ -202,14 +212,67 @@ class _Combine:
         child_names = _all_names(groups, "groups")
         absent = {n: [lab for g, lab in zip(groups, labels, strict=True) if n not in g.groups]
                   for n in child_names}
-        if any(absent.values()):
-            detail = "; ".join(f"group {_where(path, n)} missing from {', '.join(f)}"
+        if any(absent.values()) and not self.fill:
+            detail = "; ".join(f"group {_where(path, n)} missing from {some(f)}"
                                for n, f in absent.items() if f)
-            raise CombineError(f"groups are not in every file: {detail}")
+            raise CombineError(f"groups are not in every file: {detail} (pass "
+                               "missing='fill' to read their variables as their fill values "
+                               "in the files without them)")
+        for n, files in absent.items():
+            if files:
+                template = next(g.groups[n] for g in groups if n in g.groups)
+                groups = [g if n in g.groups else replace(g, groups={
+                    **g.groups, n: self.absent_group(template, lab, _where(path, n))})
+                    for g, lab in zip(groups, labels, strict=True)]
+                self.report.append(ReportEntry(files[0], _where(path, n), "filled", (
+                    f"group absent from {len(files)} file(s) ({some(files)}): its variables "
+                    "read as their fill values there")))
         children = {n: self.group([g.groups[n] for g in groups], labels, _where(path, n))
                     for n in child_names}
         attrs = self.attributes([g.attrs for g in groups], labels, path or "/")
         return VirtualGroup(attrs, arrays, children)
+
+    def completed(self, group: VirtualGroup, label: str, path: str,
+                  templates: dict[str, VirtualArray]) -> VirtualGroup:
+        """``group`` with each variable of ``templates`` it lacks stood in for
+        (``missing="fill"``)."""
+        lacking = [n for n in templates if n not in group.arrays]
+        if not lacking:
+            return group
+        arrays = dict(group.arrays)
+        for n in lacking:
+            arrays[n] = self.absent(templates[n], label, _where(path, n))
+        return replace(group, arrays=arrays)
+
+    def absent(self, template: VirtualArray, label: str, where: str) -> VirtualArray:
+        """What stands in for a variable a file lacks: along the dimension, ``template``
+        with no chunk stored over the file's length (read as the fill value: no bytes are
+        written or copied); without it, ``template`` itself (kept from the files that have
+        it, which must agree)."""
+        if self.dim not in template.dims:
+            return template
+        fill = reader_attrs(template.attrs).get("_FillValue")
+        if fill is None or not same_value(_comparable(np.asarray(fill).reshape(-1)[0]),
+                                          _comparable(template.fill_value)):
+            raise CombineError(
+                f"{where}: absent from {label}, and without a _FillValue equal to its fill "
+                f"value ({brief(template.fill_value)}) readers would take that value for data "
+                "there: it cannot be filled (choose the files that hold it, or drop it with "
+                "drop_variables=)")
+        axis = template.axis(self.dim)
+        length, step = self.lengths.get(label, (0, 1))
+        steps = np.full(length // step, step, dtype=np.int64)
+        if length % step:
+            steps = np.append(steps, length % step)
+        axes = list(template.grid.axes)
+        axes[axis] = AxisChunks(steps, steps.copy())
+        grid = RectilinearGrid(tuple(axes))
+        return replace(template, grid=grid, manifest=ChunkManifest.empty(grid.chunk_counts))
+
+    def absent_group(self, template: VirtualGroup, label: str, path: str) -> VirtualGroup:
+        return VirtualGroup(template.attrs, {
+            n: self.absent(a, label, _where(path, n)) for n, a in template.arrays.items()}, {
+            n: self.absent_group(g, label, _where(path, n)) for n, g in template.groups.items()})
 
     # -- ordering and the concat coordinate ----------------------------------------------
 
@@ -255,8 +318,8 @@ class _Combine:
         untimed = [lab for t, lab in zip(times, labels, strict=True) if t is None]
         if target is None or untimed:
             timed = [lab for t, lab in zip(times, labels, strict=True) if t is not None]
-            raise CombineError(f"{where}: holds CF times in {_some(timed)} but not in "
-                               f"{_some(untimed)}: a Zarr array has one encoding")
+            raise CombineError(f"{where}: holds CF times in {some(timed)} but not in "
+                               f"{some(untimed)}: a Zarr array has one encoding")
         _one_calendar(times, labels, where)
         first = parts[0]
         kinds: dict[cf.TimeEncoding, list[int]] = {}
@@ -268,7 +331,7 @@ class _Combine:
             if packed:
                 others = [labels[m[0]] for t, m in kinds.items() if t != target]
                 raise CombineError(f"{where}: packed times ({', '.join(packed)}) in other "
-                                   f"units in {_some(others)} cannot be re-encoded exactly")
+                                   f"units in {some(others)} cannot be re-encoded exactly")
         out = list(values)
         moved: list[str] = []
         for encoding, members in kinds.items():
@@ -348,7 +411,7 @@ class _Combine:
             if odd:
                 names = ", ".join(labels[k] for k in odd)
                 problems.append(f"{what} differs in {names} from {labels[0]} "
-                                f"({_brief(signatures[odd[0]][what])} vs {_brief(expected)})")
+                                f"({brief(signatures[odd[0]][what])} vs {brief(expected)})")
         if problems:
             lead = f"has no {self.dim!r} dimension and its " if axis is None else ""
             recode = " (pass codecs='recode' to re-encode them, copying their data)" if any(
@@ -389,9 +452,9 @@ class _Combine:
         if self.others == "stack":
             if retimed:
                 odd = [lab for t, lab in zip(times, labels, strict=True) if t != times[0]]
-                raise CombineError(f"{where}: its times are in other units in {_some(odd)} "
+                raise CombineError(f"{where}: its times are in other units in {some(odd)} "
                                    f"than in {labels[0]}: stacked files keep one encoding")
-            stacked = [_with_leading_axis(p, "file") for p in parts]
+            stacked = [with_leading_axis(p, "file") for p in parts]
             return VirtualArray.concat([replace(s, attrs=stacked[0].attrs) for s in stacked],
                                        "file")
         reference = None
@@ -412,16 +475,17 @@ class _Combine:
             if not same:
                 odd.append(lab)
         if odd:
+            hint = "" if self.stacking else " (pass others='stack' to keep one copy per file)"
             raise CombineError(f"{where}: has no {self.dim!r} dimension and differs in "
-                               f"{_some(odd)} from {labels[0]} (pass others='stack' to keep "
-                               "one copy per file)")
+                               f"{some(odd)} from {labels[0]}{hint}")
         return first
 
     def same_dates(self, a: VirtualArray, a_time: cf.TimeEncoding | None, b: VirtualArray,
                    b_time: cf.TimeEncoding | None) -> bool:
         """Whether two time variables hold the same dates (and the same gaps)."""
-        if a_time is None or b_time is None:
-            return False
+        if a_time is None or b_time is None or any(
+                name in x.attrs for x in (a, b) for name in ("scale_factor", "add_offset")):
+            return False  # (packed times in other units are not compared: refused)
         x, y = self.read(a), self.read(b)
         if x.shape != y.shape:
             return False
@@ -448,8 +512,8 @@ class _Combine:
                 if not same_value(first.get(name), attrs.get(name)):
                     self.report.append(ReportEntry(
                         lab, f"{where}@{name}", "attribute-conflict",
-                        f"kept {labels[0]}'s value {_brief(first.get(name))}, not "
-                        f"{_brief(attrs.get(name))}"))
+                        f"kept {labels[0]}'s value {brief(first.get(name))}, not "
+                        f"{brief(attrs.get(name))}"))
         return first
 
 
@@ -547,7 +611,7 @@ def _exactly(data: np.ndarray, parts: list[VirtualArray], labels: list[str],
     cast = data.astype(dtype)
     if data.dtype != dtype and not same_value(cast.astype(data.dtype), data):
         odd = [k for k, p in enumerate(parts) if p.value_dtype != dtype]
-        raise CombineError(f"{where}: values of {_some([labels[k] for k in odd])} "
+        raise CombineError(f"{where}: values of {some([labels[k] for k in odd])} "
                            f"({parts[odd[0]].value_dtype}) cannot be held exactly by "
                            f"{labels[0]}'s type {dtype}")
     return cast
@@ -571,42 +635,18 @@ def _one_calendar(times: Times, labels: list[str], where: str) -> None:
         other = next(t for t in times if t is not None and t[1] != target[1])
         first = labels[times.index(target)]
         raise CombineError(
-            f"{where}: calendar {other[1]!r} in {_some(odd)} differs from {target[1]!r} in "
+            f"{where}: calendar {other[1]!r} in {some(odd)} differs from {target[1]!r} in "
             f"{first}: dates cannot be re-encoded exactly across calendars; combine the files "
             "of each calendar separately")
 
 
-def _some(labels: Sequence[str]) -> str:
+def some(labels: Sequence[str]) -> str:
     """Files named in a message: the first few, and how many more."""
     shown = ", ".join(labels[:3])
     return shown + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
 
 
-def _scanned(items: Sources, storage_options: dict[str, object] | None
-             ) -> tuple[list[VirtualGroup], list[str] | None, list[ReportEntry]]:
-    """The groups to combine, their names (None: groups as given), and the report of files
-    named more than once."""
-    from refgrid.scanners import scan
-
-    listed = [items] if isinstance(items, str | os.PathLike) else list(items)
-    groups = [x for x in listed if isinstance(x, VirtualGroup)]
-    paths = [os.fspath(x) for x in listed if isinstance(x, str | os.PathLike)]
-    if len(groups) == len(listed):
-        return groups, None, []
-    if len(paths) != len(listed):
-        kinds = sorted({type(x).__name__ for x in listed})
-        raise ArgumentError(f"combine takes the groups refgrid.scan made, or paths, URLs and "
-                            f"glob patterns (as refgrid combine does) — not a mix of "
-                            f"{', '.join(kinds)}")
-    found, twice = expand_counting(paths, storage_options)
-    report = [ReportEntry(url, "", "duplicate", f"named {n} times: combined once")
-              for url, n in twice.items()]
-    # scan's **storage_options would be checked against its other keywords
-    return [scan(url, **cast("dict[str, Any]", storage_options or {}))
-            for url in found], list(found), report
-
-
-def _label(group: VirtualGroup, k: int) -> str:
+def label_of(group: VirtualGroup, k: int) -> str:
     for _, node in group.walk():
         if isinstance(node, VirtualArray) and node.manifest.paths:
             return node.manifest.paths[0]
@@ -655,17 +695,20 @@ def _comparable(value: object) -> object:
     return value.tolist() if isinstance(value, np.ndarray) else value
 
 
-def _brief(value: object) -> str:
+def brief(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _with_leading_axis(array: VirtualArray, dim: str) -> VirtualArray:
+def with_leading_axis(array: VirtualArray, dim: str) -> VirtualArray:
     """``array`` with a leading dimension ``dim`` of length 1 (the dimension names its
-    source store left out stay left out)."""
+    source store left out stay left out; the chunk sizes its encoding records gain one)."""
     one = np.ones(1, dtype=np.int64)
     grid = RectilinearGrid((AxisChunks(one, one), *array.grid.axes))
     attrs = dict(array.attrs)
+    encoding = attrs.get(ENCODING_ATTR)
+    if isinstance(encoding, Mapping) and isinstance(encoding.get("chunksizes"), list | tuple):
+        attrs[ENCODING_ATTR] = {**encoding, "chunksizes": [1, *encoding["chunksizes"]]}
     if DIMENSION_NAMES_ATTR in attrs:
         attrs[DIMENSION_NAMES_ATTR] = [dim, *(dimension_names(array) or
                                               [None] * len(array.dims))]
