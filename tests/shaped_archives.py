@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from helpers import closed
+
 MEMBERS = ("r1i1p1f1", "r2i1p1f1", "r3i1p1f1")
 MONTHS = 4
 FILL = np.float32(1e20)
@@ -74,9 +76,9 @@ def cmip_expected(files: list[Path], by: str = "name") -> xr.Dataset:
         sets = []
         for variable in ("tas", "pr"):
             chosen = sorted(f for f in members[name] if f.name.startswith(variable))
-            sets.append(xr.open_mfdataset(chosen, combine="nested", concat_dim="time",
-                                          data_vars="minimal", coords="minimal",
-                                          compat="override", decode_coords="all").load())
+            sets.append(closed(xr.open_mfdataset(chosen, combine="nested", concat_dim="time",
+                                                 data_vars="minimal", coords="minimal",
+                                                 compat="override", decode_coords="all")))
         parts.append(xr.merge(sets, compat="equals", join="exact",
                               combine_attrs="override"))
     values = sorted(members) if by == "name" else [
@@ -106,6 +108,6 @@ def drifting(root: Path, days: int = 8, added: int = 4) -> list[Path]:
 
 def drifting_expected(files: list[Path]) -> xr.Dataset:
     dates = pd.to_datetime([f.stem.split("_")[1] for f in files])
-    return xr.open_mfdataset(files, combine="nested",
-                             concat_dim=[pd.Index(dates, name="time")], data_vars="all",
-                             coords="different", compat="equals", join="outer").load()
+    return closed(xr.open_mfdataset(files, combine="nested",
+                                    concat_dim=[pd.Index(dates, name="time")], data_vars="all",
+                                    coords="different", compat="equals", join="outer"))

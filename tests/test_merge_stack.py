@@ -200,6 +200,7 @@ def test_merged_and_stacked_archive_through_open_store(cmip, cmip_combined, tmp_
         assert group["tas"].read_chunk_sizes[1] == (31, 28, 31, 30)
         assert group["pr"].read_chunk_sizes[1] == (59, 61)
         assert group["tas"].read_chunk_sizes[0] == (1, 1, 1)
+    store.close()
     xr.testing.assert_identical(ours, _expected_cmip(files, list(MEMBERS)))
 
 

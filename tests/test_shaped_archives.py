@@ -53,11 +53,14 @@ def test_the_engine_and_the_store_read_a_merged_stacked_archive_as_xarray(cmip):
     with _engine(refs) as ours:
         xr.testing.assert_identical(ours.load(), expected)
     chunks = "native" if RECTILINEAR else "auto"  # zarr 3.1 reads no rectilinear grid
-    with zarr.config.set({"array.rectilinear_chunks": True}) if RECTILINEAR else \
-            zarr.config.set({}), closed(xr.open_zarr(refgrid.open_store(refs, chunks=chunks),
-                                                     consolidated=False,
-                                                     decode_coords="all")) as ours:
-        xr.testing.assert_equal(ours.load(), expected)
+    store = refgrid.open_store(refs, chunks=chunks)
+    try:
+        with zarr.config.set({"array.rectilinear_chunks": True}) if RECTILINEAR else \
+                zarr.config.set({}):
+            ours = closed(xr.open_zarr(store, consolidated=False, decode_coords="all"))
+        xr.testing.assert_equal(ours, expected)
+    finally:
+        store.close()
 
 
 def test_each_variable_keeps_its_own_irregular_chunks_along_time(cmip):

@@ -182,6 +182,13 @@ def _echo_rewrite(saved: Saved) -> None:
         click.echo(f"  {saved.rewrite}")
 
 
+data_url_option = click.option(
+    "--data-url", default=None, metavar="URL|TEMPLATE",
+    help="DMR++ input: where the granules are when the documents name them by a relative "
+         "path or Hyrax's placeholder ({name}: a document's name without .dmrpp; default: "
+         "beside each document).")
+
+
 @main.command()
 @click.argument("source")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
@@ -196,13 +203,15 @@ def _echo_rewrite(saved: Saved) -> None:
               help="Inline chunks stored in fewer bytes than this.")
 @format_option
 @choosing_options
+@data_url_option
 @allow_source
 @timeout_option
 @storage_option
 def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline_threshold: int,
-         format_: Format | None, choice: dict[str, list[str] | None], allowed: tuple[str, ...],
-         timeout: float | None, storage: tuple[str, ...]) -> None:
-    """Scan one HDF5/NetCDF4 file (local path or fsspec URL) into references.
+         format_: Format | None, choice: dict[str, list[str] | None], data_url: str | None,
+         allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
+    """Scan one HDF5/NetCDF4/NetCDF3 file, or a granule's DMR++ document (local path or
+    fsspec URL), into references.
 
     \b
     Examples:
@@ -210,11 +219,12 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
       refgrid scan s3://bucket/tas.nc -o tas.json -s anon=true --report
       refgrid scan data/tas_200101.nc -o tas_v2.json --format kerchunk-v2
       refgrid scan granule.h5 -o g.json --drop-variables Projection
+      refgrid scan MOD021KM.hdf.dmrpp -o modis.json      # HDF4 through its DMR++
     """
     import refgrid
 
     [group] = _scan([source], timeout, on_error=on_error, inline_threshold=inline_threshold,
-                    allowed_sources=list(allowed) or None, **choice,
+                    allowed_sources=list(allowed) or None, data_url=data_url, **choice,
                     **_storage_options(storage))
     refgrid.write(group, output, format=format_)
     arrays = sum(1 for _, node in group.walk() if isinstance(node, refgrid.VirtualArray))
@@ -384,13 +394,14 @@ def _scan_here(source: str, kwargs: dict[str, object]
                    "yet written are refused: run without --append.")
 @choosing_options
 @shaping_options
+@data_url_option
 @allow_source
 @storage_option
 def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: str | None,
           workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
           allow_overlap: bool, recode: bool, quiet: bool, file_timeout: float | None,
           format_: Format | None, padded: Padded, to_icechunk: bool, message: str | None,
-          append: bool, choice: dict[str, Any], shaping: dict[str, Any],
+          append: bool, choice: dict[str, Any], shaping: dict[str, Any], data_url: str | None,
           allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
     """Convert a whole archive: scan every file on dask, combine, write references.
 
@@ -408,6 +419,8 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
       refgrid batch data/tas_20261125.nc -o tas.parq --append
       refgrid batch 'cmip/*/*.nc' -o cmip.parq --merge --stack-dim member \\
           --stack-by '{member}/*.nc'
+      refgrid batch 's3://docs/*.dmrpp' -o granules.parq \\
+          --data-url 's3://granules/{name}'        # DMR++: no granule is read
     """
     from refgrid.archive import batch as run_batch
     from refgrid.core.util import import_extra
@@ -429,7 +442,7 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
             progress=False if quiet else None, overlap="allow" if allow_overlap else "error",
             codecs="recode" if recode else "error", allowed_sources=list(allowed) or None,
             storage_options=_storage_options(storage), file_timeout=file_timeout,
-            append=append, **choice, **shaping)
+            append=append, data_url=data_url, **choice, **shaping)
     except DirectoryError as e:
         raise _directory_hint(e, "batch", output) from e
     click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused, "

@@ -165,6 +165,7 @@ def batch(
     time_from: str | None = None,
     time_units: str | None = None,
     calendar: str | None = None,
+    data_url: str | None = None,
 ) -> BatchResult:
     """Convert an archive: scan every file ``sources`` name, combine along ``concat_dim``,
     write references at ``output``.
@@ -198,6 +199,12 @@ def batch(
     shaped on its worker, and files are partitioned from what the workers recorded. A merged
     or stacked archive is written whole when it grows (``append=True`` refuses it), and so
     is one whose variables come and go where the new files' variables differ.
+
+    ``data_url``: for DMR++ documents (``'granules/*.dmrpp'``), where their granules are
+    when the documents name them by a relative path or Hyrax's placeholder: a URL template
+    whose ``{name}`` is a document's name without ``.dmrpp`` (default: beside each
+    document). Each document is one request and each granule one ``HEAD``, for its
+    identity; no granule is read.
 
     ``append=True``: ``sources`` name files to *add* to the existing output, after its last
     file along ``concat_dim`` (a file that just landed: an S3 event, a cron job that knows
@@ -244,10 +251,11 @@ def batch(
                          stack_dim, stack_by)
     settings = {"concat_dim": concat_dim, "format": chosen, "padded": padded,
                 "overlap": overlap, "codecs": codecs, "missing": missing,
-                "merge": str(merge).lower(), **shape.settings}
+                "merge": str(merge).lower(), **shape.settings,
+                **({"data_url": data_url} if data_url is not None else {})}
     policies = Policies(concat_dim, overlap, codecs, missing, merge, stack_dim)
     job = ScanJob(concat_dim, options, allowed_sources, file_timeout or current().scan_timeout,
-                  str(work / TIMED_OUT), shape, merge)
+                  str(work / TIMED_OUT), shape, merge, data_url)
     if append:
         if policies.whole:
             raise BatchError(f"cannot append to {target}: {policies.whole}; {WHOLE}")

@@ -44,6 +44,8 @@ class ScanJob:
     name) and the value it is stacked at."""
     merge: bool = False
     """Whether files are merged by file set (each file's set is recorded)."""
+    data_url: str | None = None
+    """DMR++ sources: where their granules are (``refgrid.scan``'s ``data_url``)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def _scanned(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned:
     recorded = known if known is not None else Source.of(url, job.storage_options).identity
     with _fetched_whole(url, recorded, job):
         # scan's **storage_options would be checked against its other keywords
-        group = scan(url, allowed_sources=job.allowed_sources,
+        group = scan(url, allowed_sources=job.allowed_sources, data_url=job.data_url,
                      **cast("dict[str, Any]", job.storage_options))
         named = job.shape.named(group)
         group = job.shape.shaped(group, url, job.concat_dim)

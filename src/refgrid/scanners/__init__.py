@@ -14,6 +14,7 @@ format             recognised by
 ``json``           a file starting with ``{`` (or named ``*.json``): kerchunk/refgrid refs
 ``parquet``        a directory with ``.zmetadata`` (or named ``*.parq``/``*.parquet``)
 ``zarr``           a directory with a root ``zarr.json``: a Zarr v3 store
+``dmrpp``          XML in the DAP4 and DMR++ namespaces: OPeNDAP's chunk index of a granule
 =================  ==========================================================================
 
 A dict is a loaded reference set.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal, NoReturn
 
@@ -45,7 +47,7 @@ from refgrid.scanners.allowed import check_sources, default_allowed
 from refgrid.scanners.options import OnError, ScanOptions
 from refgrid.scanners.source import Source
 
-Format = Literal["hdf5", "netcdf3", "json", "parquet", "zarr"]
+Format = Literal["hdf5", "netcdf3", "json", "parquet", "zarr", "dmrpp"]
 Scanner = Callable[[Source, ScanOptions], VirtualGroup]
 Input = str | os.PathLike[str] | Mapping[str, object]
 """What :func:`scan` accepts: a path or URL, or a loaded reference dict."""
@@ -67,14 +69,19 @@ def scanner(kind: Format) -> Scanner:
     if kind == "parquet":
         from refgrid.scanners.parquet import scan_parquet
         return scan_parquet
+    if kind == "dmrpp":
+        from refgrid.scanners.dmrpp import scan_dmrpp
+        return scan_dmrpp
     from refgrid.scanners.zarr_store import scan_zarr_store
     return scan_zarr_store
 
 
-REFERENCE_FORMATS = frozenset({"json", "parquet"})
+REFERENCE_FORMATS = frozenset({"json", "parquet", "dmrpp"})
 """Inputs whose chunks may live anywhere: the ones the allow-list applies to."""
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
+DMRPP_MARK = b"xml.opendap.org/dap/dmrpp"
+"""The DMR++ namespace, which the first bytes of a DMR++ document hold."""
 
 
 def _names(value: Sequence[str] | str | None) -> Sequence[str] | None:
@@ -89,6 +96,7 @@ def scan(
     fallback_inline_limit: int = ScanOptions.fallback_inline_limit,
     contiguous_chunk_bytes: int = ScanOptions.contiguous_chunk_bytes,
     allowed_sources: Sequence[str] | None = None,
+    data_url: str | None = None,
     variables: Sequence[str] | str | None = None,
     drop_variables: Sequence[str] | str | None = None,
     **storage_options: object,
@@ -106,12 +114,16 @@ def scan(
     (:class:`refgrid.AccessError` otherwise). Default: for references loaded from a remote
     URL, that URL's scheme and host or bucket; otherwise no restriction.
 
+    ``data_url``: for a DMR++ document, where its granule is when the document names it by
+    a relative path or Hyrax's placeholder (a URL, or a template whose ``{name}`` is the
+    document's name without ``.dmrpp``); default: the file beside the document.
+
     ``variables``: keep only these variables (paths such as ``"sub/tas"``) and what they are
     read with (their dimensions' coordinates, bounds, auxiliary coordinates, grid mappings);
     ``drop_variables``: leave these out. A name the input does not hold is an error.
     """
     options = ScanOptions(on_error, inline_threshold, fallback_inline_limit,
-                          contiguous_chunk_bytes)
+                          contiguous_chunk_bytes, None, data_url)
     if not isinstance(source, Mapping | str | os.PathLike):
         raise ArgumentError(f"refgrid reads a path, a URL or a dict of references, not a "
                             f"{type(source).__name__}")
@@ -130,7 +142,10 @@ def scan(
         else:
             resolved = Source.of(source, storage_options)
             kind = detect_format(resolved)
-            group = scanner(kind)(resolved, options)
+            prefixes = allowed_sources if allowed_sources is not None else default_allowed(
+                where)
+            group = scanner(kind)(resolved, replace(options, allowed=None if prefixes is None
+                                                    else tuple(prefixes)))
         prefixes = allowed_sources if allowed_sources is not None else default_allowed(
             None if isinstance(source, Mapping) else where)
         if kind in REFERENCE_FORMATS and prefixes is not None:
@@ -168,6 +183,8 @@ def detect_format(source: Source) -> Format:
         return "netcdf3"
     if head.lstrip()[:1] in (b"{", b"[") or source.url.endswith(".json"):
         return "json"
+    if DMRPP_MARK in head and b"Dataset" in head:  # (text before its declaration too)
+        return "dmrpp"
     if head.lstrip()[:1] == b"<" and not source.is_local:  # a server's page for a directory
         found = _directory_format(source)
         if found is not None:

@@ -50,12 +50,12 @@ def is_allowed(url: str, bases: Sequence[str]) -> bool:
 
 
 def check_sources(group: VirtualGroup, prefixes: Sequence[str], where: str,
-                  remedy: str = "pass allowed_sources=[...], or --allow-source PREFIX on the "
-                                "command line, to allow it") -> VirtualGroup:
+                  remedy: str | None = None) -> VirtualGroup:
     """Raise :class:`AccessError` for the first array whose references name a file outside
     ``prefixes``; the message ends with ``remedy``. A paged manifest's URLs are checked as
     each page loads, before any of its chunks is read: ``group`` is returned with those
     manifests checking (the others were checked here)."""
+    remedy = remedy or REMEDY
     bases = [normalized(p) for p in prefixes]
     paged = {}
     for path, node in group.walk():
@@ -70,6 +70,15 @@ def check_sources(group: VirtualGroup, prefixes: Sequence[str], where: str,
             for url in manifest.paths:
                 _check(url, bases, prefixes, where, path, remedy)
     return group.with_arrays(paged) if paged else group
+
+
+def check_url(url: str, prefixes: Sequence[str], where: str, path: str) -> None:
+    """One URL an input names, checked before anything is asked of it (a DMR++ document's
+    data file is asked its identity as the document is read)."""
+    _check(url, [normalized(p) for p in prefixes], prefixes, where, path, REMEDY)
+
+
+REMEDY = "pass allowed_sources=[...], or --allow-source PREFIX on the command line, to allow it"
 
 
 def _check(url: str, bases: Sequence[str], prefixes: Sequence[str], where: str, path: str,

@@ -8,14 +8,38 @@ them; NaN and infinities stay floats (JSON writers emit them as ``NaN``/``Infini
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import h5py
 import numpy as np
 
-from refgrid.core.typed import JSON
+from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, attribute_types
+from refgrid.core.typed import JSON, Attributes
+from refgrid.model.virtual import ReportEntry
 
 
 class UnrepresentableAttribute(ValueError):
     """An attribute value with no JSON form (object references, opaque blobs...)."""
+
+
+def typed_attributes(values: Iterable[tuple[str, Callable[[], object]]], url: str, where: str,
+                     report: list[ReportEntry]) -> Attributes:
+    """Attributes from ``(name, read its value)`` pairs: each value's JSON form, and the
+    numeric types netCDF4 gives them (:data:`ATTRIBUTE_TYPES_ATTR`); one whose value cannot
+    be read or represented is left out and reported (``attribute-skipped``)."""
+    out: Attributes = {}
+    raw: dict[str, object] = {}
+    for name, value in values:
+        try:
+            raw[name] = value()
+            out[name] = attribute_value(raw[name])
+        except (OSError, TypeError, ValueError, OverflowError) as e:
+            raw.pop(name, None)
+            report.append(ReportEntry(url, f"{where}@{name}", "attribute-skipped", str(e)))
+    types = attribute_types(raw)
+    if types:
+        out[ATTRIBUTE_TYPES_ATTR] = types
+    return out
 
 
 def decode_text(value: bytes) -> str:

@@ -14,6 +14,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from operator import itemgetter
 from typing import Protocol, cast
 
@@ -25,11 +26,9 @@ import numpy as np
 from refgrid.codecs.filters import CodecJSON, UnsupportedFilter, bytes_codec, hdf5_pipeline
 from refgrid.codecs.pipeline import decode_chunk, encode_chunk
 from refgrid.core.dtypes import (
-    ATTRIBUTE_TYPES_ATTR,
     ENCODING_ATTR,
     STRING,
     VLEN_DTYPE_ATTR,
-    attribute_types,
     storable,
 )
 from refgrid.core.typed import Attributes
@@ -38,10 +37,11 @@ from refgrid.errors import ScanError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import INLINE, MISSING, ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
-from refgrid.scanners.attributes import UnrepresentableAttribute, attribute_value
+from refgrid.scanners.attributes import typed_attributes
 from refgrid.scanners.contiguous import rows_per_chunk
 from refgrid.scanners.hdf5_encoding import enum_encoding, storage_encoding
 from refgrid.scanners.options import ScanOptions
+from refgrid.scanners.phony import PhonyNames
 from refgrid.scanners.source import Source
 
 HIDDEN_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid",
@@ -81,7 +81,7 @@ class _FileScan:
     source: Source
     options: ScanOptions
     report: list[ReportEntry] = field(default_factory=list)
-    phony: dict[int, list[str]] = field(default_factory=dict)
+    phony: PhonyNames = field(default_factory=PhonyNames)
     # keyed by h5py object ids, which hash and compare as the HDF5 object they name
     dim_lengths: dict[object, int] = field(default_factory=dict)
     scale_names: dict[object, dict[object, str]] = field(default_factory=dict)
@@ -140,23 +140,10 @@ class _FileScan:
         return VirtualGroup(attrs, arrays, groups)
 
     def attributes(self, obj: h5py.HLObject, where: str, hide: Iterable[str]) -> Attributes:
-        out: Attributes = {}
-        raw: dict[str, object] = {}
         hidden = set(hide)
-        for name in obj.attrs:
-            if name in hidden:
-                continue
-            try:
-                raw[name] = obj.attrs[name]
-                out[name] = attribute_value(raw[name])
-            except (UnrepresentableAttribute, OSError, TypeError, ValueError) as e:
-                raw.pop(name, None)
-                self.report.append(ReportEntry(self.source.url, f"{where}@{name}",
-                                               "attribute-skipped", str(e)))
-        types = attribute_types(raw)
-        if types:
-            out[ATTRIBUTE_TYPES_ATTR] = types
-        return out
+        return typed_attributes(((name, partial(obj.attrs.__getitem__, name))
+                                 for name in obj.attrs if name not in hidden),
+                                self.source.url, where, self.report)
 
     def _problem(self, where: str, reason: str) -> None:
         if self.options.on_error == "raise":
@@ -185,7 +172,7 @@ class _FileScan:
                 names.append(self._scale_name(scale))
                 lengths.append(max(n, self._dimension_length(scale)))
             else:
-                names.append(self._phony(n, names))
+                names.append(self.phony.name(n, names))
                 lengths.append(n)
                 if d.maxshape and d.maxshape[axis] is None:
                     self.phony_unlimited.add(names[-1])
@@ -236,16 +223,6 @@ class _FileScan:
             self.dim_lengths[key] = length
         return self.dim_lengths[key]
 
-    def _phony(self, length: int, taken: list[str]) -> str:
-        """netCDF-C style: one name per length, a new one when a dataset repeats a length."""
-        names = self.phony.setdefault(length, [])
-        for name in names:
-            if name not in taken:
-                return name
-        name = f"phony_dim_{sum(len(v) for v in self.phony.values())}"
-        names.append(name)
-        return name
-
     # -- arrays ---------------------------------------------------------------------------
 
     def array(self, d: h5py.Dataset, name: str, where: str) -> VirtualArray:
@@ -264,7 +241,7 @@ class _FileScan:
         if d.shape is None:  # null dataspace: no elements at all, a zero-size array
             dtype = storable(dtype)[0] if vlen is None else STRING
             codec = bytes_codec(dtype) if vlen is None else {"name": "vlen-utf8"}
-            return VirtualArray(name, (self._phony(0, []),), dtype,
+            return VirtualArray(name, (self.phony.name(0, []),), dtype,
                                 RectilinearGrid.regular([0], [1]), ChunkManifest.empty((0,)),
                                 None, (codec,), attrs)
         dims, dim_lengths = self.dimensions(d, name)
@@ -388,7 +365,7 @@ class _FileScan:
             raise _Skip(f"array elements of type {base} have no Zarr representation")
         dims = list(raw.dims)
         for n in sub:
-            dims.append(self._phony(n, dims))
+            dims.append(self.phony.name(n, dims))
         grid = raw.grid
         lengths = [grid.lengths(k) for k in range(grid.ndim)] + [[n] for n in sub]
         encoded = [grid.encoded_lengths(k) for k in range(grid.ndim)] + [[n] for n in sub]

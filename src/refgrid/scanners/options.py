@@ -22,3 +22,10 @@ class ScanOptions:
     """Largest decoded size of a variable whose filters have no codec that is inlined."""
     contiguous_chunk_bytes: int = 4 * 2**20
     """Contiguous data is cut into virtual chunks of about this size along its first axis."""
+    allowed: tuple[str, ...] | None = None
+    """Prefixes the files an input names must lie under (None: any), checked by scanners
+    that ask those files anything while scanning (DMR++: the data file's identity)."""
+    data_url: str | None = None
+    """DMR++ input: where the granule is, where the document names it by a relative path or
+    Hyrax's placeholder (a URL, or a template whose ``{name}`` is the document's name
+    without ``.dmrpp``); default: the file beside the document."""

@@ -29,6 +29,8 @@ from refgrid.core.typed import StorageOptions
 from refgrid.core.util import lazy
 from refgrid.errors import ScanError
 
+HEAD_BLOCK = 2**16
+"""Bytes :meth:`Source.head` reads at the start of a file, once."""
 WHOLE_FILE_LIMIT = 32 * 2**20
 """Remote files up to this size are fetched in one request."""
 BLOCK_SIZE = 4 * 2**20
@@ -98,9 +100,15 @@ class Source:
         except OSError:
             return False
 
+    @lazy
+    def start(self) -> bytes:
+        """The first :data:`HEAD_BLOCK` bytes, read once: telling the format and reading a
+        small file's header (a NetCDF3 header, a DMR++ document) share one request."""
+        return self.read_at(0, HEAD_BLOCK)
+
     def head(self, nbytes: int) -> bytes:
         """The first ``nbytes`` of the file (fewer if it is shorter)."""
-        return self.read_at(0, nbytes)
+        return self.start[:nbytes] if nbytes <= HEAD_BLOCK else self.read_at(0, nbytes)
 
     def read_at(self, offset: int, nbytes: int) -> bytes:
         """``nbytes`` of the file from ``offset`` (fewer, or none, past its end)."""

@@ -2,13 +2,14 @@
 reopened when their files change.
 
 A dataset is a JSON reference set (``*.json``), a parquet reference set (a directory with
-``.zmetadata``) or a Zarr v3 store (a directory with ``zarr.json``) anywhere under the root;
-its name is its path below the root without the suffix (``monthly/tas.json`` →
-``monthly/tas``). URLs are only ever looked up among these names, never joined onto the root,
-so no URL can name a file outside it; files and directories whose real path (symlinks
-resolved) leaves the root are not datasets at all. Every source file a dataset's chunks name
-must lie under the allowed prefixes (the root, and those given): a dataset that names another
-file is refused whole, before anything of it is read.
+``.zmetadata``), a Zarr v3 store (a directory with ``zarr.json``) or a granule's DMR++ document
+(``*.dmrpp``, read with its granule beside it) anywhere under the root; its name is its path
+below the root without the suffix (``monthly/tas.json`` → ``monthly/tas``). URLs are only
+ever looked up among these names, never joined onto the root, so no URL can name a file
+outside it; files and directories whose real path (symlinks resolved) leaves the root are not
+datasets at all. Every source file a dataset's chunks name must lie under the allowed
+prefixes (the root, and those given): a dataset that names another file is refused whole,
+before anything of it is read.
 
 A followed archive is never opened by the catalog: its follower, which alone writes its
 references, publishes each version when a round has written it (:meth:`Catalog.publish`).
@@ -40,8 +41,8 @@ from refgrid.read.regular import RegularView, ViewLimits, ViewSpec
 from refgrid.scanners import scan
 from refgrid.scanners.allowed import check_sources, normalized
 
-Kind = Literal["json", "parquet", "zarr"]
-SUFFIXES = (".json", ".parquet", ".parq", ".zarr")
+Kind = Literal["json", "parquet", "zarr", "dmrpp"]
+SUFFIXES = (".json", ".parquet", ".parq", ".zarr", ".dmrpp")
 log = logging.getLogger("refgrid.serve")
 
 
@@ -81,6 +82,8 @@ def discover(root: Path) -> dict[str, Entry]:
         for f in files:
             if f.endswith(".json") and f != METADATA and not f.startswith("."):
                 _add(found, root, here / f, "json")
+            elif f.endswith(".dmrpp") and not f.startswith("."):
+                _add(found, root, here / f, "dmrpp")
     out: dict[str, Entry] = {}
     for name, entries in found.items():
         if len(entries) == 1:
@@ -343,6 +346,8 @@ class Catalog:
                                                      "served root"))
         try:
             options: Mapping[str, Any] = self.storage_options  # scan's **storage_options: untyped
+            if entry.kind == "dmrpp":  # its data file is asked its identity as it is read
+                options = {**options, "allowed_sources": self.allowed}
             group = scan(real, **options)
             group = check_sources(group, self.allowed, entry.name, REMEDY)  # every format:
             # reference sets, and Zarr stores whose chunk files may be symlinks; before

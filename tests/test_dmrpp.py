@@ -1,0 +1,377 @@
+"""DMR++ input (``scanners/dmrpp.py``): the corpus of real documents Hyrax wrote, read as
+h5py/pyhdf read their data files or refused by name; hostile documents refused; documents
+through every way in (engine, store, mapper, CLI), combined and batched like files.
+
+Ground truth: h5py for HDF5/NetCDF4 data files, pyhdf for HDF4 (skipped with a message where
+it is not installed). Where HDF5 itself leaves values undefined — chunks never written with
+the fill time "never", where h5py and netCDF4 read different values — refgrid's own scan of
+the data file (the same model, which is what a DMR++ scan promises).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import refgrid
+from dmrpp_docs import (
+    CORPUS,
+    SIDECAR,
+    corpus_pairs,
+    folder,
+    hyrax_attributes,
+    same_values,
+    truth,
+    write_dmrpp,
+)
+from helpers import closed
+from realistic import months, write
+from refgrid.core.dtypes import original_dtype
+from refgrid.read.array import read
+
+pytest.importorskip("defusedxml")
+HDF4 = importlib.util.find_spec("pyhdf") is not None
+
+
+def _netcdf4_raw(data, path):
+    import netCDF4
+
+    with netCDF4.Dataset(data) as ds:
+        parent, _, name = path.rpartition("/")
+        variable = (ds[parent] if parent else ds).variables[name]
+        variable.set_auto_maskandscale(False)
+        return np.asarray(variable[...])
+
+
+def _judge(doc, data, path, ours, attrs) -> str:
+    """correct / undefined (HDF5 leaves it so; refgrid's scan of the file agrees) /
+    no-truth (values Hyrax computed, not in the file) / WRONG."""
+    try:
+        expected = truth(data, path, attrs)
+    except KeyError:
+        return "no-truth"
+    if same_values(ours, expected):
+        return "correct"
+    if data.suffix != ".hdf":
+        try:
+            other = _netcdf4_raw(data, path)
+        except Exception:  # (not a netCDF variable, or one netCDF-C cannot read)
+            other = None
+        if other is not None and same_values(ours, other) and not _never_filled(data, path):
+            return "correct"  # netCDF4's view: a variable as long as its dimension
+        own = np.asarray(read(refgrid.scan(data)[path]))
+        if (other is None or _never_filled(data, path)) and own.tobytes() == ours.tobytes():
+            return "undefined"
+    return "WRONG"
+
+
+def _never_filled(data, path) -> bool:
+    """Whether HDF5 leaves the variable's unwritten chunks undefined (fill time "never":
+    h5py reads zeros, netCDF-C whatever memory held)."""
+    import h5py
+
+    with h5py.File(data, "r") as f:
+        plist = f[path].id.get_create_plist()
+        return plist.get_fill_time() == h5py.h5d.FILL_TIME_NEVER
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the DMR++ corpus is absent ({CORPUS})")
+def test_the_corpus_reads_as_its_data_files_or_is_refused_by_name():
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    wrong, unnamed = [], []
+    for doc, data in corpus_pairs():
+        where = folder(doc)
+        if data.suffix == ".hdf" and not HDF4:
+            counts[where]["skipped (no pyhdf)"] += 1
+            continue
+        try:
+            group = refgrid.scan(doc, on_error="report")
+        except refgrid.RefgridError as e:
+            counts[where]["document refused"] += 1
+            assert str(doc) in str(e), e
+            continue
+        for entry in group.report:
+            if entry.action == "skipped":
+                kind = "refused (sidecar absent)" if SIDECAR.search(entry.reason) else "refused"
+                counts[where][kind] += 1
+                if not (entry.url and entry.variable and entry.reason):
+                    unnamed.append(entry)
+        attrs = hyrax_attributes(doc)
+        for path, node in group.walk():
+            if isinstance(node, refgrid.VirtualArray):
+                values = np.asarray(read(node))  # records stored as bytes: as their type
+                values = values.view(original_dtype(node.attrs, values.dtype))
+                verdict = _judge(doc, data, path, values, attrs.get(path, {}))
+                counts[where][verdict] += 1
+                if verdict == "WRONG":
+                    wrong.append(f"{doc.name}: {path}")
+    total = collections.Counter()
+    for c in counts.values():
+        total.update(c)
+    print("\nDMR++ corpus, variables by folder:")
+    for name, c in sorted(counts.items()):
+        print(f"  {name:9} {dict(c)}")
+    print(f"  {'all':9} {dict(total)}")
+    assert not wrong, wrong
+    assert not unnamed, unnamed
+    read_ = total["correct"] + total["undefined"] + total["no-truth"]
+    held = read_ + total["refused"] + total["document refused"]
+    assert read_ / held >= 0.9, (read_, held, dict(total))  # (sidecars the corpus lacks aside)
+
+
+@pytest.fixture(scope="module")
+def granules(tmp_path_factory):
+    """Monthly NetCDF4 files (28-31 days, chunks of 10: irregular) with their DMR++ beside."""
+    root = tmp_path_factory.mktemp("granules")
+    files = write(root, months(2001, 3, "days since {start}"))
+    return files, [write_dmrpp(f) for f in files]
+
+
+def _expected(files):
+    return closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                    data_vars="minimal", coords="minimal", compat="override"))
+
+
+def test_a_document_reads_through_every_way_in_as_its_granule(granules, tmp_path):
+    files, docs = granules
+    with closed(xr.open_dataset(docs[0], engine="refgrid")) as ours, \
+            closed(xr.open_dataset(files[0])) as expected:
+        for name in ("tas", "pr", "time", "lat"):
+            np.testing.assert_array_equal(ours[name].values, expected[name].values)
+    group = refgrid.scan(docs[0])
+    assert list(group.sources) == [str(files[0])]  # the granule, with its identity
+    assert group.sources[str(files[0])]["size"] == files[0].stat().st_size
+    store = refgrid.open_store(docs[0], chunks="auto")
+    with closed(xr.open_zarr(store, consolidated=False)) as ours, \
+            closed(xr.open_dataset(files[0])) as expected:
+        np.testing.assert_array_equal(ours["tas"].values, expected["tas"].values)
+    store.close()
+    import zarr
+
+    mapper = refgrid.get_mapper(docs[0], chunks="auto")
+    with closed(xr.open_dataset(files[0])) as expected:
+        np.testing.assert_array_equal(zarr.open_group(mapper, mode="r")["tas"][:],
+                                      expected["tas"].values)
+    from click.testing import CliRunner
+
+    from refgrid.cli import main
+
+    result = CliRunner().invoke(main, ["scan", str(docs[0]), "-o", str(tmp_path / "g.json")])
+    assert result.exit_code == 0, result.output
+    with closed(xr.open_dataset(tmp_path / "g.json", engine="refgrid")) as ours, \
+            closed(xr.open_dataset(files[0])) as expected:
+        np.testing.assert_array_equal(ours["pr"].values, expected["pr"].values)
+
+
+def test_the_service_serves_a_document_as_its_granule(granules, tmp_path):
+    from servers import start_refgrid_serve
+
+    files, docs = granules
+    (tmp_path / "root").mkdir()
+    for d, f in zip(docs, files, strict=True):
+        shutil.copy(d, tmp_path / "root" / d.name)
+        shutil.copy(f, tmp_path / "root" / f.name)
+    for served in start_refgrid_serve(tmp_path / "root", recheck=0.0):
+        name = files[0].name  # (the document's name without .dmrpp)
+        with closed(xr.open_dataset(f"{served.url}/{name}/native", engine="refgrid")) as ours, \
+                closed(xr.open_dataset(files[0])) as expected:
+            np.testing.assert_array_equal(ours["tas"].values, expected["tas"].values)
+
+
+def test_documents_combine_along_time_as_their_granules(granules, tmp_path):
+    files, docs = granules
+    refgrid.write(refgrid.combine([str(d) for d in docs], "time"), tmp_path / "c.json")
+    with closed(xr.open_dataset(tmp_path / "c.json", engine="refgrid")) as ours, \
+            _expected(files) as expected:
+        xr.testing.assert_equal(ours[["tas", "pr", "time_bnds"]].load(),
+                                expected[["tas", "pr", "time_bnds"]].load())
+        assert ours.sizes["time"] == sum(m.days for m in months(2001, 3, "x"))
+
+
+def test_a_batch_of_documents_reads_one_document_per_granule(granules, tmp_path):
+    """Over HTTP, with the granules elsewhere (``data_url``): each document is one GET (and
+    a HEAD for its identity, as HTTP lists nothing), each granule one HEAD (its identity)
+    and the chunks of what a batch reads to combine (the time coordinate, variables without
+    time): never the granule's metadata. (``padded="encoded"``: the default rewrite of padded
+    chunks copies them from the granules, checking each again first.)"""
+    import re
+
+    from servers import start_http
+
+    files, docs = granules
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "data").mkdir()
+    for d, f in zip(docs, files, strict=True):
+        shutil.copy(d, tmp_path / "docs" / d.name)
+        shutil.copy(f, tmp_path / "data" / f.name)
+    for server in start_http(tmp_path):
+        urls = [f"{server.url}/docs/{d.name}" for d in docs]
+        server.counter.reset()
+        refgrid.batch(urls, tmp_path / "out.parq", scheduler="synchronous", progress=False,
+                      data_url=f"{server.url}/data/{{name}}", padded="encoded")
+        requests = list(server.counter.requests)
+        for d, f in zip(docs, files, strict=True):
+            document = [r for r in requests if f"/docs/{d.name}" in r]  # (HEAD: its listing)
+            assert len([r for r in document if r.startswith("GET")]) == 1, document
+            granule = [r for r in requests if f"/data/{f.name}" in r]
+            assert len([r for r in granule if r.startswith("HEAD")]) == 1, "\n".join(granule)
+            first = min(int(m) for m in re.findall(r'offset="(\d+)"', d.read_text("latin-1")))
+            starts = [int(r.split("bytes=")[1].split("-")[0]) for r in granule if "bytes=" in r]
+            assert all(start >= first for start in starts), (first, granule)  # no metadata
+        with closed(xr.open_dataset(tmp_path / "out.parq", engine="refgrid")) as ours, \
+                _expected(files) as expected:
+            np.testing.assert_array_equal(ours["tas"].values, expected["tas"].values)
+
+
+# -- hostile documents -------------------------------------------------------------------------
+
+HEAD = ('<?xml version="1.0" encoding="ISO-8859-1"?>\n')
+OPEN = ('<Dataset xmlns="http://xml.opendap.org/ns/DAP/4.0#" '
+        'xmlns:dmrpp="http://xml.opendap.org/dap/dmrpp/1.0.0#" name="g.h5" '
+        'dmrpp:href="data/g.h5">')
+VARIABLE = ('<Int32 name="v"><Dim size="{n}"/><dmrpp:chunks byteOrder="LE">'
+            '<dmrpp:chunkDimensionSizes>{c}</dmrpp:chunkDimensionSizes>{chunks}'
+            '</dmrpp:chunks></Int32>')
+
+
+def _chunk(offset: str, nbytes: str, position: str) -> str:
+    return f'<dmrpp:chunk offset="{offset}" nBytes="{nbytes}" chunkPositionInArray="{position}"/>'
+
+
+HOSTILE = {
+    "malformed": (HEAD + OPEN + "<Int32 name='v'>", "not well-formed XML"),
+    "text before": ("number of blocks: 1\n" + HEAD + OPEN + "</Dataset>",
+                    "text before the XML declaration"),
+    "billion laughs": (HEAD + '<!DOCTYPE d [<!ENTITY a "aaaaaaaaaa">'
+                       + "".join(f'<!ENTITY {chr(98 + k)} "' + f"&{chr(97 + k)};" * 10 + '">'
+                                 for k in range(8))
+                       + "]>" + OPEN + "<Attribute name='x' type='String'><Value>&i;</Value>"
+                       "</Attribute></Dataset>", "DTD"),
+    "external entity": (HEAD + '<!DOCTYPE d [<!ENTITY x SYSTEM "file:///etc/passwd">]>' + OPEN
+                        + "<Attribute name='x' type='String'><Value>&x;</Value></Attribute>"
+                        "</Dataset>", "DTD"),
+    "past the end": (HEAD + OPEN + VARIABLE.format(n=4, c=4, chunks=_chunk("900", "16", "[0]"))
+                     + "</Dataset>", "past the end of the data file"),
+    "off the grid": (HEAD + OPEN + VARIABLE.format(n=4, c=2, chunks=_chunk("0", "8", "[1]"))
+                     + "</Dataset>", "off its grid"),
+    "beyond the grid": (HEAD + OPEN + VARIABLE.format(n=4, c=2, chunks=_chunk("0", "8", "[4]"))
+                        + "</Dataset>", "off its grid"),
+    "overflow": (HEAD + OPEN + VARIABLE.format(n=4, c=4, chunks=_chunk(
+        "99999999999999999999", "16", "[0]")) + "</Dataset>", "is not a count or offset"),
+    "negative": (HEAD + OPEN + VARIABLE.format(n=4, c=4, chunks=_chunk("-1", "16", "[0]"))
+                 + "</Dataset>", "is not a count or offset"),
+    "huge grid": (HEAD + OPEN + VARIABLE.format(n=10**18, c=1, chunks="") + "</Dataset>",
+                  "chunks"),
+    "no href": (HEAD + OPEN.replace(' dmrpp:href="data/g.h5"', "") + "</Dataset>",
+                "no dmrpp:href"),
+    "not DAP4": (HEAD + '<Dataset xmlns="urn:other" xmlns:dmrpp="http://xml.opendap.org/dap/'
+                 'dmrpp/1.0.0#" dmrpp:href="g.h5"/>', "not a DAP4 Dataset"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_documents_are_refused_naming_the_document_and_reason(case, tmp_path):
+    text, reason = HOSTILE[case]
+    (tmp_path / "g.h5").write_bytes(bytes(64))
+    doc = tmp_path / "g.h5.dmrpp"
+    doc.write_text(text, encoding="latin-1")
+    with pytest.raises(refgrid.FormatError) as caught:
+        refgrid.scan(doc)
+    assert str(doc) in str(caught.value) and reason in str(caught.value), caught.value
+
+
+def test_an_href_outside_the_allowed_sources_is_refused(tmp_path):
+    (tmp_path / "g.h5").write_bytes(bytes(64))
+    doc = tmp_path / "g.h5.dmrpp"
+    doc.write_text(HEAD + OPEN.replace("data/g.h5", "https://elsewhere.example/g.h5")
+                   + VARIABLE.format(n=4, c=4, chunks=_chunk("0", "16", "[0]"))
+                   + "</Dataset>", encoding="latin-1")
+    with pytest.raises(refgrid.AccessError, match=r"elsewhere\.example"):
+        refgrid.scan(doc, allowed_sources=[str(tmp_path)])
+
+
+def test_an_unsupported_filter_is_refused_for_its_variable(tmp_path):
+    (tmp_path / "g.h5").write_bytes(bytes(64))
+    doc = tmp_path / "g.h5.dmrpp"
+    doc.write_text(HEAD + OPEN + VARIABLE.format(n=4, c=4, chunks=_chunk("0", "16", "[0]"))
+                   .replace('byteOrder="LE"', 'compressionType="szip" byteOrder="LE"')
+                   + "</Dataset>", encoding="latin-1")
+    with pytest.raises(refgrid.ScanError, match="'szip' has no Zarr codec"):
+        refgrid.scan(doc)
+    group = refgrid.scan(doc, on_error="report")
+    assert not group.arrays and "szip" in group.report[0].reason
+
+
+def test_the_scan_reads_nothing_of_the_granule_but_its_identity(granules, tmp_path):
+    files, docs = granules
+    doc = tmp_path / docs[0].name
+    shutil.copy(docs[0], doc)
+    (tmp_path / files[0].name).write_bytes(b"\0" * files[0].stat().st_size)  # no HDF5 at all
+    group = refgrid.scan(doc)  # the granule's bytes are not looked at
+    assert group["tas"].shape == (31, 3, 4)
+    assert math.prod(group["tas"].grid.chunk_counts) == 4
+    assert json.loads(json.dumps(group["tas"].attrs.get("units"))) == "K"
+
+
+def _seed_documents():
+    seeds = sorted(CORPUS.glob("*.dmrpp"))[::12] if CORPUS.is_dir() else []
+    return [p.read_bytes() for p in seeds] or [
+        (HEAD + OPEN + VARIABLE.format(n=4, c=2, chunks=_chunk("0", "8", "[0]")) + "</Dataset>")
+        .encode()]
+
+
+SEEDS = _seed_documents()
+
+
+@settings(max_examples=int(os.environ.get("REFGRID_FUZZ_EXAMPLES", "200")), deadline=None,
+          database=None,
+          suppress_health_check=list(HealthCheck))
+@given(seed=st.sampled_from(range(len(SEEDS))), data=st.data())
+def test_any_damaged_document_is_read_or_refused_by_name(seed, data, tmp_path_factory):
+    """Documents cut, flipped and spliced: each either scans or is a ``RefgridError`` —
+    never another exception, a hang or a read of memory its numbers claim."""
+    text = bytearray(SEEDS[seed])
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["cut", "flip", "splice", "number"]))
+        at = data.draw(st.integers(0, max(0, len(text) - 1)))
+        if kind == "cut":
+            del text[at:]
+        elif kind == "flip" and text:
+            text[at] = data.draw(st.integers(0, 255))
+        elif kind == "splice":
+            text[at:at] = data.draw(st.sampled_from(
+                [b"<", b">", b'"', b"&amp;", b"&x;", b"<!DOCTYPE x>", b"<Group name='g'>",
+                 b"</Dataset>", b'<Dim size="99999999999"/>', b'nBytes="-5"']))
+        else:
+            found = [m.start() for m in re.finditer(rb"\d+", bytes(text))]
+            if found:
+                start = data.draw(st.sampled_from(found))
+                end = start + len(re.match(rb"\d+", bytes(text[start:]))[0])
+                text[start:end] = data.draw(st.sampled_from(
+                    [b"0", b"1", b"4294967296", b"9" * 25, b"18446744073709551615"]))
+    root = tmp_path_factory.mktemp("fuzz")
+    (root / "g.h5").write_bytes(bytes(4096))
+    doc = root / "g.h5.dmrpp"
+    doc.write_bytes(bytes(text))
+    try:
+        group = refgrid.scan(doc, on_error=data.draw(st.sampled_from(["raise", "report"])),
+                             data_url=str(root / "g.h5"))
+    except refgrid.RefgridError as e:
+        assert str(doc) in str(e) or str(root / "g.h5") in str(e), e
+        return
+    for _, node in group.walk():
+        if isinstance(node, refgrid.VirtualArray) and math.prod(node.shape) < 10**6:
+            with contextlib.suppress(refgrid.RefgridError):  # (a named refusal is fine)
+                read(node)
