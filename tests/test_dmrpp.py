@@ -10,6 +10,7 @@ the data file (the same model, which is what a DMR++ scan promises).
 
 from __future__ import annotations
 
+import base64
 import collections
 import contextlib
 import importlib.util
@@ -18,6 +19,8 @@ import math
 import os
 import re
 import shutil
+import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -375,3 +378,161 @@ def test_any_damaged_document_is_read_or_refused_by_name(seed, data, tmp_path_fa
         if isinstance(node, refgrid.VirtualArray) and math.prod(node.shape) < 10**6:
             with contextlib.suppress(refgrid.RefgridError):  # (a named refusal is fine)
                 read(node)
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the DMR++ corpus is absent ({CORPUS})")
+def test_space_padded_strings_read_as_hdf5_reads_them_everywhere(tmp_path):
+    """``refgrid.spacepad`` turns the stored padding into NULs: refgrid's reader, and zarr
+    through references (its codec found by entry point), read what h5py reads."""
+    import h5py
+    import zarr
+    from zarr.storage import FsspecStore
+
+    doc = CORPUS / "strings__t_string_cont.h5.dmrpp"
+    data = doc.with_name(doc.name.removesuffix(".dmrpp"))
+    with h5py.File(data) as f:
+        expected = f["array_2d"][()]
+    group = refgrid.scan(doc, on_error="report")  # (its scalar string is in the file's heap)
+    assert read(group["array_2d"]).tolist() == expected.tolist()
+    refgrid.write(group, tmp_path / "s.json")
+    store = FsspecStore.from_url("reference://", storage_options={"fo": str(tmp_path / "s.json")},
+                                 read_only=True)
+    assert zarr.open_group(store, mode="r")["array_2d"][...].tolist() == expected.tolist()
+
+
+@given(st.lists(st.binary(max_size=6).map(lambda b: b.replace(b" ", b"x").replace(b"\0", b"y")),
+                max_size=20), st.integers(1, 8))
+def test_spacepad_round_trips_what_hdf5_stores(texts, length):
+    from refgrid.codecs.pipeline import spacepad_decode, spacepad_encode
+
+    stored = b"".join(t[:length].ljust(length, b" ") for t in texts)  # HDF5's space padding
+    decoded = spacepad_decode(stored, length)
+    assert decoded == b"".join(t[:length].ljust(length, b"\0") for t in texts)
+    assert spacepad_encode(decoded, length) == stored
+
+
+# -- what a review found ------------------------------------------------------------------------
+
+def _unwritten(tmp_path, dtype, fill=None):
+    """A netCDF4 file whose variable ``v`` has its middle chunk never written, and the
+    chunks' places (position, offset, size) as a document lists them."""
+    import h5py
+    import netCDF4
+
+    path = tmp_path / "fv.nc"
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("time", None)
+        v = ds.createVariable("v", dtype, ("time",), chunksizes=(2,), fill_value=fill)
+        v[0:2], v[4:6] = [1, 2], [5, 6]
+    with h5py.File(path) as f:
+        d = f["v"]
+        chunks = [d.id.get_chunk_info(k) for k in range(d.id.get_num_chunks())]
+    return path, "".join(_chunk(str(c.byte_offset), str(c.size), f"[{c.chunk_offset[0]}]")
+                         for c in chunks)
+
+
+def _document(path, body: str) -> Path:
+    doc = path.with_name(path.name + ".dmrpp")
+    doc.write_text(HEAD + OPEN.replace("data/g.h5", "data/x") + body + "</Dataset>",
+                   encoding="latin-1")
+    return doc
+
+
+@pytest.mark.parametrize(("dtype", "fill", "printed"), [
+    ("f8", None, "9.96921e+36"),  # netCDF's default, printed to 6 digits
+    ("f4", np.float32(-3.4028235e38), "-3.40282e+38"),  # float32's lowest
+    ("i4", None, "-2147483647"),
+])
+def test_fill_values_printed_to_6_digits_read_as_the_file_holds_them(tmp_path, dtype, fill,
+                                                                      printed):
+    path, chunks = _unwritten(tmp_path, dtype, fill)
+    kind = {"f8": "Float64", "f4": "Float32", "i4": "Int32"}[dtype]
+    doc = _document(path, f'<Dimension name="time" size="6"/><{kind} name="v">'
+                    f'<Dim name="/time"/><dmrpp:chunks fillValue="{printed}" byteOrder="LE">'
+                    f"<dmrpp:chunkDimensionSizes>2</dmrpp:chunkDimensionSizes>{chunks}"
+                    f"</dmrpp:chunks></{kind}>")
+    import h5py
+
+    with h5py.File(path) as f:
+        expected = f["v"][()]
+    np.testing.assert_array_equal(read(refgrid.scan(doc)["v"]), expected)
+
+
+@pytest.mark.parametrize("printed", ["-3.12346e+07", None])
+def test_an_inexact_or_unknown_fill_is_refused_where_chunks_are_absent(tmp_path, printed):
+    path, chunks = _unwritten(tmp_path, "f4", np.float32(-31234567.0))
+    attribute = "" if printed is None else f' fillValue="{printed}"'
+    doc = _document(path, f'<Dimension name="time" size="6"/><Float32 name="v">'
+                    f'<Dim name="/time"/><dmrpp:chunks{attribute} byteOrder="LE">'
+                    f"<dmrpp:chunkDimensionSizes>2</dmrpp:chunkDimensionSizes>{chunks}"
+                    "</dmrpp:chunks></Float32>")
+    with pytest.raises(refgrid.ScanError, match="only to 6 digits or not at all"):
+        refgrid.scan(doc)
+
+
+@pytest.mark.parametrize(("held", "outcome"), [
+    ("eJw=", "end before their stream does"),  # a zlib header, nothing after
+    ("cA==", [112]),  # Hyrax's raw values (one byte)
+    ("", [0]),  # none: the fill value
+])
+def test_missing_data_is_a_whole_stream_or_the_values_themselves(tmp_path, held, outcome):
+    (tmp_path / "x").write_bytes(bytes(8))
+    doc = _document(tmp_path / "x", f'<UInt8 name="p"><dmrpp:missingdata>{held}'
+                    "</dmrpp:missingdata></UInt8>")
+    if isinstance(outcome, str):
+        with pytest.raises(refgrid.FormatError, match=outcome):
+            refgrid.scan(doc)
+    else:
+        assert np.atleast_1d(read(refgrid.scan(doc)["p"])).tolist() == outcome
+
+
+def test_a_record_fill_keeps_64_bit_integers_exact(tmp_path):
+    (tmp_path / "x").write_bytes(bytes(64))
+    doc = _document(tmp_path / "x", '<Structure name="r"><Int64 name="a"/><UInt64 name="b"/>'
+                    '<Dim size="2"/><dmrpp:chunks fillValue="9223372036854775807 '
+                    '9007199254740993" byteOrder="LE"><dmrpp:chunkDimensionSizes>1'
+                    "</dmrpp:chunkDimensionSizes></dmrpp:chunks></Structure>")
+    values = read(refgrid.scan(doc)["r"])
+    assert values["a"].tolist() == [2**63 - 1] * 2 and values["b"].tolist() == [2**53 + 1] * 2
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ('<String name="s"><Dim size="2"/><dmrpp:vlsa><v c="300000000">x</v></dmrpp:vlsa>'
+     "</String>", "more strings than its 2 elements"),
+    ("".join(f'<Int32 name="v{k}"><Dim size="{2**24}"/><dmrpp:missingdata>'
+             + base64.b64encode(zlib.compress(bytes(2**26), 9)).decode()
+             + "</dmrpp:missingdata></Int32>" for k in range(2)), "in all"),
+    ('<Int32 name="v"><Dim size="40"/><dmrpp:chunks byteOrder="LE">'
+     "<dmrpp:chunkDimensionSizes>1</dmrpp:chunkDimensionSizes>"
+     + "".join(f'<dmrpp:chunk offset="0" nBytes="4" chunkPositionInArray="[{k}]" '
+               f'href="f{k}.h5"/>' for k in range(40)) + "</dmrpp:chunks></Int32>",
+     "more than 16 data files"),
+], ids=["vlsa repeats", "inflation", "data files"])
+def test_a_small_document_cannot_claim_large_memory_or_many_requests(tmp_path, body, reason):
+    (tmp_path / "x").write_bytes(bytes(64))
+    for k in range(40):
+        (tmp_path / f"f{k}.h5").write_bytes(bytes(8))
+    with pytest.raises(refgrid.FormatError, match=reason):
+        refgrid.scan(_document(tmp_path / "x", body))
+
+
+def test_a_chunk_href_outside_the_allowed_sources_is_an_access_error(tmp_path):
+    (tmp_path / "x").write_bytes(bytes(64))
+    doc = _document(tmp_path / "x", '<Int32 name="v"><Dim size="2"/><dmrpp:chunks '
+                    'byteOrder="LE"><dmrpp:chunkDimensionSizes>1</dmrpp:chunkDimensionSizes>'
+                    '<dmrpp:chunk offset="0" nBytes="4" chunkPositionInArray="[0]"/>'
+                    '<dmrpp:chunk offset="0" nBytes="4" chunkPositionInArray="[1]" '
+                    'href="https://elsewhere.example/f.h5"/></dmrpp:chunks></Int32>')
+    for on_error in ("raise", "report"):
+        with pytest.raises(refgrid.AccessError, match=r"elsewhere\.example"):
+            refgrid.scan(doc, on_error=on_error, allowed_sources=[str(tmp_path)])
+
+
+def test_a_dimension_declared_in_a_later_group_is_found(tmp_path):
+    (tmp_path / "x").write_bytes(bytes(64))
+    doc = _document(tmp_path / "x", '<Int32 name="v"><Dim name="/g/n"/><dmrpp:missingdata>'
+                    + base64.b64encode(zlib.compress(np.arange(3, dtype="<i4").tobytes()))
+                    .decode() + '</dmrpp:missingdata></Int32><Group name="g">'
+                    '<Dimension name="n" size="3"/></Group>')
+    group = refgrid.scan(doc)
+    assert group["v"].dims == ("n",) and read(group["v"]).tolist() == [0, 1, 2]

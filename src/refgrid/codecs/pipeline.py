@@ -1,7 +1,8 @@
 """Chunk bytes ↔ values: the byte-level codecs refgrid implements and one chunk's pipeline.
 
 The ``refgrid.*`` codecs (HDF5's lzf, szip, HDF5-framed lz4, bitshuffle with its block
-framing, HDF5's shuffle) are implemented over imagecodecs; every other bytes→bytes codec is
+framing, HDF5's shuffle, and space-padded strings read null-padded) are implemented over
+imagecodecs and numpy; every other bytes→bytes codec is
 numcodecs'. :class:`ChunkCodec` runs a whole codec list over one chunk — what scanners and
 combine need to re-encode or inspect a few chunks. The reader decodes in batches with
 :mod:`refgrid.read.decode`, built on the same pieces.
@@ -129,6 +130,25 @@ def bitshuffle_encode(data: bytes, config: BitshuffleConfig) -> bytes:
     return bytes(out)
 
 
+def spacepad_decode(data: Bytes, length: int) -> bytes:
+    """Fixed-length strings stored space-padded, as HDF5 reads them: each element's trailing
+    spaces become NULs (numpy's ``S`` type then ends the string there, as h5py shows it)."""
+    return _padding_swapped(data, length, 0x20, 0)
+
+
+def spacepad_encode(data: bytes, length: int) -> bytes:
+    return _padding_swapped(data, length, 0, 0x20)
+
+
+def _padding_swapped(data: Bytes, length: int, old: int, new: int) -> bytes:
+    """Each ``length``-byte element's trailing run of byte ``old`` made ``new``."""
+    raw = np.frombuffer(data, np.uint8)
+    n = len(raw) // length
+    body = raw[:n * length].reshape(n, length)
+    trailing = np.flip(np.cumprod(np.flip(body == old, axis=1), axis=1), axis=1).astype(bool)
+    return np.where(trailing, new, body).astype(np.uint8).tobytes() + bytes(raw[n * length:])
+
+
 def hdf5_shuffle_decode(data: Bytes, elementsize: int) -> bytes:
     """Unshuffle one chunk like HDF5 (see :func:`unshuffle`)."""
     return unshuffle(np.frombuffer(data, np.uint8).reshape(1, -1), elementsize).tobytes()
@@ -191,6 +211,10 @@ def _byte_codec(codec_json: str) -> ByteCodec:
         size = int(config["elementsize"])
         return ByteCodec(lambda d, n: hdf5_shuffle_decode(d, size),
                          lambda d: hdf5_shuffle_encode(d, size))
+    if name == "refgrid.spacepad":
+        length = int(config["length"])
+        return ByteCodec(lambda d, n: spacepad_decode(d, length)[:n],
+                         lambda d: spacepad_encode(d, length))
     if name == "refgrid.bitshuffle":
         return ByteCodec(lambda d, n: bitshuffle_decode(d, config, n),
                          lambda d: bitshuffle_encode(d, config))

@@ -1,6 +1,7 @@
 """Zarr v3 codecs for the HDF5 filters zarr lacks: ``refgrid.lzf``, ``refgrid.szip``,
-``refgrid.lz4h5``, ``refgrid.bitshuffle`` and ``refgrid.shuffle`` (HDF5's shuffle, which also
-accepts lengths that are not a multiple of the element size).
+``refgrid.lz4h5``, ``refgrid.bitshuffle``, ``refgrid.shuffle`` (HDF5's shuffle, which also
+accepts lengths that are not a multiple of the element size) and ``refgrid.spacepad``
+(fixed-length strings stored space-padded, read as HDF5 reads them).
 
 They are registered through the ``zarr.codecs`` entry points in ``pyproject.toml``, so stock
 zarr opens refgrid's references without the user importing anything.
@@ -84,3 +85,7 @@ class Bitshuffle(_RefgridCodec):
 
 class Shuffle(_RefgridCodec):
     codec_name = "refgrid.shuffle"
+
+
+class Spacepad(_RefgridCodec):
+    codec_name = "refgrid.spacepad"

@@ -11,7 +11,8 @@ What the document describes maps onto what the HDF5 scanner builds:
 
 - DAP4 atomic types (``byteOrder="BE"``: big-endian types, as HDF4 stores everything),
   ``Char`` as one-byte strings, enumerations as their base type, fixed-length strings
-  (``dmrpp:FixedLengthStringArray``) as bytes; variable-length strings held in the document
+  (``dmrpp:FixedLengthStringArray``) as bytes (space-padded ones through ``refgrid.spacepad``,
+  read as HDF5 reads them); variable-length strings held in the document
   (``dmrpp:compact``, ``dmrpp:vlsa``) inlined;
 - shared dimensions (``<Dimension>``) by name, anonymous ones (``<Dim size>``) as netCDF-C's
   ``phony_dim_N``;
@@ -53,9 +54,9 @@ from refgrid.core.dtypes import STRING, storable
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.typed import Attributes
 from refgrid.core.util import import_extra
-from refgrid.errors import FormatError, NotFoundError, ScanError
+from refgrid.errors import AccessError, FormatError, NotFoundError, ScanError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
-from refgrid.model.manifest import ChunkManifest, ManifestBuilder
+from refgrid.model.manifest import MISSING, ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
 from refgrid.scanners.allowed import check_url
 from refgrid.scanners.attributes import typed_attributes
@@ -74,7 +75,8 @@ PLACEHOLDER = "OPeNDAP_DMRpp_DATA_ACCESS_URL"
 DOCUMENT_LIMIT = 2**28
 """Bytes of one document read at most (a granule of 10^6 chunks has a document of ~100 MB)."""
 INLINE_LIMIT = 2**26
-"""Decoded bytes of values a document holds itself (compact, missing data, strings)."""
+"""Decoded bytes of values one document may hold itself (compact, missing data, strings),
+in all."""
 ATOMIC = {"Byte": "u1", "UInt8": "u1", "Int8": "i1", "Int16": "i2", "UInt16": "u2",
           "Int32": "i4", "UInt32": "u4", "Int64": "i8", "UInt64": "u8", "Float32": "f4",
           "Float64": "f8", "Char": "S1"}
@@ -88,8 +90,14 @@ FILTERS = {"deflate": 1, "shuffle": 2, "fletcher32": 3}
 STORAGE = frozenset({"chunks", "chunk", "compact", "missingdata", "vlsa",
                      "FixedLengthStringArray"})
 """The storage elements of a variable (in the DMR++ namespace)."""
-HIDDEN = frozenset({"build_dmrpp_metadata"})
-"""Hyrax's own attributes, not the granule's."""
+DATA_FILES = 16
+"""Distinct data files one document's chunks may name (each is asked its identity)."""
+HIDDEN = frozenset({"build_dmrpp_metadata", "fullnamepath", "origname", "DIMENSION_LIST",
+                    "REFERENCE_LIST", "_Netcdf4Dimid", "_Netcdf4Coordinates", "_NCProperties",
+                    "_nc3_strict", "_SuperblockVersion", "_IsNetcdf4", "CLASS", "NAME"})
+"""Attributes that are not the granule's: Hyrax's own (its build, the file's names before
+it made them DAP4 names), and the ones netCDF-C reserves and never shows, which Hyrax copies
+from the HDF5 file (as the HDF5 scanner hides them)."""
 HIDDEN_PREFIX = "dmr_"
 """Hyrax's bookkeeping of HDF4 objects (``dmr_sds_ref``, ``dmr_vdata_ref``)."""
 _POSITION = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
@@ -108,6 +116,7 @@ def scan_dmrpp(source: Source, options: ScanOptions) -> VirtualGroup:
     if href is None:
         raise FormatError(source.url, None, "the Dataset has no dmrpp:href: no data file")
     scan = _Scan(source, options, _data_url(href, source, options.data_url), href)
+    scan.declare(root, "")
     group = scan.group(root, "")
     try:
         identities = {url: scan.identity(url) for url in scan.urls}
@@ -187,14 +196,16 @@ class _Scan:
     phony: PhonyNames = field(default_factory=PhonyNames)
     urls: dict[str, None] = field(default_factory=dict)
     identities: dict[str, SourceIdentity] = field(default_factory=dict)
+    budget: int = INLINE_LIMIT
+    """Bytes of values the document may still hold (decoded and inflated)."""
     ends: dict[str, tuple[int, str]] = field(default_factory=dict)
     """Per data file, the furthest byte a chunk reaches (checked against its size)."""
 
     # -- groups ------------------------------------------------------------------------
 
-    def group(self, element: Element, path: str) -> VirtualGroup:
-        arrays: dict[str, VirtualArray] = {}
-        groups: dict[str, VirtualGroup] = {}
+    def declare(self, element: Element, path: str) -> None:
+        """Every group's dimensions and enumerations, first: a variable may name one a
+        group after it declares (DAP4 names them by path)."""
         for child in element:
             tag = _local(child.tag)
             name = child.get("name", "")
@@ -203,6 +214,12 @@ class _Scan:
                                                      f"{path}/{name}")
             elif tag == "Enumeration":
                 self.enums[f"{path}/{name}"] = child.get("basetype", "")
+            elif tag == "Group":
+                self.declare(child, f"{path}/{name}")
+
+    def group(self, element: Element, path: str) -> VirtualGroup:
+        arrays: dict[str, VirtualArray] = {}
+        groups: dict[str, VirtualGroup] = {}
         for child in element:
             tag = _local(child.tag)
             name = child.get("name", "")
@@ -254,7 +271,7 @@ class _Scan:
         if tag in TEXT:
             return self.text(storage, name, dims, shape, attrs, where)
         dtype = self.dtype(element, tag, path, big)
-        fill = _fill(chunks, attrs, dtype, self.source.url, where)
+        fill, exact = _fill(chunks, attrs, dtype, self.source.url, where)
         if dtype.fields is not None:
             stored, extra = storable(dtype)
             attrs = {**attrs, **extra}
@@ -267,7 +284,8 @@ class _Scan:
         if chunks is None:
             raise _Skip("no storage is described (no dmrpp:chunks, compact or missing data)")
         codecs = self.codecs(chunks, dtype)
-        return self.stored(chunks, name, dims, shape, dtype, fill, codecs, attrs, where)
+        return _filled_exactly(self.stored(chunks, name, dims, shape, dtype, fill, codecs,
+                                           attrs, where), exact)
 
     def dtype(self, element: Element, tag: str, path: str, big: bool) -> np.dtype:
         """The numpy type of a variable: an atomic type, an enumeration's base type, or a
@@ -426,20 +444,22 @@ class _Scan:
         fixed = storage.get("FixedLengthStringArray")
         chunks = storage.get("chunks")
         if fixed is not None:
-            if fixed.get("pad") == "space_pad":
-                raise _Skip("space-padded fixed-length strings: HDF5 readers strip the "
-                            "spaces, which the stored bytes keep")
             length = _count(fixed.get("string_length"), self.source.url, where)
             dtype = np.dtype(f"S{max(1, length)}")
-            text = chunks.get("fillValue") if chunks is not None else None
-            fill = b"" if text in (None, "unsupported-string") else str(text).encode()
+            fill, exact = _fill(chunks, attrs, dtype, self.source.url, where)
+            # space-padded: read as HDF5 reads them, the padding as NULs
+            padded: tuple[CodecJSON, ...] = ({"name": "refgrid.spacepad", "configuration": {
+                "length": dtype.itemsize}},) if fixed.get("pad") == "space_pad" else ()
             if "compact" in storage:
-                return _inline(name, dims, dtype, shape, self.held(storage, dtype, shape, where),
+                held = _inline(name, dims, dtype, shape, self.held(storage, dtype, shape, where),
                                fill, attrs)
+                return replace(held, codecs=(*held.codecs, *padded))
             if chunks is None:
                 raise _Skip("no storage is described (no dmrpp:chunks or compact values)")
             codecs = self.codecs(chunks, dtype)
-            return self.stored(chunks, name, dims, shape, dtype, fill, codecs, attrs, where)
+            return _filled_exactly(self.stored(chunks, name, dims, shape, dtype, fill,
+                                               (codecs[0], *padded, *codecs[1:]), attrs, where),
+                                   exact)
         if "compact" in storage or "vlsa" in storage:
             values = self.strings(storage, shape, where)
             import numcodecs
@@ -457,19 +477,22 @@ class _Scan:
                 where: str) -> list[str]:
         count = math.prod(shape)
         if "compact" in storage:
-            values = [_base64(storage["compact"].text, self.source.url, where).decode(
-                "utf-8", "replace")]
+            values = [self.decoded(storage["compact"].text, where).decode("utf-8", "replace")]
         else:
             values = []
             for v in storage["vlsa"]:  # <v>text</v>, or base64 (deflated if shorter than s)
                 if v.get("s") is None:
                     text = v.text or ""
                 else:
-                    data = _base64(v.text, self.source.url, where)
+                    data = self.decoded(v.text, where)
                     if len(data) != _count(v.get("s"), self.source.url, where):
-                        data = _inflate(data, self.source.url, where)
+                        data = self.inflated(data, where)
                     text = data.decode("utf-8", "replace")
-                values += [text] * _count(v.get("c") or "1", self.source.url, where)
+                repeat = _count(v.get("c") or "1", self.source.url, where)
+                if len(values) + repeat > count:  # (before the list is made)
+                    raise FormatError(self.source.url, where, f"more strings than its {count} "
+                                      "elements")
+                values += [text] * repeat
         if len(values) != count:
             raise FormatError(self.source.url, where, f"{len(values)} strings for {count} "
                               "elements")
@@ -479,18 +502,55 @@ class _Scan:
              where: str) -> bytes:
         """Values the document holds (compact: raw; missing data: deflated; none: the fill
         value, as Hyrax's placeholders of CF grid mappings hold)."""
-        if "compact" in storage:
-            data = _base64(storage["compact"].text, self.source.url, where)
-        else:
-            held = _base64(storage["missingdata"].text, self.source.url, where)
-            data = _inflate(held, self.source.url, where) if held else b""
-        if not data:
-            return data
         expected = math.prod(shape) * dtype.itemsize
+        if "compact" in storage:
+            data = self.decoded(storage["compact"].text, where)
+        else:  # deflated, or (Hyrax writes both) the values themselves
+            held = self.decoded(storage["missingdata"].text, where)
+            if not held:
+                return held
+            try:
+                data = self.inflated(held, where)
+            except FormatError:
+                if len(held) != expected:
+                    raise
+                data = held
         if len(data) != expected:
             raise FormatError(self.source.url, where, f"holds {len(data)} bytes of values "
                               f"where {shape} {dtype} takes {expected}")
         return data
+
+    # -- values the document holds ----------------------------------------------------
+
+    def decoded(self, text: str | None, where: str) -> bytes:
+        """Base64 values, counted against the document's :data:`INLINE_LIMIT`."""
+        data = _base64(text, self.source.url, where)
+        self._spend(len(data), where)
+        return data
+
+    def inflated(self, data: bytes, where: str) -> bytes:
+        """Deflated values: a whole zlib stream, decompressed within what is left of the
+        document's :data:`INLINE_LIMIT` (no bombs, one document or many elements)."""
+        inflater = zlib.decompressobj()
+        try:
+            out = inflater.decompress(data, self.budget + 1)
+        except zlib.error as e:
+            raise FormatError(self.source.url, where, f"deflated values in the document are "
+                              f"damaged ({e})") from e
+        if len(out) > self.budget or inflater.unconsumed_tail:
+            raise FormatError(self.source.url, where, f"values the document holds inflate past "
+                              f"{INLINE_LIMIT} bytes in all")
+        if not inflater.eof:
+            raise FormatError(self.source.url, where, "deflated values in the document end "
+                              "before their stream does")
+        self._spend(len(out), where)
+        return out
+
+    def _spend(self, nbytes: int, where: str) -> None:
+        if nbytes > self.budget:
+            raise FormatError(self.source.url, where, f"values the document holds pass "
+                              f"{INLINE_LIMIT} bytes in all")
+        self.budget -= nbytes
 
     # -- chunks ------------------------------------------------------------------------
 
@@ -504,8 +564,14 @@ class _Scan:
             url = href if "://" in href else \
                 f"{_directory(self.source.url)}{posixpath.basename(href)}"
             if url not in self.identities:
+                if len(self.identities) >= DATA_FILES:
+                    raise FormatError(self.source.url, None, f"its chunks name more than "
+                                      f"{DATA_FILES} data files (Hyrax's name one, and a "
+                                      "sidecar)")
                 try:
                     self.identity(url)
+                except AccessError:
+                    raise  # (not a file that cannot be read: one not allowed)
                 except ScanError as e:
                     raise _Skip(f"its chunks are in {url}, which cannot be read ({e.reason})") \
                         from e
@@ -599,33 +665,80 @@ def _count(text: str | None, url: str, where: str) -> int:
     return value
 
 
+def _filled_exactly(array: VirtualArray, exact: bool) -> VirtualArray:
+    """``array``, unless chunks absent from the index would read as a fill value the
+    document does not give exactly (refused: they would read as another number)."""
+    if not exact and bool(np.any(array.manifest.path_id == MISSING)):
+        raise _Skip("chunks the index lacks read as its fill value, which the document gives "
+                    "only to 6 digits or not at all (no _FillValue)")
+    return array
+
+
 def _fill(chunks: Element | None, attrs: Attributes, dtype: np.dtype, url: str,
-          where: str) -> object:
-    """The value absent chunks read as: the storage's ``fillValue``, else ``_FillValue``,
-    else HDF5's default, zero."""
+          where: str) -> tuple[object, bool]:
+    """The value absent chunks read as, and whether it is exactly the file's: the variable's
+    ``_FillValue`` (exact), else the storage's ``fillValue`` — which Hyrax prints to 6
+    significant digits, so a longer float is exact only where it is a value such printing
+    names (netCDF's default fills, a type's extremes) — else zero, not known to be the
+    file's (a netCDF-4 file's is netCDF's default)."""
     text = chunks.get("fillValue") if chunks is not None else None
-    value: object = text if text is not None else attrs.get("_FillValue", 0)
     try:
         if dtype.kind == "S":
-            return str(value).encode()
+            known = text is not None and text != "unsupported-string"
+            return (str(text).encode() if known else b""), known or "_FillValue" in attrs
+        if "_FillValue" in attrs and dtype.fields is None:
+            return np.asarray(attrs["_FillValue"]).astype(dtype.newbyteorder("="))[()], True
+        if text is None:
+            return (np.zeros((), dtype)[()] if dtype.fields is not None else
+                    np.zeros((), dtype.newbyteorder("="))[()]), False
         if dtype.fields is not None:  # a record: its members' values in turn, flattened
-            record = np.zeros((), dtype)
-            numbers = str(value).split()
-            if numbers != ["0"]:
-                for name in dtype.names or ():
-                    member = record[name]
-                    count = member.size
-                    if len(numbers) < count:
-                        raise ValueError("fewer values than its members")
-                    record[name] = np.asarray(numbers[:count], dtype=float).reshape(
-                        member.shape).astype(member.dtype)
-                    numbers = numbers[count:]
-                if numbers:
-                    raise ValueError("more values than its members")
-            return record[()]
-        return np.asarray(value).astype(dtype.newbyteorder("="))[()]
+            return _record_fill(text.split(), dtype)
+        return _number(text, dtype.newbyteorder("="))
     except (ValueError, OverflowError, TypeError) as e:
-        raise FormatError(url, where, f"fill value {value!r} is not a {dtype}: {e}") from e
+        raise FormatError(url, where, f"fill value {text!r} is not a {dtype}: {e}") from e
+
+
+PRINTED_DIGITS = 6
+"""Significant digits Hyrax prints a fill value with (C's ``%g``)."""
+NETCDF_FILLS = {"i1": -127, "u1": 255, "i2": -32767, "u2": 65535, "i4": -2147483647,
+                "u4": 4294967295, "i8": -9223372036854775806, "u8": 18446744073709551614,
+                "f4": 9.969209968386869e36, "f8": 9.969209968386869e36}
+"""netCDF's default fill values (``NC_FILL_*``)."""
+
+
+def _number(text: str, dtype: np.dtype) -> tuple[object, bool]:
+    """A number the document prints, and whether it is exactly the value it was printed
+    from (see :func:`_fill`)."""
+    value = np.asarray(text.strip()).astype(dtype)[()]
+    digits = len(text.strip().lstrip("+-").split("e")[0].split("E")[0].replace(".", "")
+                 .lstrip("0"))
+    if digits < PRINTED_DIGITS:
+        return value, True
+    shown = f"{float(text):.{PRINTED_DIGITS}g}"
+    extremes = (np.finfo(dtype).max, -np.finfo(dtype).max) if dtype.kind == "f" else \
+        (np.iinfo(dtype).max, np.iinfo(dtype).min)
+    for candidate in (NETCDF_FILLS.get(dtype.str[1:]), *extremes):
+        if candidate is not None and f"{float(candidate):.{PRINTED_DIGITS}g}" == shown:
+            return np.asarray(candidate).astype(dtype)[()], True
+    return value, dtype.kind in "iu" and "e" not in text.lower()
+
+
+def _record_fill(numbers: list[str], dtype: np.dtype) -> tuple[object, bool]:
+    record = np.zeros((), dtype)
+    exact = True
+    if numbers != ["0"]:
+        for name in dtype.names or ():
+            member = record[name]
+            count = member.size
+            if len(numbers) < count:
+                raise ValueError("fewer values than its members")
+            values = [_number(t, member.dtype.base.newbyteorder("=")) for t in numbers[:count]]
+            record[name] = np.asarray([v for v, _ in values]).reshape(member.shape)
+            exact = exact and all(e for _, e in values)
+            numbers = numbers[count:]
+        if numbers:
+            raise ValueError("more values than its members")
+    return record[()], exact
 
 
 def _base64(text: str | None, url: str, where: str) -> bytes:
@@ -633,20 +746,6 @@ def _base64(text: str | None, url: str, where: str) -> bytes:
         return base64.b64decode((text or "").strip(), validate=True)
     except (binascii.Error, ValueError) as e:
         raise FormatError(url, where, f"values in the document are not base64 ({e})") from e
-
-
-def _inflate(data: bytes, url: str, where: str) -> bytes:
-    """Deflated values, decompressed to at most :data:`INLINE_LIMIT` bytes (no bombs)."""
-    inflater = zlib.decompressobj()
-    try:
-        out = inflater.decompress(data, INLINE_LIMIT + 1)
-    except zlib.error as e:
-        raise FormatError(url, where, f"deflated values in the document are damaged ({e})") \
-            from e
-    if len(out) > INLINE_LIMIT or inflater.unconsumed_tail:
-        raise FormatError(url, where, f"values in the document inflate past {INLINE_LIMIT} "
-                          "bytes")
-    return out
 
 
 def _inline(name: str, dims: tuple[str, ...], dtype: np.dtype, shape: tuple[int, ...],
