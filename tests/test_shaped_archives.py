@@ -95,11 +95,15 @@ def test_the_service_serves_them_as_the_files(cmip, drift, tmp_path):
     shutil.copy(cmip[2], served / "cmip.json")
     shutil.copy(drift[2], served / "sst.json")
     sources = (str(cmip[0] / "src"), str(drift[0] / "src"))
+    from refgrid.read.fetch import _Kept
+
+    kept = _Kept.count
     for server in start_refgrid_serve(served, allow_sources=sources, recheck=0.0):
         with _engine(f"{server.url}/cmip/native") as ours:
             xr.testing.assert_equal(ours.load(), cmip_expected(cmip[1]))
         with _engine(f"{server.url}/sst/native") as ours:
             xr.testing.assert_identical(ours.load(), drifting_expected(drift[1]))
+    assert _Kept.count == kept  # the service, ended, gave back the files it kept open
 
 
 def test_icechunk_commits_a_stacked_archive_that_reads_as_the_files(cmip, tmp_path):

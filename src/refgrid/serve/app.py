@@ -212,6 +212,7 @@ async def _close(app: web.Application) -> None:
     for task in app.get(TASKS, []):
         task.cancel()
     app[POOL].shutdown(wait=False, cancel_futures=True)
+    app[CATALOG].close()  # (the files its datasets' views keep open)
 
 
 # -- middleware and signals ------------------------------------------------------------------

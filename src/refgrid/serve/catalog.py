@@ -253,6 +253,14 @@ class Catalog:
                 found[name] = Entry(name, followed.path, "parquet")
         return found
 
+    def close(self) -> None:
+        """Every opened dataset gives back its files (the service ends)."""
+        with self.lock:
+            opened = list(self.opened.values())
+            self.opened.clear()
+        for known in opened:
+            _close(known)
+
     def publish(self, name: str) -> None:
         """Serve the followed archive ``name`` as its references now are (blocking: its
         follower calls it when a round has written a version, and nothing writes them
