@@ -504,17 +504,25 @@ class Combine:
         refgrid's bookkeeping: each file has its own storage facts, and the combined array
         reports the first file's, as xarray's ``open_mfdataset`` does; nor ``skip``: the
         units of times re-encoded to the first file's)."""
-        first = dict(values[0])
-        for attrs, lab in zip(values[1:], labels[1:], strict=True):
-            for name in sorted(set(first) | set(attrs)):
-                if name in (ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR) or name in skip:
-                    continue
-                if not same_value(first.get(name), attrs.get(name)):
-                    self.report.append(ReportEntry(
-                        lab, f"{where}@{name}", "attribute-conflict",
-                        f"kept {labels[0]}'s value {brief(first.get(name))}, not "
-                        f"{brief(attrs.get(name))}"))
-        return first
+        self.report += attribute_conflicts(values, labels, where, skip)
+        return dict(values[0])
+
+
+def attribute_conflicts(values: Sequence[Mapping[str, object]], labels: Sequence[str],
+                        where: str, skip: tuple[str, ...] = ()) -> list[ReportEntry]:
+    """Where the others' attributes differ from the first's (kept): one
+    ``attribute-conflict`` entry each — refgrid's per-file storage facts and ``skip`` aside."""
+    first = values[0]
+    out = []
+    for attrs, lab in zip(values[1:], labels[1:], strict=True):
+        for name in sorted(set(first) | set(attrs)):
+            if name in (ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR) or name in skip:
+                continue
+            if not same_value(first.get(name), attrs.get(name)):
+                out.append(ReportEntry(lab, f"{where}@{name}", "attribute-conflict",
+                                       f"kept {labels[0]}'s value {brief(first.get(name))}, "
+                                       f"not {brief(attrs.get(name))}"))
+    return out
 
 
 # -- helpers --------------------------------------------------------------------------------

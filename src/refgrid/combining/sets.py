@@ -19,12 +19,12 @@ has one grid): members whose files split time differently are refused, naming th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from refgrid.combining.concat import Combine, brief, with_leading_axis
+from refgrid.combining.concat import Combine, attribute_conflicts, brief, with_leading_axis
 from refgrid.combining.shaping import value_coordinate
 from refgrid.core import cf
 from refgrid.core.dtypes import reader_attrs
@@ -66,7 +66,8 @@ def merged(groups: Sequence[VirtualGroup], labels: Sequence[str],
                 if difference:
                     raise CombineError(f"{where}: differs between the file sets of "
                                        f"{first_label} and of {lab}: {difference}")
-                _conflicts(first.attrs, other.attrs, first_label, lab, where, report)
+            report.extend(attribute_conflicts([h[0].attrs for h in holders],
+                                              [h[1] for h in holders], where))
             arrays[name] = first
             taken[name] = first_time
         merged_times = cf.time_encodings({n: a.attrs for n, a in arrays.items()})
@@ -78,8 +79,8 @@ def merged(groups: Sequence[VirtualGroup], labels: Sequence[str],
         for name in dict.fromkeys(n for g, _ in held for n in g.groups):
             children[name] = node([(g.groups[name], lab) for g, lab in held
                                    if name in g.groups], f"{path}{name}/")
-        for g, lab in held[1:]:
-            _conflicts(held[0][0].attrs, g.attrs, held[0][1], lab, path or "/", report)
+        report.extend(attribute_conflicts([g.attrs for g, _ in held], [lab for _, lab in held],
+                                          path or "/"))
         return VirtualGroup(held[0][0].attrs, arrays, children)
 
     root = node(list(zip(groups, labels, strict=True)), "")
@@ -164,17 +165,6 @@ def _difference(a: VirtualArray, b: VirtualArray,
         return None
     index = tuple(int(i) for i in np.argwhere(~np.asarray(same))[0])
     return f"at {dict(zip(a.dims, index, strict=True))}: {x[index]!r} vs {y[index]!r}"
-
-
-def _conflicts(ours: Mapping[str, object], theirs: Mapping[str, object], first_label: str,
-               label: str, where: str, report: list[ReportEntry]) -> None:
-    for name in sorted(set(ours) | set(theirs)):
-        if name.startswith("_refgrid"):
-            continue
-        if not same_value(ours.get(name), theirs.get(name)):
-            report.append(ReportEntry(label, f"{where}@{name}", "attribute-conflict", (
-                f"kept {first_label}'s value {brief(ours.get(name))}, not "
-                f"{brief(theirs.get(name))}")))
 
 
 def _one_length_per_dimension(group: VirtualGroup, prefix: str = "") -> None:
