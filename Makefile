@@ -18,7 +18,7 @@ STAMP  := $(VENV)/.refgrid-installed
 OLDEST := .venv-oldest
 DEMO_OUT ?= demo-output
 
-.PHONY: demo test test-oldest lint bench fixtures clean browser python FORCE
+.PHONY: demo test test-oldest lint bench fixtures clean browser ncdump python FORCE
 
 # which interpreter `make demo` / `make test` would use
 python:
@@ -47,7 +47,7 @@ $(STAMP): $(VENV)/.python pyproject.toml
 demo: $(CORE)
 	$(BIN)/refgrid demo fixtures --out $(DEMO_OUT)
 
-test: $(STAMP) browser
+test: $(STAMP) browser ncdump
 	$(BIN)/ruff check src tests benchmarks fixtures
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
@@ -62,7 +62,7 @@ $(OLDEST)/.refgrid-installed: pyproject.toml
 	$(OLDEST)/bin/python -m pip install --quiet -e ".[test]"
 	touch $@
 
-test-oldest: $(OLDEST)/.refgrid-installed browser
+test-oldest: $(OLDEST)/.refgrid-installed browser ncdump
 	$(OLDEST)/bin/python -c 'import sys, zarr; print("oldest stack: Python", sys.version.split()[0], "zarr", zarr.__version__)'
 	$(OLDEST)/bin/mypy
 	$(OLDEST)/bin/python -m pytest
@@ -77,6 +77,14 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
 	  >/dev/null; } || echo "chromium is not installed: the browser test will be skipped"
+
+# Debian's netcdf-bin for the ncdump test of the OPeNDAP endpoints: installed when missing and
+# we are root; otherwise that test is skipped with a message saying so.
+ncdump:
+	@command -v ncdump >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq netcdf-bin >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq netcdf-bin >/dev/null; }; }; } \
+	  || echo "netcdf-bin is not installed: the ncdump test will be skipped"
 
 fixtures: $(STAMP)
 	$(BIN)/python fixtures/generate.py fixtures

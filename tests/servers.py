@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import threading
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.error import HTTPError
 
 
 @dataclass
@@ -201,3 +203,14 @@ def start_refgrid_serve(root: Path, **options: Any) -> Iterator[Served]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def http_get(url: str, headers: dict[str, str] | None = None,
+             method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    """One request: its status, headers and body (error statuses too)."""
+    request = urllib.request.Request(url, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except HTTPError as e:
+        return e.code, dict(e.headers), e.read()

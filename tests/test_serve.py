@@ -28,6 +28,7 @@ import refgrid
 from ground_truth import assert_like_source
 from helpers import FIXTURES, closed
 from refgrid.serve.app import CATALOG
+from servers import http_get as _get
 from servers import start_http, start_refgrid_serve
 from test_combine import ARCHIVES, _files
 
@@ -57,16 +58,6 @@ def root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(root):
     yield from start_refgrid_serve(root, allow_sources=(str(FIXTURES),), recheck=0.0)
-
-
-def _get(url: str, headers: dict[str, str] | None = None,
-         method: str = "GET") -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url, headers=headers or {}, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return answer.status, dict(answer.headers), answer.read()
-    except HTTPError as e:
-        return e.code, dict(e.headers), e.read()
 
 
 def _mfdataset(archive: str) -> xr.Dataset:

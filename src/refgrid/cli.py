@@ -636,19 +636,25 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
 @click.option("--refresh-token", envvar="REFGRID_REFRESH_TOKEN", default=None,
               help="Token POST /NAME/refresh needs (Authorization: Bearer TOKEN); without "
                    "one, refresh is disabled. Also read from REFGRID_REFRESH_TOKEN.")
+@click.option("--dap-max-bytes", default="1GiB", show_default=True, metavar="SIZE",
+              help="Largest OPeNDAP data response, in bytes of values (e.g. 500MB, 2GiB); a "
+                   "larger one is refused (413) with its size, so the client asks for a "
+                   "hyperslab.")
 @storage_option
 def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: int,
           max_age: int, request_timeout: float, header_timeout: float, access_log: bool,
           follows: tuple[str, ...], concat_dim: str, every: str, older_than: str,
           file_timeout: float | None, scheduler: str | None, state: Path | None,
-          refresh_token: str | None, storage: tuple[str, ...]) -> None:
+          refresh_token: str | None, dap_max_bytes: str, storage: tuple[str, ...]) -> None:
     """Serve every reference set and Zarr v3 store under ROOT as Zarr v3 over HTTP.
 
     Each dataset NAME (its path under ROOT, without .json/.parq/.zarr) is served at
     /NAME/native/ (as it is: rectilinear grids, native chunks) and /NAME/regular/ (a
     regular grid that stock zarr 3.1 and xarray read; /NAME/regular;chunks=time:30/ for other
-    chunks). / lists the datasets. Access logs are JSON lines on stderr; SIGINT or SIGTERM
-    stops the server after the requests in flight.
+    chunks), and over OPeNDAP at /dap/NAME (DAP2: .dds .das .dods .ascii; DAP4: .dmr
+    .dap), which netCDF-C's tools read (ncdump, NCO, MATLAB, R). / lists the datasets.
+    Access logs are JSON lines on stderr; SIGINT or SIGTERM stops the server after the
+    requests in flight.
 
     With --follow NAME=PATTERN the service keeps a growing archive current: new files are
     appended as they arrive (GET /NAME/status says how it stands; POST /NAME/refresh, with
@@ -659,14 +665,17 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
       refgrid serve refs/ --port 8000 --allow-source /data/archive
       python -c "import fsspec, xarray as xr; print(xr.open_dataset(fsspec.get_mapper(
           'http://127.0.0.1:8000/monthly/regular'), engine='zarr'))"
+      ncdump -h http://127.0.0.1:8000/dap/monthly
     """
     import logging
 
+    from refgrid.explore.advise import parse_size
     from refgrid.serve import run
     from refgrid.serve.follow import Follow, seconds
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
+        limit = parse_size(dap_max_bytes, "--dap-max-bytes")
         followed = [Follow.parse(text, concat_dim=concat_dim, every=seconds(every, "--every"),
                                  older_than=seconds(older_than, "--older-than"),
                                  file_timeout=file_timeout, scheduler=scheduler)
@@ -677,6 +686,7 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
         follow=followed, state=state, refresh_token=refresh_token,
         request_timeout=request_timeout, storage_options=_storage_options(storage),
         access_log=access_log, header_timeout=header_timeout,
+        dap_max_bytes=limit,
         announce=lambda url: click.echo(f"refgrid serve: {url} (Ctrl-C stops)", err=True))
 
 

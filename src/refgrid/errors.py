@@ -70,6 +70,11 @@ class DirectoryError(ArgumentError):
         return type(self), (self.directory, self.pattern, self.what)
 
 
+class ConstraintError(ArgumentError):
+    """An OPeNDAP constraint expression the service cannot serve (a DAP error response with
+    status 400, naming why)."""
+
+
 class WriteError(RefgridError):
     """The model cannot be written in the requested form."""
 

@@ -1,6 +1,7 @@
 """``refgrid serve``: every reference set and Zarr v3 store under a root, served read-only as
-Zarr v3 over HTTP — in its native form and as a regular grid stock zarr reads — so anyone can
-read an archive from any language with no refgrid installed.
+Zarr v3 over HTTP — in its native form and as a regular grid stock zarr reads — and over
+OPeNDAP (DAP2 and DAP4, :mod:`refgrid.serve.dap`) for netCDF-C's tools, so anyone can read
+an archive from any language with no refgrid installed.
 
     app = refgrid.serve.make_app("/data/refs", allow_sources=("/data/archive",))
     refgrid.serve.run("/data/refs", port=8000)

@@ -9,6 +9,8 @@ URL layout::
     /<name>/regular/<key>             the regular-grid view stock zarr 3.1 reads
     /<name>/regular;chunks=time:30;unpack=true/<key>
                                       another regular view (also as ?chunks=...&unpack=...)
+    /dap/<name>.dds .das .dods .ascii the dataset over DAP2 (:mod:`refgrid.serve.dap`)
+    /dap/<name>.dmr .dmr.xml .dap     ... and DAP4; /dap/<name>: how to open it
 
 The event loop only routes and answers: opening a dataset, fetching and assembling chunks run
 on a bounded thread pool, native chunk reads of concurrent requests gathered into batched
@@ -28,60 +30,51 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar, TypeVarTuple, Unpack
+from typing import TYPE_CHECKING, TypedDict, Unpack
 from urllib.parse import unquote
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from refgrid.core.typed import StorageOptions
-from refgrid.errors import AccessError, ArgumentError, ReadError, RefgridError
+from refgrid.errors import AccessError, ArgumentError, RefgridError
 from refgrid.read.regular import ViewLimits, ViewSpec
 from refgrid.read.view import Directory, Document, View
-from refgrid.serve.catalog import Catalog, Dataset, Entry, Followed, collisions
+from refgrid.serve.catalog import Catalog, Dataset, Followed, collisions
+from refgrid.serve.dap.responses import error_response, respond, split_suffix
 from refgrid.serve.follow import Follow, Follower
 from refgrid.serve.guard import GuardedSite
+from refgrid.serve.http import (
+    CATALOG,
+    DAP_MAX_BYTES,
+    POOL,
+    SETTINGS,
+    STATE,
+    HttpError,
+    Settings,
+    State,
+    caching,
+    dataset_of,
+    failure,
+    in_pool,
+    not_modified,
+    waiting,
+)
 from refgrid.serve.pages import dataset_page, index_page, listing_page
 
 if TYPE_CHECKING:
     from aiohttp.typedefs import Handler
 
 log = logging.getLogger("refgrid.serve")
-CATALOG: web.AppKey[Catalog] = web.AppKey("catalog", Catalog)
-SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
-POOL: web.AppKey[ThreadPoolExecutor] = web.AppKey("pool", ThreadPoolExecutor)
-STATE: web.AppKey[State] = web.AppKey("state")
 FOLLOWERS: web.AppKey[dict[str, Follower]] = web.AppKey("followers")
 TOKEN: web.AppKey[str | None] = web.AppKey("refresh-token")
 TASKS: web.AppKey[list[asyncio.Task[None]]] = web.AppKey("follow-tasks")
 HEADER_TIMEOUT = 10.0
 """Seconds a client has to send a request's line and headers (a web server's usual bound)."""
-INDEX_DETAILS = 50
-"""The index opens (and describes) at most this many datasets; the rest are listed by name."""
-T = TypeVar("T")
-Args = TypeVarTuple("Args")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What a deployment tunes (see :func:`make_app`)."""
-
-    request_timeout: float = 60.0
-    max_pending: int = 4096
-    max_age: int = 60
-    index_details: int = INDEX_DETAILS
-
-
-class State:
-    """Per-app mutable state: the chunk requests in flight."""
-
-    def __init__(self) -> None:
-        self.pending = 0
 
 
 class AppOptions(TypedDict, total=False):
@@ -98,6 +91,7 @@ class AppOptions(TypedDict, total=False):
     follow: Sequence[Follow]
     state: str | os.PathLike[str] | None
     refresh_token: str | None
+    dap_max_bytes: int
 
 
 class RunOptions(AppOptions, total=False):
@@ -113,21 +107,14 @@ class AccessLogOptions(TypedDict):
     access_log: logging.Logger
 
 
-class HttpError(Exception):
-    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.headers = headers or {}
-
-
 def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
              storage_options: StorageOptions | None = None, workers: int = 8,
              capacity: int = 32, recheck: float = 1.0, request_timeout: float = 60.0,
              max_pending: int = 4096, max_age: int = 60,
              limits: ViewLimits | None = None, follow: Sequence[Follow] = (),
              state: str | os.PathLike[str] | None = None,
-             refresh_token: str | None = None) -> web.Application:
+             refresh_token: str | None = None,
+             dap_max_bytes: int = DAP_MAX_BYTES) -> web.Application:
     """The service for the datasets under ``root``, as an aiohttp application to run or embed.
 
     ``allow_sources``: prefixes (paths or URLs) source files may lie under besides ``root``.
@@ -143,7 +130,14 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
     ``state`` (default ``ROOT/.refgrid-follow``), so a restarted service resumes there.
     ``refresh_token``: the bearer token ``POST /NAME/refresh`` needs (without one, refresh
     is disabled: 403).
+
+    ``dap_max_bytes``: the largest OPeNDAP data response, in bytes of values (a larger one
+    is refused with a 413 naming its size: the client asks for a hyperslab instead).
     """
+    if not isinstance(dap_max_bytes, int) or isinstance(dap_max_bytes, bool) or \
+            dap_max_bytes <= 0:
+        raise ArgumentError(f"dap_max_bytes must be a positive number of bytes, not "
+                            f"{dap_max_bytes!r}")
     state_dir = Path(state) if state is not None else Path(root) / ".refgrid-follow"
     if refresh_token is not None and not refresh_token.strip():
         raise ArgumentError("the refresh token is empty: give one, or none to disable refresh")
@@ -162,7 +156,8 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
         follower.on_version = functools.partial(catalog.publish, name)
     app = web.Application(middlewares=[_errors], client_max_size=4096)
     app[CATALOG] = catalog
-    app[SETTINGS] = Settings(request_timeout, max_pending, max_age)
+    app[SETTINGS] = Settings(request_timeout, max_pending, max_age,
+                             dap_max_bytes=dap_max_bytes)
     app[POOL] = pool
     app[STATE] = State()
     app[FOLLOWERS] = followers
@@ -171,6 +166,7 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
     app.router.add_post("/{name:.+}/refresh", _refresh)
     app.router.add_get("/{name:.+}/status", _status)
     app.router.add_route("OPTIONS", "/{tail:.*}", _preflight)
+    app.router.add_get("/dap/{tail:.+}", _dap)
     app.router.add_get("/{tail:.*}", _get)
     app.on_response_prepare.append(_cors)
     app.on_startup.append(_start_following)
@@ -244,27 +240,21 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure is a status and a one-line reason (JSON); never a traceback."""
     try:
         return await handler(request)
-    except HttpError as e:
-        return _error(e.status, e.reason, e.headers)
     except web.HTTPException as e:
-        if e.status >= 400:
-            return _error(e.status, e.reason, {"Allow": e.headers["Allow"]}
-                          if "Allow" in e.headers else None)
-        raise
-    except AccessError as e:
-        return _error(403, str(e))
-    except ArgumentError as e:
-        return _error(400, str(e))
-    except ReadError as e:
-        return _error(502, str(e))
-    except RefgridError as e:
-        return _error(500, f"cannot serve it: {e}")
-    except TimeoutError:
-        return _error(504, f"the request took longer than "
-                      f"{request.app[SETTINGS].request_timeout:g} s")
-    except Exception as e:  # a bug: logged with its traceback, answered with one line
+        if e.status < 400:
+            raise
+        return _failed(request, e)
+    except Exception as e:
+        return _failed(request, e)
+
+
+def _failed(request: web.Request, error: Exception) -> web.Response:
+    answer = failure(error, request.app[SETTINGS])
+    if answer is None:  # a bug: logged with its traceback, answered with one line
         log.exception("%s %s failed", request.method, request.path)
-        return _error(500, f"internal error: {type(e).__name__}")
+        answer = 500, f"internal error: {type(error).__name__}", {}
+    status, reason, headers = answer
+    return _error(status, reason, headers or None)
 
 
 class AccessLog(AbstractAccessLogger):
@@ -310,7 +300,7 @@ async def _get(request: web.Request) -> web.StreamResponse:
     if found is None:
         raise HttpError(404, f"no dataset at /{'/'.join(parts)}")
     entry, rest = found
-    dataset = await _dataset(request, entry)
+    dataset = await dataset_of(request, entry)
     if not rest:
         if not request.path.endswith("/"):
             raise web.HTTPMovedPermanently(f"/{entry.name}/")
@@ -322,16 +312,43 @@ async def _get(request: web.Request) -> web.StreamResponse:
         if not _spec(request, params, ("unpack",)).unpack:
             return await _serve(request, dataset, dataset.native, rest[0], "native", key)
         unpacked = dataset.unpacked
-        view: View = unpacked if unpacked is not None else await _in_pool(
+        view: View = unpacked if unpacked is not None else await in_pool(
             request, dataset.unpacked_view)
         return await _serve(request, dataset, view, rest[0], "native;unpack", key)
     if view_name == "regular":
         spec = _spec(request, params)
         regular = dataset.regular.get(spec)  # else made once, on a worker thread
-        view = regular if regular is not None else await _in_pool(
+        view = regular if regular is not None else await in_pool(
             request, dataset.regular_view, spec, catalog.limits)
         return await _serve(request, dataset, view, rest[0], str(spec), key)
     raise HttpError(404, f"{entry.name}: no view {rest[0]!r} (native or regular)")
+
+
+async def _dap(request: web.Request) -> web.StreamResponse:
+    """``/dap/NAME.SUFFIX``: the dataset over OPeNDAP (:mod:`refgrid.serve.dap`). A path
+    that names no dataset with a DAP suffix is left to :func:`_get` (a dataset may lie in a
+    directory called ``dap``)."""
+    raw = request.raw_path.split("?", 1)[0]
+    found = split_suffix(raw.rsplit("/", 1)[-1])
+    kind = found[1] if found else "html"
+    protocol = 4 if kind in ("dmr", "dap") else 2
+    try:
+        parts = _parts(request)[1:]
+    except HttpError as e:
+        return error_response(request, e, protocol)
+    found = split_suffix(parts[-1]) if parts else None
+    names = [*parts[:-1], found[0]] if found else parts
+    located = request.app[CATALOG].split(names) if names else None
+    if located is None or located[1]:
+        if found is None:
+            return await _get(request)
+        return error_response(request, HttpError(404, f"no dataset /{'/'.join(names)} "
+                                                 "(see / for the served datasets)"), protocol)
+    try:
+        dataset = await dataset_of(request, located[0])
+    except Exception as e:
+        return error_response(request, e, protocol)
+    return await respond(request, dataset, kind)
 
 
 def _spec(request: web.Request, params: str,
@@ -344,21 +361,6 @@ def _spec(request: web.Request, params: str,
                             f"({', '.join(f'{a}=...' for a in allowed)})")
         values[name] = value
     return ViewSpec.parse(values.get("chunks"), values.get("unpack"))
-
-
-async def _in_pool(request: web.Request, fn: Callable[[*Args], T], *args: *Args) -> T:
-    loop = asyncio.get_running_loop()
-    async with asyncio.timeout(request.app[SETTINGS].request_timeout):
-        return await loop.run_in_executor(request.app[POOL], fn, *args)
-
-
-async def _dataset(request: web.Request, entry: Entry) -> Dataset:
-    catalog = request.app[CATALOG]
-    fresh = catalog.fresh(entry.name)
-    if fresh is not None:
-        return fresh  # no thread hop
-    dataset: Dataset = await _in_pool(request, catalog.dataset, entry)
-    return dataset
 
 
 async def _index(request: web.Request) -> web.Response:
@@ -375,7 +377,7 @@ async def _index(request: web.Request) -> web.Response:
                 out[entry.name] = str(e)
         return out
 
-    return _html(request, index_page(entries, await _in_pool(request, describe)))
+    return _html(request, index_page(entries, await in_pool(request, describe)))
 
 
 def _html(request: web.Request, text: str) -> web.Response:
@@ -398,49 +400,20 @@ async def _serve(request: web.Request, dataset: Dataset, view: View, segment: st
         return _metadata(request, dataset, found.text)
     if isinstance(found, Directory):
         return _listing(request, dataset, segment, key, found)
-    data = (await _waiting(request, view.aread([found])))[0]
+    data = (await waiting(request, view.aread([found])))[0]
     if data is None:
         raise HttpError(404, f"{dataset.entry.name}/{segment}: chunk {key!r} is absent "
                         "(reads as the fill value)")
     etag = _chunk_etag(tag, data)
-    not_modified = _not_modified(request, dataset, etag)
-    if not_modified is not None:
-        return not_modified
+    unchanged = not_modified(request, dataset, etag)
+    if unchanged is not None:
+        return unchanged
     if request.method == "HEAD":
         return _chunk_head(request, dataset, etag, len(data))
     return _chunk(request, dataset, data, etag)
 
 
-async def _waiting(request: web.Request, work: Awaitable[T]) -> T:
-    """``work`` awaited within the request's time, refused when too much is waiting."""
-    state, settings = request.app[STATE], request.app[SETTINGS]
-    if state.pending >= settings.max_pending:
-        raise HttpError(503, f"busy: {state.pending} chunk requests waiting",
-                        {"Retry-After": "1"})
-    state.pending += 1
-    try:
-        async with asyncio.timeout(settings.request_timeout):
-            return await work
-    finally:
-        state.pending -= 1
-
-
 # -- responses -------------------------------------------------------------------------------
-
-def _http_date(seconds: float) -> str:
-    return datetime.fromtimestamp(int(seconds), UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
-
-
-def _caching(request: web.Request, dataset: Dataset, etag: str) -> dict[str, str]:
-    """A growing archive's responses are revalidated every time (``no-cache``: a cache asks
-    with the ETag and gets a 304 while the bytes are the same): the last chunk along the
-    growing dimension gains values with each append, and a cached copy of an earlier
-    version's would be read as the fill value by a reader holding the later metadata."""
-    cache = "public, no-cache" if dataset.growing is not None else \
-        f"public, max-age={request.app[SETTINGS].max_age}"
-    return {"ETag": etag, "Last-Modified": _http_date(dataset.modified),
-            "Cache-Control": cache}
-
 
 def _chunk_etag(view: str, content: bytes) -> str:
     """A chunk's strong ETag, of its bytes: it changes exactly when they do, so an append
@@ -452,28 +425,13 @@ def _chunk_etag(view: str, content: bytes) -> str:
     return f'"{digest.hexdigest()}"'
 
 
-def _not_modified(request: web.Request, dataset: Dataset, etag: str) -> web.Response | None:
-    """A 304 when the client's copy is current (``If-None-Match`` first, else
-    ``If-Modified-Since``), else None."""
-    match = request.headers.get("If-None-Match")
-    if match is not None:
-        tags = {t.strip().removeprefix("W/") for t in match.split(",")}
-        fresh = "*" in tags or etag.removeprefix("W/") in tags
-    else:
-        since = request.if_modified_since
-        fresh = since is not None and since.timestamp() >= int(dataset.modified)
-    if not fresh:
-        return None
-    return web.Response(status=304, headers=_caching(request, dataset, etag))
-
-
 def _metadata(request: web.Request, dataset: Dataset, text: bytes) -> web.Response:
     etag = 'W/"' + hashlib.blake2b(text, digest_size=12).hexdigest() + '"'
-    not_modified = _not_modified(request, dataset, etag)
-    if not_modified is not None:
-        return not_modified
+    unchanged = not_modified(request, dataset, etag)
+    if unchanged is not None:
+        return unchanged
     response = web.Response(body=text, content_type="application/json",
-                            headers=_caching(request, dataset, etag))
+                            headers=caching(request, dataset, etag))
     response.enable_compression()
     return response
 
@@ -487,14 +445,14 @@ def _listing(request: web.Request, dataset: Dataset, segment: str, key: str,
 
 def _chunk_head(request: web.Request, dataset: Dataset, etag: str,
                 nbytes: int) -> web.Response:
-    headers = _caching(request, dataset, etag)
+    headers = caching(request, dataset, etag)
     headers.update({"Accept-Ranges": "bytes", "Content-Length": str(nbytes)})
     return web.Response(headers=headers, content_type="application/octet-stream")
 
 
 def _chunk(request: web.Request, dataset: Dataset, data: bytes, etag: str) -> web.Response:
     """A chunk's bytes, or the range of them the request asks for."""
-    headers = _caching(request, dataset, etag)
+    headers = caching(request, dataset, etag)
     headers["Accept-Ranges"] = "bytes"
     ranged = "Range" in request.headers and request.headers.get("If-Range", etag) == etag
     if not ranged:

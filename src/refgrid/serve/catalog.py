@@ -40,6 +40,7 @@ from refgrid.read.native import NativeView
 from refgrid.read.regular import RegularView, ViewLimits, ViewSpec
 from refgrid.scanners import scan
 from refgrid.scanners.allowed import check_sources, normalized
+from refgrid.serve.dap.model import DapDataset
 
 Kind = Literal["json", "parquet", "zarr", "dmrpp"]
 SUFFIXES = (".json", ".parquet", ".parq", ".zarr", ".dmrpp")
@@ -144,6 +145,8 @@ class Dataset:
     unpacked: NativeView | None = None
     """The native view with packed variables served unpacked (made when first asked for)."""
     regular: dict[ViewSpec, RegularView] = field(default_factory=dict)
+    dap: DapDataset | None = None
+    """The dataset as OPeNDAP describes it (made when first asked for)."""
     checked: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -176,6 +179,14 @@ class Dataset:
                                            executor=self.executor, inline_reads=False,
                                            growing=self.growing)
             return self.unpacked
+
+    def dap_dataset(self) -> DapDataset:
+        """The dataset in OPeNDAP's terms, made once (its values are read through the
+        native view)."""
+        with self.lock:
+            if self.dap is None:
+                self.dap = DapDataset.of(self.entry.name, self.group)
+            return self.dap
 
     def regular_view(self, spec: ViewSpec, limits: ViewLimits) -> RegularView:
         with self.lock:

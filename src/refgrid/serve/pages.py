@@ -62,8 +62,9 @@ def index_page(entries: Sequence[Entry], opened: dict[str, Dataset | str]) -> st
              + "".join(rows) + "</table>") if rows else "<p>No datasets under the root.</p>"
     return _page("refgrid serve", "<h1>refgrid serve</h1><p>Virtual datasets served as Zarr "
                  "v3: <code>/&lt;name&gt;/native/</code> (the dataset as it is) and "
-                 "<code>/&lt;name&gt;/regular/</code> (a regular grid stock zarr reads)."
-                 f"</p>{table}")
+                 "<code>/&lt;name&gt;/regular/</code> (a regular grid stock zarr reads); "
+                 "and over OPeNDAP at <code>/dap/&lt;name&gt;</code> (DAP2 and DAP4, for "
+                 f"netCDF-C's tools and pydap).</p>{table}")
 
 
 def dataset_page(dataset: Dataset, base: str) -> str:
@@ -84,6 +85,12 @@ def dataset_page(dataset: Dataset, base: str) -> str:
              "<pre>import zarr\nzarr.config.set({\"array.rectilinear_chunks\": True})\n"
              f"ds = xr.open_zarr(\"{escape(url)}/native\")\n"
              f"ds = xr.open_dataset(\"{escape(url)}/native\", engine=\"refgrid\")</pre>",
+             "<p>Over OPeNDAP, for netCDF-C's tools (ncdump, NCO, MATLAB, R, IDL, Panoply) "
+             f"and pydap: <a href=\"/dap/{escape(name)}\"><code>{escape(base)}/dap/"
+             f"{escape(name)}</code></a> (DAP2; DAP4 with <code>#mode=dap4</code>)</p>",
+             f"<pre>ncdump -h \"{escape(base)}/dap/{escape(name)}\"\n"
+             f"ds = xr.open_dataset(\"{escape(base)}/dap/{escape(name)}\", "
+             "engine=\"netcdf4\")</pre>",
              "<h2>Arrays</h2>",
              "<table><tr><th>array</th><th>dims &times; shape</th><th>dtype</th><th>chunks</th>"
              "<th>size</th><th>stored</th></tr>"]

@@ -1,0 +1,333 @@
+"""The OPeNDAP endpoints of a served dataset, answered from its native view.
+
+``/dap/NAME.dds``, ``.das``, ``.dods``, ``.ascii`` (DAP2) and ``/dap/NAME.dmr`` (also
+``.dmr.xml``, which netCDF-C asks for) and ``.dap`` (DAP4), each with an optional constraint
+expression; ``/dap/NAME`` and ``.html`` describe them. A data response is streamed: its
+variables are read block by block (:mod:`.blocks`) on the service's threads, the next block
+read while the last is sent, so memory holds two blocks whatever the response's size; a
+response whose values exceed the service's ``dap_max_bytes`` is refused before anything is
+read (413). Failures are DAP error responses with the Zarr endpoints' statuses (one mapping:
+:func:`refgrid.serve.http.failure`); one met mid-response ends a DAP4 response with an error
+chunk and cuts a DAP2 one short (its ``Content-Length`` unmet), so no client takes a partial
+response for a whole one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from concurrent.futures import Future
+from html import escape
+from urllib.parse import unquote
+
+import numpy as np
+from aiohttp import web
+
+from refgrid.serve.catalog import Dataset
+from refgrid.serve.dap import dap2, dap4
+from refgrid.serve.dap.blocks import blocks
+from refgrid.serve.dap.constraint import Projection, parse_dap2, parse_dap4
+from refgrid.serve.dap.model import DapDataset
+from refgrid.serve.http import (
+    POOL,
+    SETTINGS,
+    HttpError,
+    admitted,
+    caching,
+    failure,
+    in_pool,
+    not_modified,
+)
+
+log = logging.getLogger("refgrid.serve")
+KINDS = ((".dmr.xml", "dmr"), (".dds", "dds"), (".das", "das"), (".dods", "dods"),
+         (".ascii", "ascii"), (".asc", "ascii"), (".dmr", "dmr"), (".dap", "dap"),
+         (".html", "html"))
+"""URL suffix → response (longest first)."""
+DAP2_HEADERS = {"XDODS-Server": "dods/3.2", "XDAP": "3.2"}
+TYPES = {"dds": "text/plain", "das": "text/plain", "ascii": "text/plain",
+         "dods": "application/octet-stream",
+         "dmr": "application/vnd.opendap.dap4.dataset-metadata+xml",
+         "dap": "application/vnd.opendap.dap4.data"}
+DESCRIPTIONS = {"dds": "dods-dds", "das": "dods-das", "dods": "dods-data", "ascii": "dods-ascii"}
+RULE = "-" * 45 + "\n"
+OPENING_BYTES = 32 * 2**20
+"""Bytes of values read before a data response starts: a response this small is sent
+whole or refused with an error status."""
+
+
+def split_suffix(last: str) -> tuple[str, str] | None:
+    """A URL's last segment as (dataset name's last part, response kind), or None."""
+    for suffix, kind in KINDS:
+        if last.endswith(suffix) and len(last) > len(suffix):
+            return last[: -len(suffix)], kind
+    return None
+
+
+async def respond(request: web.Request, dataset: Dataset, kind: str) -> web.StreamResponse:
+    """The ``kind`` response of ``dataset``; every failure a DAP error response."""
+    try:
+        dap = dataset.dap if dataset.dap is not None else \
+            await in_pool(request, dataset.dap_dataset)
+        if kind == "html":
+            return web.Response(text=dap_page(dap, f"{request.scheme}://{request.host}"),
+                                content_type="text/html", headers={"Cache-Control": "no-cache"})
+        projections = _projections(request, dap, kind)
+        if kind in ("dmr", "dap"):
+            _refuse_misread(request, dap, projections)
+        if kind in ("dds", "das", "dmr"):
+            return _metadata(request, dataset, dap, kind, projections)
+        return await _data(request, dataset, dap, kind, projections)
+    except Exception as e:
+        return error_response(request, e, 4 if kind in ("dmr", "dap") else 2)
+
+
+NETCDF_C = re.compile(r"netCDF\d")
+"""netCDF-C's User-Agent (``netCDF4.10.1``): ``netCDF`` and its version."""
+
+
+def _refuse_misread(request: web.Request, dap: DapDataset,
+                    projections: list[Projection]) -> None:
+    """Refuse netCDF-C's DAP4 client a response with Float32 attributes: it reads every
+    one of them wrongly (its ``d4meta.c`` narrows the parsed double to a float twice, the
+    second time from the half-overwritten first result: ``-9999.0`` arrives as
+    ``-9999.006``), and a ``_FillValue`` read wrongly shows missing values as data. Its DAP2
+    client reads them exactly, and is its default."""
+    if not NETCDF_C.match(request.headers.get("User-Agent", "")):
+        return
+    wrong = dap4.float32_attributes(dap, projections)
+    if wrong:
+        raise HttpError(400, f"{dap.name}: netCDF-C's DAP4 client misreads Float32 attributes "
+                        f"({', '.join(wrong[:4])}{', ...' if len(wrong) > 4 else ''}; a "
+                        "_FillValue read wrongly shows missing values as data): open it over "
+                        "DAP2 (#mode=dap2, netCDF-C's default), which reads them exactly")
+
+
+def error_response(request: web.Request, error: BaseException, protocol: int) -> web.Response:
+    """``error`` as a DAP error response of ``protocol``, with the status the Zarr
+    endpoints give it."""
+    answer = failure(error, request.app[SETTINGS])
+    if answer is None:  # a bug: logged with its traceback, answered with one line
+        log.exception("%s %s failed", request.method, request.path)
+        answer = 500, f"internal error: {type(error).__name__}", {}
+    status, reason, headers = answer
+    if protocol == 2:
+        body = f"Error {{\n    code = {status};\n    message = {dap2.quoted(reason)};\n}};\n"
+        return web.Response(status=status, text=body, content_type="text/plain", headers={
+            **headers, **DAP2_HEADERS, "Content-Description": "dods-error"})
+    return web.Response(status=status, body=dap4.error_document(status, reason),
+                        content_type="application/vnd.opendap.dap4.error+xml", headers=headers)
+
+
+def _projections(request: web.Request, dap: DapDataset, kind: str) -> list[Projection]:
+    if kind in ("dmr", "dap"):
+        return parse_dap4(request.query.get("dap4.ce", ""), dap)
+    return parse_dap2(unquote(request.query_string), dap)
+
+
+def _metadata(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str,
+              projections: list[Projection]) -> web.Response:
+    body = dap2.dds(dap, projections).encode() if kind == "dds" else \
+        dap2.das(dap).encode() if kind == "das" else dap4.dmr(dap, projections)
+    etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+    unchanged = not_modified(request, dataset, etag)
+    if unchanged is not None:
+        return unchanged
+    headers = caching(request, dataset, etag)
+    if kind != "dmr":
+        headers.update({**DAP2_HEADERS, "Content-Description": DESCRIPTIONS[kind]})
+    response = web.Response(body=body, content_type=TYPES[kind], headers=headers)
+    response.enable_compression()
+    return response
+
+
+def _etag(dataset: Dataset, request: web.Request, kind: str) -> str:
+    """A data response's ETag: of the dataset's version and the request (its values are the
+    dataset's, which change only with it: a changed source is refused when read)."""
+    digest = hashlib.blake2b(digest_size=12)
+    for part in (kind, dataset.entry.name, repr(dataset.stamp), repr(dataset.modified),
+                 request.query_string):
+        digest.update(part.encode() + b"\x00")
+    return f'W/"{digest.hexdigest()}"'
+
+
+async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str,
+                projections: list[Projection]) -> web.StreamResponse:
+    limit = request.app[SETTINGS].dap_max_bytes
+    values = sum(p.count * p.variable.dtype.itemsize for p in projections)
+    if values > limit:
+        raise HttpError(413, f"{dap.name}: the response would hold {values:,} bytes of values, "
+                        f"more than this service's limit of {limit:,}: ask for a hyperslab "
+                        "(NAME[start:stride:stop]) or fewer variables")
+    if dataset.entry.kind == "zarr":  # (its chunk files change with no new version: no
+        headers = {"Cache-Control": "no-store"}  # validator can tell)
+    else:
+        etag = _etag(dataset, request, kind)
+        unchanged = not_modified(request, dataset, etag)
+        if unchanged is not None:
+            return unchanged
+        headers = caching(request, dataset, etag)
+    if kind == "dap":
+        head = dap4.dmr(dap, projections)
+        checksums = request.query.get("dap4.checksum", "").lower() == "true"
+    else:
+        headers.update({**DAP2_HEADERS, "Content-Description": DESCRIPTIONS[kind]})
+        head = dap2.dds(dap, projections).encode() + (b"Data:\n" if kind == "dods" else
+                                                      RULE.encode())
+        sizes = [dap2.wire_bytes(p) for p in projections]
+        if kind == "dods" and None not in sizes:
+            headers["Content-Length"] = str(len(head) + sum(s or 0 for s in sizes))
+    response = web.StreamResponse(headers=headers)
+    response.content_type = TYPES[kind]
+    async with admitted(request, "requests"):
+        if request.method == "HEAD":
+            await response.prepare(request)
+            return response
+        pieces = _pieces(request, dataset, dap, kind, projections, head,
+                         kind == "dap" and checksums)
+        first = await anext(pieces)  # (a failure here is still an error status)
+        await response.prepare(request)
+        try:
+            await _write(request, response, first)
+            async for piece in pieces:
+                await _write(request, response, piece)
+            await response.write_eof()
+        except ConnectionError:  # the client went away: nothing to tell it
+            log.info("%s %s: the client closed the connection mid-response", request.method,
+                     request.path)
+        except Exception as e:
+            answer = failure(e, request.app[SETTINGS])
+            if answer is None:
+                log.exception("%s %s failed mid-response", request.method, request.path)
+            else:
+                log.warning("%s %s failed mid-response: %s", request.method, request.path,
+                            answer[1])
+            if kind == "dap":  # a DAP4 response can say so
+                reason = answer[1] if answer else f"internal error: {type(e).__name__}"
+                with contextlib.suppress(ConnectionError, TimeoutError):
+                    await _write(request, response,
+                                 dap4.chunk(reason.encode(), dap4.ERROR | dap4.LAST))
+                    await response.write_eof()
+            elif request.transport is not None:  # a DAP2 one is cut short
+                request.transport.close()
+        finally:
+            await pieces.aclose()
+    return response
+
+
+async def _pieces(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str,
+                  projections: list[Projection], head: bytes,
+                  checksums: bool) -> AsyncGenerator[bytes | memoryview]:
+    """The response's bytes: its head with its first :data:`OPENING_BYTES` of values (read
+    before the response starts, so that a response that small is whole or an error status
+    — a source gone, a value DAP2 cannot carry —: netCDF-C does not always notice a DAP2
+    response cut short), then the rest, block by block."""
+    opening: list[bytes | memoryview] | None = [
+        dap4.chunk(head, 0 if checksums else dap4.NO_CHECKSUMS) if kind == "dap" else head]
+    held = 0
+    for projection in projections:
+        async for piece, read in _variable(request, dataset, dap, kind, projection, checksums):
+            if opening is None:
+                yield piece
+                continue
+            opening.append(piece)
+            held += len(piece) if read else 0
+            if held >= OPENING_BYTES:
+                yield b"".join(opening)
+                opening = None
+    if opening is not None:
+        yield b"".join(opening)
+    if kind == "dap":
+        yield dap4.chunk(b"", dap4.LAST)
+
+
+async def _variable(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str,
+                    projection: Projection, checksums: bool
+                    ) -> AsyncIterator[tuple[bytes | memoryview, bool]]:
+    """One variable's bytes: its header, then its values block by block (the next block
+    read while one is sent), then its trailer; each piece with whether values were read
+    for it."""
+    reader = dataset.native.reader(dap.key(projection.variable))
+    encode: Callable[[Projection, np.ndarray], bytes | memoryview] = \
+        dap4.encode if kind == "dap" else dap2.encode
+    crc = 0
+    if kind == "dods":
+        yield dap2.header(projection), False
+    elif kind == "ascii":
+        shape = "".join(f"[{n}]" for n in projection.shape)
+        yield f"{projection.variable.path.replace('/', '.')}{shape}\n".encode(), False
+    loop = asyncio.get_running_loop()
+    pool = request.app[POOL]
+    selections = list(blocks(projection, projection.variable.dtype.itemsize))
+
+    def block(selection: tuple[slice, ...], start: int) -> bytes | memoryview:
+        values = reader.read(selection)
+        if kind == "ascii":
+            return dap2.ascii_lines(projection, values, start).encode()
+        return encode(projection, values)
+
+    starts = [0]
+    for selection in selections:
+        starts.append(starts[-1] + int(np.prod([len(range(s.start, s.stop, s.step))
+                                                for s in selection])))
+    pending: Future[bytes | memoryview] | None = None
+    try:
+        for i, selection in enumerate(selections):
+            current = pending or pool.submit(block, selection, starts[i])
+            pending = pool.submit(block, selections[i + 1], starts[i + 1]) \
+                if i + 1 < len(selections) else None
+            async with asyncio.timeout(request.app[SETTINGS].request_timeout):
+                data = await asyncio.wrap_future(current, loop=loop)
+            if checksums:
+                crc = dap4.crc32(data, crc)
+            if kind == "dap":
+                for piece in dap4.chunks(data):
+                    yield piece, True
+            else:
+                yield data, True
+    finally:
+        if pending is not None:
+            pending.cancel()
+    if kind == "dods":
+        yield dap2.trailer(projection), False
+    elif kind == "ascii":
+        yield b"\n", False
+    elif checksums:
+        yield dap4.chunk(crc.to_bytes(4, "little")), False
+
+
+async def _write(request: web.Request, response: web.StreamResponse,
+                 data: bytes | memoryview) -> None:
+    """``data`` sent, within the request's time (a client that stops reading is let go)."""
+    if data:
+        async with asyncio.timeout(request.app[SETTINGS].request_timeout):
+            await response.write(data)
+
+
+def dap_page(dap: DapDataset, base: str) -> str:
+    """``/dap/NAME``: the OPeNDAP URLs of the dataset and how each kind of client opens
+    them."""
+    url = f"{base}/dap/{dap.name}"
+    rows = "".join(
+        f"<tr><td><code>{escape(v.path)}</code></td><td>{escape(v.type(4).name)}</td>"
+        f"<td>{' &times; '.join(escape(f'{d} {n}') for d, n in zip(v.dims, v.shape, strict=True))}"
+        "</td></tr>" for v in dap.variables.values())
+    omitted = "".join(f"<li><code>{escape(p)}</code>: {escape(w)}</li>"
+                      for p, w in dap.omitted.items())
+    links = " · ".join(f'<a href="{escape(url)}{s}">{s}</a>'
+                       for s in (".dds", ".das", ".dmr.xml", ".ascii"))
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
+            f"{escape(dap.name)} · OPeNDAP</title></head><body><h1>{escape(dap.name)} over "
+            f"OPeNDAP</h1><p>{links}</p><pre>ncdump -h \"{escape(url)}\"\n"
+            f"ncdump -v NAME \"{escape(url)}?NAME[0:1:9]\"\n"
+            f"netCDF4.Dataset(\"{escape(url)}\")                # DAP2; #mode=dap4: DAP4\n"
+            f"xr.open_dataset(\"{escape(url)}\", engine=\"netcdf4\")\n"
+            f"ncread(\"{escape(url)}\", \"NAME\")            % MATLAB\n"
+            f"nc_open(\"{escape(url)}\")                     # R ncdf4</pre>"
+            f"<table><tr><th>variable</th><th>type</th><th>dims</th></tr>{rows}</table>"
+            + (f"<p>Not served over DAP:</p><ul>{omitted}</ul>" if omitted else "")
+            + "</body></html>")
