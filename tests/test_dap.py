@@ -12,6 +12,7 @@ import subprocess
 import urllib.request
 import zlib
 from pathlib import Path
+from urllib.parse import unquote
 
 import netCDF4
 import numpy as np
@@ -788,3 +789,91 @@ def test_make_app_checks_the_response_limit(tmp_path):
     for bad in (0, -1, "1GiB", 1.5, True):
         with pytest.raises(ArgumentError, match="dap_max_bytes"):
             make_app(str(tmp_path), dap_max_bytes=bad)
+
+
+def test_a_large_response_with_the_default_opening_holds_a_few_blocks(tmp_path):
+    """With the service's own block and opening sizes, a 64 MB response is sent holding
+    the opening (16 MiB) and the blocks in flight, never the response."""
+    import tracemalloc
+
+    path = tmp_path / "wide.nc"
+    values = np.random.default_rng(5).random((1600, 100, 100), dtype="f4")
+    with netCDF4.Dataset(path, "w") as ds:
+        for dim, n in zip(("time", "y", "x"), values.shape, strict=True):
+            ds.createDimension(dim, n)
+        ds.createVariable("v", "f4", ("time", "y", "x"), chunksizes=(40, 100, 100))[:] = values
+    refgrid.write(refgrid.scan(path), tmp_path / "root" / "wide.json")
+    for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(tmp_path),)):
+        tracemalloc.start()
+        try:
+            with urllib.request.urlopen(f"{served.url}/dap/wide.dap?dap4.ce=/v",
+                                        timeout=120) as r:
+                received = sum(len(piece) for piece in iter(lambda: r.read(2**16), b""))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert received > values.nbytes
+        assert peak < 60 * 2**20, f"{peak / 2**20:.1f} MiB held for a 64 MB response"
+
+
+def test_http_1_0_gets_a_response_of_unknown_length_whole_or_refused(server, monkeypatch):
+    import http.client as client
+
+    from refgrid.serve.dap import responses
+
+    host, port = server.url.removeprefix("http://").split(":")
+    name = _archive_name("monthly/chunk10")
+
+    def get(query: str) -> tuple[int, bytes]:
+        connection = client.HTTPConnection(host, int(port), timeout=60)
+        connection._http_vsn, connection._http_vsn_str = 10, "HTTP/1.0"
+        try:
+            connection.request("GET", f"/dap/{name}.ascii?{query}")
+            answer = connection.getresponse()
+            return answer.status, answer.read()
+        finally:
+            connection.close()
+
+    status, body = get("time")
+    assert status == 200 and body.decode().rstrip().endswith("364.0")
+    monkeypatch.setattr(responses, "OPENING_BYTES", 1000)
+    status, body = get("tas")
+    assert status == 505 and b"HTTP/1.1" in body
+
+
+def test_spellings_of_one_group_and_empty_groups(server):
+    many = ";".join(["/", "%2F", "%2f", "/%2F"] * 200)
+    assert [p.variable.path for p in parse_dap4(unquote(many), _FUZZ_DATASET)] == \
+        list(_FUZZ_DATASET.variables)
+    url = f"{server.url}/dap/archives/groups"
+    status, _, body = _get(f"{url}.dods?surface.upper")
+    assert status == 200 and b"Structure" in body and b"time[" not in body.split(b"Data:")[0]
+
+
+def test_root_float32_attributes_refuse_netcdf_c_dap4_even_with_no_variable_named(tmp_path):
+    path = tmp_path / "g.nc"
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("x", 2)
+        ds.createVariable("v", "i4", ("x",))[:] = [1, 2]
+        ds.setncattr("weight", np.float32(0.1))
+    refgrid.write(refgrid.scan(path), tmp_path / "root" / "g.json")
+    for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(tmp_path),)):
+        for suffix in (".dmr.xml", ".dap?dap4.ce=/v"):
+            status, headers, body = _get(f"{served.url}/dap/g{suffix}",
+                                         {"User-Agent": "netCDF4.10.1"})
+            assert status == 400 and b"/.weight" in body, suffix
+        status, headers, _ = _get(f"{served.url}/dap/g.dap?dap4.ce=/v")
+        assert status == 200 and headers["Vary"] == "User-Agent"
+        with netCDF4.Dataset(f"{served.url}/dap/g") as ds:  # (DAP2: exact)
+            assert ds.weight == np.float32(0.1)
+
+
+def test_dimension_names_xml_cannot_carry_leave_their_variable_out():
+    from refgrid.model.virtual import VirtualGroup
+
+    group = refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")
+    tas = group.arrays["tas"]
+    odd = type(tas)(tas.name, ("ti\x01me", *tas.dims[1:]), tas.dtype, tas.grid,
+                    tas.manifest, tas.fill_value, tas.codecs, tas.attrs)
+    dataset = DapDataset.of("odd", VirtualGroup(group.attrs, {**group.arrays, "odd": odd}))
+    assert "odd" not in dataset.variables and "odd" in dataset.omitted

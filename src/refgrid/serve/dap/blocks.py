@@ -18,7 +18,7 @@ import numpy as np
 
 from refgrid.serve.dap.constraint import Projection
 
-BLOCK_BYTES = 16 * 2**20
+BLOCK_BYTES = 8 * 2**20
 """Decoded bytes a block holds at most (but for a single chunk run larger than this)."""
 
 

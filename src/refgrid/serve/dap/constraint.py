@@ -13,6 +13,7 @@ functions are refused by name (:class:`ConstraintError`, a DAP error response wi
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from refgrid.errors import ConstraintError
@@ -58,20 +59,10 @@ def parse_dap2(text: str, dataset: DapDataset) -> list[Projection]:
     if amp and selection.strip():
         raise ConstraintError(f"{dataset.name}: selections ({selection[:60]!r}) are not "
                               "served: ask for projections and hyperslabs only")
-    names = {v.path.replace("/", "."): v for v in dataset.variables.values()}
-    groups = {g.path.replace("/", "."): g for g in _groups(dataset.root)}
-    wanted: list[Projection] = []
-    for term in _terms(projection, ",", dataset):
-        name, slabs = _split(term, dataset)
-        if name in groups and not slabs:
-            wanted += [_whole(v) for v in groups[name].walk()]
-            continue
-        variable = names.get(name)
-        if variable is None:
-            raise ConstraintError(f"{dataset.name}: no variable {name!r} (in DAP2, a group's "
-                                  "variables are GROUP.NAME)")
-        wanted.append(Projection(variable, _slices(variable, slabs, dataset, dap4=False)))
-    return _ordered(wanted, dataset)
+    return _resolved(_terms(projection, ",", dataset), dataset,
+                     {g.path.replace("/", "."): g for g in _groups(dataset.root)},
+                     {v.path.replace("/", "."): v for v in dataset.variables.values()},
+                     lambda name: name, "in DAP2, a group's variables are GROUP.NAME", False)
 
 
 def parse_dap4(text: str, dataset: DapDataset) -> list[Projection]:
@@ -80,23 +71,45 @@ def parse_dap4(text: str, dataset: DapDataset) -> list[Projection]:
     if "|" in text:
         raise ConstraintError(f"{dataset.name}: filters ('|') are not served: ask for "
                               "projections and hyperslabs only")
-    groups = {g.path: g for g in _groups(dataset.root)}
-    wanted: list[Projection] = []
-    for term in _terms(text, ";", dataset):
+    terms = _terms(text, ";", dataset)
+    for term in terms:
         if "=" in term.split("[", 1)[0]:
             raise ConstraintError(f"{dataset.name}: dimension constraints ({term[:60]!r}) are "
                                   "not served: give each variable its hyperslab")
+    return _resolved(terms, dataset, {g.path: g for g in _groups(dataset.root)},
+                     dataset.variables, lambda name: name.strip("/"),
+                     "DAP4 names are fully qualified: /group/name", True)
+
+
+def _resolved(terms: list[str], dataset: DapDataset, groups: Mapping[str, DapGroup],
+              variables: Mapping[str, DapVariable], key: Callable[[str], str], hint: str,
+              dap4: bool) -> list[Projection]:
+    """The projections ``terms`` name, in the dataset's order (the order of its responses),
+    each variable once; every variable where no term is given. A term is resolved once
+    however it is spelt (``/``, ``%2F``, ...), and a group expanded once."""
+    chosen: dict[str, Projection] = {}
+    seen: set[tuple[str, str]] = set()
+    for term in terms:
         name, slabs = _split(term, dataset)
-        path = name.strip("/")
-        if path in groups and not slabs:
-            wanted += [_whole(v) for v in groups[path].walk()]
+        path = key(name)
+        if (path, slabs) in seen:
             continue
-        variable = dataset.variables.get(path)
-        if variable is None:
-            raise ConstraintError(f"{dataset.name}: no variable {name!r} (DAP4 names are "
-                                  "fully qualified: /group/name)")
-        wanted.append(Projection(variable, _slices(variable, slabs, dataset, dap4=True)))
-    return _ordered(wanted, dataset)
+        seen.add((path, slabs))
+        if path in groups and not slabs:
+            found = [_whole(v) for v in groups[path].walk()]
+        elif path in variables:
+            variable = variables[path]
+            found = [Projection(variable, _slices(variable, slabs, dataset, dap4))]
+        else:
+            raise ConstraintError(f"{dataset.name}: no variable {name!r} ({hint})")
+        for projection in found:
+            before = chosen.setdefault(projection.variable.path, projection)
+            if before.slices != projection.slices:
+                raise ConstraintError(f"{dataset.name}: {projection.variable.path} is asked "
+                                      "for twice with different hyperslabs")
+    if not terms:
+        return [_whole(v) for v in dataset.variables.values()]
+    return [chosen[p] for p in dataset.variables if p in chosen]
 
 
 def _groups(group: DapGroup) -> list[DapGroup]:
@@ -162,17 +175,3 @@ def _slices(variable: DapVariable, slabs: str, dataset: DapDataset,
                                   f"hyperslab {part}: the stride must be 1 or more")
         out.append(slice(start, last + 1, step))
     return tuple(out)
-
-
-def _ordered(wanted: list[Projection], dataset: DapDataset) -> list[Projection]:
-    """The projections in the dataset's order (the order of its responses), each variable
-    once; all of them where none is named."""
-    if not wanted:
-        return [_whole(v) for v in dataset.variables.values()]
-    chosen: dict[str, Projection] = {}
-    for projection in wanted:
-        before = chosen.setdefault(projection.variable.path, projection)
-        if before.slices != projection.slices:
-            raise ConstraintError(f"{dataset.name}: {projection.variable.path} is asked for "
-                                  "twice with different hyperslabs")
-    return [chosen[p] for p in dataset.variables if p in chosen]

@@ -100,8 +100,9 @@ def _dap2_attributes(variable: DapVariable) -> dict[str, object]:
     if signed and "_Unsigned" not in attrs:
         attrs["_Unsigned"] = signed
     fill = attrs.get("_FillValue")
-    if isinstance(fill, np.integer) and fill.dtype.itemsize == 8 and \
-            inexact_in_float64(np.asarray(fill)).any():
+    number = np.asarray(fill) if isinstance(fill, np.generic | np.ndarray) else None
+    if number is not None and number.dtype.kind in "iu" and number.dtype.itemsize == 8 and \
+            inexact_in_float64(number).any():
         del attrs["_FillValue"]
         attrs["refgrid_dap2_omitted"] = f"_FillValue {fill}: no exact DAP2 Float64"
     return attrs

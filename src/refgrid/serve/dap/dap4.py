@@ -88,13 +88,13 @@ def _group(element: ET.Element, group: DapGroup, chosen: Mapping[str, Projection
 
 def float32_attributes(dataset: DapDataset, projections: Iterable[Projection]) -> list[str]:
     """The Float32 attributes a DMR of ``projections`` holds (``variable.name``; a
-    group's as ``/group.name``)."""
+    group's as ``/group.name``; the root group's are in every DMR)."""
     chosen = {p.variable.path for p in projections}
     out = []
     groups = [dataset.root]
     while groups:
         group = groups.pop(0)
-        if any(v.path in chosen for v in group.walk()):
+        if group is dataset.root or any(v.path in chosen for v in group.walk()):
             out += [f"/{group.path}.{k}" for k, v in group.attrs.items() if _float32(v)]
         out += [f"{v.path}.{k}" for v in group.variables if v.path in chosen
                 for k, value in v.attrs.items() if _float32(value)]

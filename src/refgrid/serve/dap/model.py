@@ -205,7 +205,8 @@ def _group(path: str, group: VirtualGroup, known: Mapping[str, int],
     variables = []
     dimensions: dict[str, int] = {}
     for name, array in group.arrays.items():
-        why = _unserved(array) or (UNWRITABLE if XML_UNSAFE.search(name) else None)
+        why = _unserved(array) or (UNWRITABLE if any(XML_UNSAFE.search(text) for text in
+                                                      (name, *array.dims)) else None)
         if why is not None:
             omitted[prefix + name] = why
             continue
@@ -236,7 +237,8 @@ def _group(path: str, group: VirtualGroup, known: Mapping[str, int],
 
 XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 """Characters XML 1.0 cannot hold, even as references (the DMR is XML)."""
-UNWRITABLE = "its text holds control characters XML cannot carry"
+UNWRITABLE = "its name, a dimension's name or its text holds control characters XML " \
+    "cannot carry"
 
 
 def _writable(attrs: dict[str, object], where: str,

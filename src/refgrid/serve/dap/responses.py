@@ -4,7 +4,8 @@
 ``.dmr.xml``, which netCDF-C asks for) and ``.dap`` (DAP4), each with an optional constraint
 expression; ``/dap/NAME`` and ``.html`` describe them. A data response is streamed: its
 variables are read block by block (:mod:`.blocks`) on the service's threads, the next block
-read while the last is sent, so memory holds two blocks whatever the response's size; a
+read while the last is sent, so memory holds the opening (below) and then two blocks,
+whatever the response's size; a
 response whose values exceed the service's ``dap_max_bytes`` is refused before anything is
 read (413). Failures are DAP error responses with the Zarr endpoints' statuses (one mapping:
 :func:`refgrid.serve.http.failure`); one met mid-response ends a DAP4 response with an error
@@ -15,7 +16,6 @@ response for a whole one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import re
@@ -55,9 +55,9 @@ TYPES = {"dds": "text/plain", "das": "text/plain", "ascii": "text/plain",
          "dap": "application/vnd.opendap.dap4.data"}
 DESCRIPTIONS = {"dds": "dods-dds", "das": "dods-das", "dods": "dods-data", "ascii": "dods-ascii"}
 RULE = "-" * 45 + "\n"
-OPENING_BYTES = 32 * 2**20
-"""Bytes of values read before a data response starts: a response this small is sent
-whole or refused with an error status."""
+OPENING_BYTES = 4 * 2**20
+"""Bytes of values read before a data response starts (its first block, or blocks, to at
+least this many): a response this small is sent whole or refused with an error status."""
 
 
 def split_suffix(last: str) -> tuple[str, str] | None:
@@ -140,6 +140,8 @@ def _metadata(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str
     headers = caching(request, dataset, etag)
     if kind != "dmr":
         headers.update({**DAP2_HEADERS, "Content-Description": DESCRIPTIONS[kind]})
+    else:
+        headers["Vary"] = "User-Agent"  # (netCDF-C is refused what it would misread)
     response = web.Response(body=body, content_type=TYPES[kind], headers=headers)
     response.enable_compression()
     return response
@@ -171,9 +173,10 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
         if unchanged is not None:
             return unchanged
         headers = caching(request, dataset, etag)
+    checksums = kind == "dap" and request.query.get("dap4.checksum", "").lower() == "true"
     if kind == "dap":
         head = dap4.dmr(dap, projections)
-        checksums = request.query.get("dap4.checksum", "").lower() == "true"
+        headers["Vary"] = "User-Agent"  # (netCDF-C is refused what it would misread)
     else:
         headers.update({**DAP2_HEADERS, "Content-Description": DESCRIPTIONS[kind]})
         head = dap2.dds(dap, projections).encode() + (b"Data:\n" if kind == "dods" else
@@ -181,14 +184,20 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
         sizes = [dap2.wire_bytes(p) for p in projections]
         if kind == "dods" and None not in sizes:
             headers["Content-Length"] = str(len(head) + sum(s or 0 for s in sizes))
+    opening: float = OPENING_BYTES
+    if request.version < (1, 1) and "Content-Length" not in headers and kind != "dap":
+        if values > OPENING_BYTES:  # (no chunked encoding: a response cut short would
+            raise HttpError(505, f"{dap.name}: this response has no length known before it "
+                            "is read, and over HTTP/1.0 one cut short by a failure would look "
+                            "whole: ask over HTTP/1.1, or for less")  # look whole)
+        opening = float("inf")  # (read whole first: whole or an error status)
     response = web.StreamResponse(headers=headers)
     response.content_type = TYPES[kind]
     async with admitted(request, "requests"):
         if request.method == "HEAD":
             await response.prepare(request)
             return response
-        pieces = _pieces(request, dataset, dap, kind, projections, head,
-                         kind == "dap" and checksums)
+        pieces = _pieces(request, dataset, dap, kind, projections, head, checksums, opening)
         first = await anext(pieces)  # (a failure here is still an error status)
         await response.prepare(request)
         try:
@@ -196,9 +205,10 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
             async for piece in pieces:
                 await _write(request, response, piece)
             await response.write_eof()
-        except ConnectionError:  # the client went away: nothing to tell it
-            log.info("%s %s: the client closed the connection mid-response", request.method,
-                     request.path)
+        except _ClientGone as e:  # nothing more can reach it: its buffers are let go
+            log.info("%s %s: %s mid-response", request.method, request.path, e)
+            if request.transport is not None:
+                request.transport.abort()
         except Exception as e:
             answer = failure(e, request.app[SETTINGS])
             if answer is None:
@@ -208,10 +218,13 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
                             answer[1])
             if kind == "dap":  # a DAP4 response can say so
                 reason = answer[1] if answer else f"internal error: {type(e).__name__}"
-                with contextlib.suppress(ConnectionError, TimeoutError):
+                try:
                     await _write(request, response,
                                  dap4.chunk(reason.encode(), dap4.ERROR | dap4.LAST))
                     await response.write_eof()
+                except _ClientGone:
+                    if request.transport is not None:
+                        request.transport.abort()
             elif request.transport is not None:  # a DAP2 one is cut short
                 request.transport.close()
         finally:
@@ -220,12 +233,13 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
 
 
 async def _pieces(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str,
-                  projections: list[Projection], head: bytes,
-                  checksums: bool) -> AsyncGenerator[bytes | memoryview]:
-    """The response's bytes: its head with its first :data:`OPENING_BYTES` of values (read
+                  projections: list[Projection], head: bytes, checksums: bool,
+                  opening_bytes: float) -> AsyncGenerator[bytes | memoryview]:
+    """The response's bytes: its head with its first ``opening_bytes`` of values (read
     before the response starts, so that a response that small is whole or an error status
     — a source gone, a value DAP2 cannot carry —: netCDF-C does not always notice a DAP2
-    response cut short), then the rest, block by block."""
+    response cut short), then the rest, block by block; each piece handed on once, not
+    joined."""
     opening: list[bytes | memoryview] | None = [
         dap4.chunk(head, 0 if checksums else dap4.NO_CHECKSUMS) if kind == "dap" else head]
     held = 0
@@ -236,11 +250,12 @@ async def _pieces(request: web.Request, dataset: Dataset, dap: DapDataset, kind:
                 continue
             opening.append(piece)
             held += len(piece) if read else 0
-            if held >= OPENING_BYTES:
-                yield b"".join(opening)
-                opening = None
-    if opening is not None:
-        yield b"".join(opening)
+            if held >= opening_bytes:
+                held_pieces, opening = opening, None
+                while held_pieces:
+                    yield held_pieces.pop(0)
+    while opening:
+        yield opening.pop(0)
     if kind == "dap":
         yield dap4.chunk(b"", dap4.LAST)
 
@@ -300,12 +315,24 @@ async def _variable(request: web.Request, dataset: Dataset, dap: DapDataset, kin
         yield dap4.chunk(crc.to_bytes(4, "little")), False
 
 
+class _ClientGone(Exception):
+    """The client stopped reading for longer than the request timeout, or went away."""
+
+
 async def _write(request: web.Request, response: web.StreamResponse,
                  data: bytes | memoryview) -> None:
-    """``data`` sent, within the request's time (a client that stops reading is let go)."""
-    if data:
-        async with asyncio.timeout(request.app[SETTINGS].request_timeout):
+    """``data`` sent, within the request's time (a client that stops reading is let go:
+    :class:`_ClientGone`)."""
+    if not data:
+        return
+    timeout = request.app[SETTINGS].request_timeout
+    try:
+        async with asyncio.timeout(timeout):
             await response.write(data)
+    except TimeoutError:
+        raise _ClientGone(f"the client read nothing for {timeout:g} s") from None
+    except ConnectionError as e:
+        raise _ClientGone(f"the client closed the connection ({type(e).__name__})") from e
 
 
 def dap_page(dap: DapDataset, base: str) -> str:
