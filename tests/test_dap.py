@@ -877,3 +877,27 @@ def test_dimension_names_xml_cannot_carry_leave_their_variable_out():
                     tas.manifest, tas.fill_value, tas.codecs, tas.attrs)
     dataset = DapDataset.of("odd", VirtualGroup(group.attrs, {**group.arrays, "odd": odd}))
     assert "odd" not in dataset.variables and "odd" in dataset.omitted
+
+
+def test_naming_only_empty_groups_gives_no_variables():
+    from refgrid.model.virtual import VirtualGroup
+
+    group = refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")
+    dataset = DapDataset.of("e", VirtualGroup(group.attrs, group.arrays,
+                                              {"empty": VirtualGroup({"title": "none"})}))
+    assert parse_dap4("/empty", dataset) == []
+    assert parse_dap2("empty", dataset) == []
+    assert len(parse_dap4("", dataset)) == len(dataset.variables)
+
+
+def test_a_64_bit_fill_held_as_an_array_is_checked_in_dap2():
+    from refgrid.model.virtual import VirtualGroup
+    from refgrid.serve.dap.dap2 import das
+
+    group = refgrid.scan(FIXTURES / "netcdf3" / "cdf5.nc")
+    v_i8 = group.arrays["v_i8"]
+    odd = type(v_i8)(v_i8.name, v_i8.dims, v_i8.dtype, v_i8.grid, v_i8.manifest,
+                     v_i8.fill_value, v_i8.codecs, {**v_i8.attrs, "_FillValue": [2**60]})
+    text = das(DapDataset.of("f", VirtualGroup({}, {"v_i8": odd})))
+    assert "_FillValue" not in text.split("refgrid_dap2_omitted")[0]
+    assert '"_FillValue 1152921504606846976: no exact DAP2 Float64"' in text

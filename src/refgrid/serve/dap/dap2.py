@@ -104,7 +104,8 @@ def _dap2_attributes(variable: DapVariable) -> dict[str, object]:
     if number is not None and number.dtype.kind in "iu" and number.dtype.itemsize == 8 and \
             inexact_in_float64(number).any():
         del attrs["_FillValue"]
-        attrs["refgrid_dap2_omitted"] = f"_FillValue {fill}: no exact DAP2 Float64"
+        shown = number.ravel()[0] if number.size == 1 else fill
+        attrs["refgrid_dap2_omitted"] = f"_FillValue {shown}: no exact DAP2 Float64"
     return attrs
 
 
