@@ -103,8 +103,9 @@ def _source_attrs(path: Path) -> dict[str, dict[str, object]]:
 
 
 def _same_attribute(ours: object, theirs: object, mode: str = "dap2") -> bool:
-    """Equal attributes; through netCDF-C's DAP4 client a Float32 attribute may be one unit
-    in the last place low (see :func:`test_float32_attributes_are_sent_exactly`)."""
+    """Equal attributes; through netCDF-C's DAP4 client a Float32 attribute may be off in its
+    last places (see :func:`test_float32_attributes_are_exact_or_refused_to_a_client_that_
+    misreads_them`)."""
     if isinstance(theirs, str):
         return ours == theirs
     got, want = np.asarray(ours).ravel(), np.asarray(theirs).ravel()

@@ -57,9 +57,9 @@ from refgrid.serve.http import (
     HttpError,
     Settings,
     State,
+    answer,
     caching,
     dataset_of,
-    failure,
     in_pool,
     not_modified,
     waiting,
@@ -249,11 +249,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _failed(request: web.Request, error: Exception) -> web.Response:
-    answer = failure(error, request.app[SETTINGS])
-    if answer is None:  # a bug: logged with its traceback, answered with one line
-        log.exception("%s %s failed", request.method, request.path)
-        answer = 500, f"internal error: {type(error).__name__}", {}
-    status, reason, headers = answer
+    status, reason, headers = answer(request, error)
     return _error(status, reason, headers or None)
 
 

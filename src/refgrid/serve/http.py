@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from aiohttp import web
 from refgrid.errors import AccessError, ArgumentError, ReadError, RefgridError
 from refgrid.serve.catalog import Catalog, Dataset, Entry
 
+log = logging.getLogger("refgrid.serve")
 INDEX_DETAILS = 50
 """The index opens (and describes) at most this many datasets; the rest are listed by name."""
 DAP_MAX_BYTES = 2**30
@@ -76,6 +78,18 @@ def failure(error: BaseException, settings: Settings) -> tuple[int, str, dict[st
     if isinstance(error, TimeoutError):
         return 504, f"the request took longer than {settings.request_timeout:g} s", {}
     return None
+
+
+def answer(request: web.Request, error: BaseException,
+           what: str = "failed") -> tuple[int, str, dict[str, str]]:
+    """The status, reason and headers ``error`` is answered with (:func:`failure`); a bug
+    is logged with its traceback (``what`` says when it happened) and answered as a 500
+    with one line."""
+    found = failure(error, request.app[SETTINGS])
+    if found is not None:
+        return found
+    log.error("%s %s %s", request.method, request.path, what, exc_info=error)
+    return 500, f"internal error: {type(error).__name__}", {}
 
 
 async def in_pool(request: web.Request, fn: Callable[[*Args], T], *args: *Args) -> T:

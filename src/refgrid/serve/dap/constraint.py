@@ -36,10 +36,6 @@ class Projection:
         return tuple(len(range(s.start, s.stop, s.step)) for s in self.slices)
 
     @property
-    def whole(self) -> bool:
-        return self.shape == self.variable.shape
-
-    @property
     def count(self) -> int:
         n = 1
         for length in self.shape:

@@ -133,12 +133,6 @@ def encode(projection: Projection, values: np.ndarray) -> bytes | memoryview:
     return wire_view(values, kind.wire)
 
 
-def wire_bytes(projection: Projection) -> int | None:
-    """The bytes of ``projection``'s values (not for strings)."""
-    kind = projection.variable.type(4)
-    return None if kind.name == "String" else projection.count * kind.wire.itemsize
-
-
 def chunk(data: bytes, flags: int = 0) -> bytes:
     """One chunk of the framing (at most :data:`CHUNK_LIMIT` bytes of ``data``)."""
     return struct.pack(">I", (flags | LITTLE_ENDIAN) << 24 | len(data)) + data

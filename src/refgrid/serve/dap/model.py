@@ -123,10 +123,6 @@ class DapVariable:
         return self.path.rpartition("/")[2]
 
     @property
-    def group(self) -> str:
-        return self.path.rpartition("/")[0]
-
-    @property
     def shape(self) -> tuple[int, ...]:
         return self.array.shape
 

@@ -8,7 +8,7 @@ read while the last is sent, so memory holds the opening (below) and then two bl
 whatever the response's size; a
 response whose values exceed the service's ``dap_max_bytes`` is refused before anything is
 read (413). Failures are DAP error responses with the Zarr endpoints' statuses (one mapping:
-:func:`refgrid.serve.http.failure`); one met mid-response ends a DAP4 response with an error
+:func:`refgrid.serve.http.answer`); one met mid-response ends a DAP4 response with an error
 chunk and cuts a DAP2 one short (its ``Content-Length`` unmet), so no client takes a partial
 response for a whole one.
 """
@@ -37,8 +37,8 @@ from refgrid.serve.http import (
     SETTINGS,
     HttpError,
     admitted,
+    answer,
     caching,
-    failure,
     in_pool,
     not_modified,
 )
@@ -110,11 +110,7 @@ def _refuse_misread(request: web.Request, dap: DapDataset,
 def error_response(request: web.Request, error: BaseException, protocol: int) -> web.Response:
     """``error`` as a DAP error response of ``protocol``, with the status the Zarr
     endpoints give it."""
-    answer = failure(error, request.app[SETTINGS])
-    if answer is None:  # a bug: logged with its traceback, answered with one line
-        log.exception("%s %s failed", request.method, request.path)
-        answer = 500, f"internal error: {type(error).__name__}", {}
-    status, reason, headers = answer
+    status, reason, headers = answer(request, error)
     if protocol == 2:
         body = f"Error {{\n    code = {status};\n    message = {dap2.quoted(reason)};\n}};\n"
         return web.Response(status=status, text=body, content_type="text/plain", headers={
@@ -210,14 +206,9 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
             if request.transport is not None:
                 request.transport.abort()
         except Exception as e:
-            answer = failure(e, request.app[SETTINGS])
-            if answer is None:
-                log.exception("%s %s failed mid-response", request.method, request.path)
-            else:
-                log.warning("%s %s failed mid-response: %s", request.method, request.path,
-                            answer[1])
+            _, reason, _ = answer(request, e, "failed mid-response")
+            log.warning("%s %s failed mid-response: %s", request.method, request.path, reason)
             if kind == "dap":  # a DAP4 response can say so
-                reason = answer[1] if answer else f"internal error: {type(e).__name__}"
                 try:
                     await _write(request, response,
                                  dap4.chunk(reason.encode(), dap4.ERROR | dap4.LAST))
