@@ -206,8 +206,10 @@ class Pipeline:
 
 
 def stored_dtype(dtype: np.dtype, codecs: Sequence[CodecJSON]) -> np.dtype:
-    """``dtype`` in the byte order its chunks are stored in."""
+    """``dtype`` in the byte order its chunks are stored in (a record's fields too: Zarr's
+    ``struct`` stores every field in the ``bytes`` codec's order; raw bytes have none)."""
     endian = Pipeline.of(codecs).endian
-    if not endian or dtype.itemsize == 1 or dtype.kind in "OTV":
+    if not endian or dtype.itemsize == 1 or dtype.kind in "OT" or \
+            (dtype.kind == "V" and dtype.fields is None):
         return dtype
     return dtype.newbyteorder(">" if endian == "big" else "<")

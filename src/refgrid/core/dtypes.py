@@ -49,17 +49,29 @@ STRING = np.dtypes.StringDType()
 """Variable-length UTF-8 strings (Zarr ``string``); object dtype means variable-length bytes."""
 
 
-def _flat_compound(dtype: np.dtype) -> bool:
-    """A compound zarr's ``structured`` type can hold: scalar fields, one byte order, packed."""
-    assert dtype.fields is not None and dtype.names is not None
+def flat_records(dtype: np.dtype) -> bool:
+    """Records of scalar fields, packed (no gaps), in any byte orders: what a Zarr v2
+    record type (a numpy descr, each field with its order) holds and every zarr reads."""
+    if dtype.fields is None or dtype.names is None:
+        return False
     fields = [(dtype.fields[name][0], dtype.fields[name][1]) for name in dtype.names]
     if any(f.fields is not None or f.subdtype is not None for f, _ in fields):
         return False
-    native = "<" if np.little_endian else ">"
-    orders = {native if f.byteorder == "=" else f.byteorder for f, _ in fields if f.itemsize > 1}
     sizes = [f.itemsize for f, _ in fields]
     packed = [offset for _, offset in fields] == [sum(sizes[:k]) for k in range(len(sizes))]
-    return len(orders - {"|"}) <= 1 and packed and sum(sizes) == dtype.itemsize
+    return packed and sum(sizes) == dtype.itemsize
+
+
+def _flat_compound(dtype: np.dtype) -> bool:
+    """A compound every zarr reads right as a Zarr v3 ``struct``: flat records stored
+    little-endian. zarr < 3.3 views a struct's chunks in the native order whatever the
+    ``bytes`` codec's ``endian`` says (3.1 and 3.2 read ``(1, 1.5)`` stored big-endian as
+    ``(16777216, 3.1e-319)``), so big-endian records are raw bytes: exact for every reader."""
+    assert dtype.fields is not None
+    native = "<" if np.little_endian else ">"
+    orders = {native if f[0].byteorder == "=" else f[0].byteorder
+              for f in dtype.fields.values() if f[0].itemsize > 1}
+    return flat_records(dtype) and orders <= {"<", "|"}
 
 
 def storable(dtype: np.dtype) -> tuple[np.dtype, Attributes]:
@@ -68,6 +80,14 @@ def storable(dtype: np.dtype) -> tuple[np.dtype, Attributes]:
         return dtype, {}
     descr = json.loads(json.dumps(np.lib.format.dtype_to_descr(dtype)))
     return np.dtype(f"V{dtype.itemsize}"), {DTYPE_ATTR: descr}
+
+
+def recast_fill(fill: object, dtype: np.dtype, to: np.dtype) -> object:
+    """A fill value of ``dtype`` as type ``to`` holds the same bytes: records as the raw
+    bytes :func:`storable` stores them as, and back."""
+    if fill is None or to == dtype:
+        return fill
+    return np.frombuffer(np.asarray(fill, dtype).tobytes(), to)[0]
 
 
 def zarr_records(records: np.dtype) -> np.dtype | None:

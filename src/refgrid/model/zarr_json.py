@@ -18,11 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast
 
-from refgrid.codecs.filters import CodecJSON, stored_dtype
+from refgrid.codecs.filters import CodecJSON, bytes_codec, stored_dtype
 from refgrid.core.dtypes import (
     BOOKKEEPING_PREFIX,
     model_attributes,
+    recast_fill,
     split_bookkeeping,
+    storable,
     zarr_attributes,
     zarr_data_type,
     zarr_fill_value,
@@ -41,6 +43,7 @@ from refgrid.model.manifest import ChunkManifest
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 
 if TYPE_CHECKING:
+    import numpy as np
     from zarr.core.common import JSON as ZarrJSON
     from zarr.core.dtype.common import DTypeSpec_V3
 
@@ -258,6 +261,20 @@ def root_array_name(source: str) -> str:
     return stem or "data"
 
 
+def _records_stored(dtype: np.dtype, fill: object, codecs: tuple[CodecJSON, ...]
+                   ) -> tuple[np.dtype, object, tuple[CodecJSON, ...], Attributes]:
+    """Records another writer described as a Zarr ``struct`` (or a Zarr v2 record type) as
+    refgrid stores them (:func:`refgrid.core.dtypes.storable`): raw bytes and the record type
+    in ``_refgrid_dtype`` where stock readers would misread the struct (big-endian fields),
+    so what refgrid writes again reads right everywhere. The dtype, fill value, codecs and
+    the bookkeeping attributes to add."""
+    stored, records = storable(dtype)
+    if not records:
+        return dtype, fill, codecs, {}
+    raw = tuple(bytes_codec(stored) if c["name"] == "bytes" else c for c in codecs)
+    return stored, recast_fill(fill, dtype, stored), raw, records
+
+
 def _group(path: str, docs: Mapping[str, Mapping[str, object]],
            arrays: dict[str, VirtualArray]) -> VirtualGroup:
     prefix = f"{path}/" if path else ""
@@ -284,9 +301,10 @@ def _array(path: str, found: Mapping[str, object], manifest_for: ManifestFor,
             warnings.simplefilter("ignore")
             zdtype = get_data_type_from_json(doc["data_type"], zarr_format=3)
             dtype = zdtype.to_native_dtype()
-            fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
+            given_fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
         if codecs:
             dtype = stored_dtype(dtype, codecs)
+        dtype, fill, codecs, records = _records_stored(dtype, given_fill, codecs)
         given = doc.get("dimension_names")
         names = given if given is not None else [None] * len(shape)
         if not isinstance(names, list) or len(names) != len(shape) or not all(
@@ -294,7 +312,7 @@ def _array(path: str, found: Mapping[str, object], manifest_for: ManifestFor,
             raise FormatError(source, path, f"dimension_names {names!r:.80} is not a list of "
                               f"{len(shape)} names")
         dims = tuple(n if n is not None else f"dim_{k}" for k, n in enumerate(names))
-        attrs = model_attributes(doc.get("attributes") or {}, dtype)
+        attrs = {**model_attributes(doc.get("attributes") or {}, dtype), **records}
         if given is None or None in names:
             attrs[DIMENSION_NAMES_ATTR] = None if given is None else list(names)
         encoding = KeyEncoding.from_json(doc.get("chunk_key_encoding"))

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from refgrid.codecs.filters import CodecJSON, UnsupportedFilter, bytes_codec, hdf5_pipeline
-from refgrid.core.dtypes import STRING, storable
+from refgrid.core.dtypes import STRING, recast_fill, storable
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.typed import Attributes
 from refgrid.core.util import import_extra
@@ -275,9 +275,7 @@ class _Scan:
         if dtype.fields is not None:
             stored, extra = storable(dtype)
             attrs = {**attrs, **extra}
-            if stored != dtype:  # (records with array members: stored as raw bytes)
-                fill = np.frombuffer(np.asarray(fill, dtype).tobytes(), stored)[0]
-            dtype = stored
+            fill, dtype = recast_fill(fill, dtype, stored), stored  # (raw bytes?)
         if "compact" in storage or "missingdata" in storage:
             data = self.held(storage, dtype, shape, where)
             return _inline(name, dims, dtype, shape, data, fill, attrs)

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from refgrid.codecs.filters import ARRAY_TO_ARRAY, CodecJSON, bytes_codec
 from refgrid.codecs.pipeline import numcodec
-from refgrid.core.dtypes import STRING
+from refgrid.core.dtypes import STRING, recast_fill, storable
 from refgrid.core.keys import METADATA, ZARRAY, ZATTRS, ZGROUP, KeyEncoding
 from refgrid.core.typed import JSON, JSONObject, StorageOptions
 from refgrid.errors import FormatError, NotFoundError
@@ -168,15 +168,16 @@ def _array_v2(path: str, documents: Mapping[str, JSONObject], manifest_for: V2Ma
     vlen = [f for f in chain if f.get("id") in VLEN]
     if vlen:
         dtype = VLEN[vlen[0]["id"]][0]
-    codecs = _v3_codecs(chain, dtype, url, path)
+    stored, records = storable(dtype)  # (records stock zarr misreads: raw bytes)
+    fill = recast_fill(_fill_v2(meta.get("fill_value"), dtype), dtype, stored)
+    codecs = _v3_codecs(chain, stored, url, path)
     grid = RectilinearGrid.regular(shape, chunk_shape if shape else ())
     separator = meta.get("dimension_separator", ".")
     manifest = manifest_for(path, grid, separator)
     return VirtualArray(path.rsplit("/", 1)[-1] or "data",
                         tuple(cast(list[str], dims)) if dims  # (names: VirtualArray checks)
                         else tuple(f"dim_{k}" for k in range(len(shape))),
-                        dtype, grid, manifest, _fill_v2(meta.get("fill_value"), dtype),
-                        codecs, attrs)
+                        stored, grid, manifest, fill, codecs, {**attrs, **records})
 
 
 def _v3_codecs(chain: list[CodecV2], dtype: np.dtype, url: str,

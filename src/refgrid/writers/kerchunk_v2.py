@@ -21,7 +21,13 @@ from collections.abc import Mapping
 
 from refgrid.codecs.filters import CodecJSON, Pipeline, stored_dtype
 from refgrid.codecs.numcodecs_v2 import SIZED
-from refgrid.core.dtypes import split_bookkeeping, zarr_dtype
+from refgrid.core.dtypes import (
+    flat_records,
+    original_dtype,
+    recast_fill,
+    split_bookkeeping,
+    zarr_dtype,
+)
 from refgrid.core.keys import ZARRAY, ZATTRS, ZGROUP
 from refgrid.core.typed import JSONObject
 from refgrid.errors import WriteError
@@ -81,13 +87,17 @@ def _v2_dtype_and_fill(path: str, array: VirtualArray) -> tuple[object, object, 
     """The ``dtype`` and ``fill_value`` of ``.zarray``, and whether the CF ``_FillValue``
     became that fill value (xarray reads it from there in v2); without one that fits the
     type, a fill only where some chunk is missing."""
-    zdtype = zarr_dtype(stored_dtype(array.dtype, array.codecs), zarr_format=2)
+    dtype = stored_dtype(array.dtype, array.codecs)
+    records = original_dtype(array.attrs, dtype)  # (raw bytes: Zarr v3 would misread them)
+    typed = records != dtype and flat_records(records)  # (v2 keeps each field's order)
+    zdtype = zarr_dtype(records if typed else dtype, zarr_format=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         name = zdtype.to_json(zarr_format=2)["name"]
         candidates = [(array.attrs.get("_FillValue"), True)]
         if array.manifest.missing.any():
-            candidates.append((array.fill_value, False))
+            candidates.append((recast_fill(array.fill_value, dtype, zdtype.to_native_dtype()),
+                               False))
         for value, from_attribute in candidates:
             if value is None:
                 continue
