@@ -568,9 +568,9 @@ def test_chunks_are_read_on_the_services_threads_never_on_its_loop(root, monkeyp
     threads = []
     real = OpenFiles.pread
 
-    def recorded(self, url, offset, length):
+    def recorded(self, *args):
         threads.append(threading.current_thread().name)
-        return real(self, url, offset, length)
+        return real(self, *args)
 
     monkeypatch.setattr(OpenFiles, "pread", recorded)
     for served in start_refgrid_serve(root, allow_sources=(str(FIXTURES),), workers=2):

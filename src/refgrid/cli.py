@@ -640,12 +640,18 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
               help="Largest OPeNDAP data response, in bytes of values (e.g. 500MB, 2GiB); a "
                    "larger one is refused (413) with its size, so the client asks for a "
                    "hyperslab.")
+@click.option("--strict-sources", is_flag=True, default=False,
+              help="Also check each local source's change time (ctime) at every read: a "
+                   "rewrite whose modification time was put back is refused too (as is a "
+                   "chmod or a new hard link). Size, modification time and the file itself "
+                   "are always checked.")
 @storage_option
 def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: int,
           max_age: int, request_timeout: float, header_timeout: float, access_log: bool,
           follows: tuple[str, ...], concat_dim: str, every: str, older_than: str,
           file_timeout: float | None, scheduler: str | None, state: Path | None,
-          refresh_token: str | None, dap_max_bytes: str, storage: tuple[str, ...]) -> None:
+          refresh_token: str | None, dap_max_bytes: str, strict_sources: bool,
+          storage: tuple[str, ...]) -> None:
     """Serve every reference set and Zarr v3 store under ROOT as Zarr v3 over HTTP.
 
     Each dataset NAME (its path under ROOT, without .json/.parq/.zarr) is served at
@@ -686,7 +692,7 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
         follow=followed, state=state, refresh_token=refresh_token,
         request_timeout=request_timeout, storage_options=_storage_options(storage),
         access_log=access_log, header_timeout=header_timeout,
-        dap_max_bytes=limit,
+        dap_max_bytes=limit, strict_sources=strict_sources,
         announce=lambda url: click.echo(f"refgrid serve: {url} (Ctrl-C stops)", err=True))
 
 

@@ -28,14 +28,14 @@ from bisect import bisect_right
 from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import NotRequired, TypedDict, cast
+from typing import Literal, NotRequired, TypedDict, cast
 
 import fsspec
 from fsspec.core import url_to_fs
 
 from refgrid.core.typed import StorageOptions, Untyped
 from refgrid.core.util import gc_paused, thread_pool
-from refgrid.errors import MissingExtraError, NotFoundError, ReadError, ScanError
+from refgrid.errors import ArgumentError, MissingExtraError, NotFoundError, ReadError, ScanError
 
 SOURCES_KEY = "refgrid"
 """Top-level key of JSON references (and of parquet's ``.zmetadata``) holding refgrid's own
@@ -268,7 +268,8 @@ class _CheckState(TypedDict):
     """A :class:`SourceCheck` as pickled: what it checks, not what it has checked."""
 
     recorded: Mapping[str, SourceIdentity]
-    storage_options: dict[str, object]
+    storage_options: StorageOptions
+    strict: bool
 
 
 class StoredSources(Mapping[str, SourceIdentity]):
@@ -340,25 +341,57 @@ class StoredSources(Mapping[str, SourceIdentity]):
         return dict, (dict(self.items()),)
 
 
+Verify = bool | Literal["strict"]
+"""How readers check sources (``verify_sources=``): not at all, by their recorded identity
+(and, locally, as the same file), or ``"strict"``: their change time too (SourceCheck)."""
+
+
+def source_check(sources: Mapping[str, SourceIdentity], storage_options: StorageOptions | None,
+                 verify: Verify) -> SourceCheck | None:
+    """The check a reader makes of ``sources`` (None: nothing to check, or not asked)."""
+    if verify not in (True, False, "strict"):
+        raise ArgumentError(f"verify_sources takes True, False or 'strict', not {verify!r}")
+    if not verify or not sources:
+        return None
+    return SourceCheck(sources, storage_options, strict=verify == "strict")
+
+
+Stamp = tuple[int, ...]
+"""Which local file a check saw: its device and inode (and change time, ``strict``)."""
+
+
 class SourceCheck:
-    """Checks each recorded source once, the first time a read touches it."""
+    """Checks each recorded source the first time a read touches it, and every local read
+    after that: the descriptor a read used is asked (``fstat``) whether it still holds the
+    recorded version (size, modification time) and the file the first check saw (device and
+    inode: a file renamed over it is another file), so a rewrite while a read is under way
+    fails that read instead of handing out bytes of two versions. What this cannot see: a
+    rewrite of the same size whose modification time is put back, before the first read in
+    this process (``strict`` also asks the change time, which nobody can put back, from the
+    first read on: a ``chmod`` or a new hard link then counts as a change too)."""
 
     def __init__(self, recorded: Mapping[str, SourceIdentity],
-                 storage_options: StorageOptions | None = None) -> None:
+                 storage_options: StorageOptions | None = None, strict: bool = False) -> None:
         self.recorded = recorded if isinstance(recorded, StoredSources) else dict(recorded)
         self.storage_options = dict(storage_options or {})
+        self.strict = strict
         self.checked: set[str] = set()
+        self.stamps: dict[str, Stamp] = {}
+        """Each local source as the first check in this process saw it (kept when checks
+        are forgotten: a file put in its place later is another file)."""
         self.lock = threading.Lock()
 
     def __getstate__(self) -> _CheckState:
-        return {"recorded": self.recorded, "storage_options": self.storage_options}
+        return {"recorded": self.recorded, "storage_options": self.storage_options,
+                "strict": self.strict}
 
     def __setstate__(self, state: _CheckState) -> None:
-        self.__init__(state["recorded"], state["storage_options"])  # type: ignore[misc]
+        self.__init__(state["recorded"], state["storage_options"],  # type: ignore[misc]
+                      state["strict"])
 
     def forget(self) -> None:
         """Check every source again at its next read (a long-running reader's sources may
-        be rewritten after their first check)."""
+        be rewritten, replaced or removed after their first check)."""
         with self.lock:
             self.checked.clear()
 
@@ -384,6 +417,16 @@ class SourceCheck:
 
         return wait
 
+    def confirm(self, url: str, fd: int) -> None:
+        """After a read of local ``url`` through ``fd``: the bytes read are the recorded
+        version's, or a :class:`ReadError` says what changed."""
+        if url not in self.recorded:
+            return
+        changed = self._difference(url, os.fstat(fd))
+        if changed:
+            raise ReadError(f"{url}: the source changed while it was read ({changed}); scan "
+                            "it again, or pass verify_sources=False to read it anyway")
+
     def _done(self, url: str) -> None:
         with self.lock:
             self.checked.add(url)
@@ -391,18 +434,35 @@ class SourceCheck:
     def _check(self, url: str) -> None:
         expected = self.recorded[url]
         try:
-            now = identity_of(url, self.storage_options)
+            if is_local(url):
+                changed = self._difference(url, os.stat(url.removeprefix("file://")))
+            else:
+                changed = identity_difference(expected,
+                                              identity_of(url, self.storage_options))
         except FileNotFoundError as e:
             reason = not_found(e)
-            if reason == "file not found":
+            if reason == "file not found" and url not in self.stamps:
                 return  # the read that follows names the missing file and the chunk
             raise ReadError(f"{url}: cannot check the source: {reason}") from e
         except OSError as e:
             raise ReadError(f"{url}: cannot check the source: {e}") from e
-        changed = identity_difference(expected, now)
         if changed:
             raise ReadError(f"{url}: the source changed since it was scanned ({changed}); "
                             "scan it again, or pass verify_sources=False to read it anyway")
+
+    def _difference(self, url: str, stat: os.stat_result) -> str:
+        """How the local file ``stat`` describes differs from the recorded version and
+        from the file first seen (``""``: it is the same)."""
+        changed = identity_difference(self.recorded[url], stat_identity(stat))
+        if changed:
+            return changed
+        stamp = (stat.st_dev, stat.st_ino, *((stat.st_ctime_ns,) if self.strict else ()))
+        with self.lock:
+            first = self.stamps.setdefault(url, stamp)
+        if first[:2] != stamp[:2]:
+            return "another file was put in its place"
+        return "" if first == stamp else "its status changed (ctime: written to, its " \
+            "modification time set back, or its permissions or links changed)"
 
 
 _held: dict[str, tuple[bytes, SourceIdentity]] = {}

@@ -92,7 +92,7 @@ def fetch_chunks(array: VirtualArray, name: str, flat: np.ndarray,
         checked = check.start(table[int(i)] for i in np.unique(path_id[path_id >= 0])) \
             if check is not None else None
         try:
-            blobs = read_ranges(table, path_id, offset, length, storage_options)
+            blobs = read_ranges(table, path_id, offset, length, storage_options, check)
         finally:  # no bytes handed out, nor a failed read reported, before the check is done
             if checked is not None:
                 checked()

@@ -20,6 +20,7 @@ from xarray.backends import BackendEntrypoint
 if TYPE_CHECKING:
     from xarray import Dataset, DataTree
 
+    from refgrid.core.sources import Verify
     from refgrid.scanners import Input
 
 
@@ -54,14 +55,17 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         decode_coords: bool = True,
         auto_complex: bool | None = None,
         allowed_sources: Sequence[str] | None = None,
-        verify_sources: bool = True,
+        verify_sources: Verify = True,
     ) -> Dataset:
         """``auto_complex`` is accepted for netCDF4-engine compatibility: refgrid always
         reads HDF5 complex compounds (``r``/``i`` members) as complex numbers.
         ``allowed_sources``: prefixes the files named by references must lie under (see
         :func:`refgrid.scan`). ``verify_sources``: check each source file's size,
         modification time or ETag against the references' record before reading it (once
-        per file), so a changed source is an error rather than other data."""
+        per file), and every local read after it (the file read still the one checked), so
+        a changed source is an error rather than other data; ``"strict"`` also notices a
+        local rewrite whose modification time was put back (the change time, from the
+        first read on; a ``chmod`` counts as a change)."""
         from refgrid.read.dataset import OpenArgs, open_groups
 
         args = OpenArgs(drop_variables, group, storage_options, mask_and_scale, decode_times,

@@ -25,7 +25,7 @@ from refgrid.core.dtypes import (
     variable_encoding,
     vlen_element,
 )
-from refgrid.core.sources import SourceCheck
+from refgrid.core.sources import SourceCheck, Verify, source_check
 from refgrid.errors import ArgumentError, FormatError, GroupError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.read.array import Reader
@@ -116,7 +116,7 @@ class OpenArgs(NamedTuple):
     concat_characters: bool = True
     decode_coords: bool = True
     allowed_sources: Sequence[str] | None = None
-    verify_sources: bool = True
+    verify_sources: Verify = True
 
     def decoding(self) -> dict[str, Any]:
         return {k: v for k, v in self._asdict().items() if k not in DATASET_ARGS}
@@ -131,8 +131,7 @@ def open_groups(source: Input, args: OpenArgs, subgroups: bool) -> dict[str, Dat
     below it (``/sub``, ...), from one scan of ``source``."""
     options: dict[str, Any] = args.storage_options or {}  # scan's **storage_options: untyped
     scanned = scan(source, allowed_sources=args.allowed_sources, **options)
-    check = SourceCheck(scanned.sources, args.storage_options) \
-        if args.verify_sources and scanned.sources else None
+    check = source_check(scanned.sources, args.storage_options, args.verify_sources)
     root = _group(scanned, args.group, source)
     base = args.group.strip("/") if args.group else ""
     nodes = {"": root} | ({path: node for path, node in root.walk()

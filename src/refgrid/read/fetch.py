@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from refgrid.core.sources import filesystem, held, is_local, not_found
+from refgrid.core.sources import SourceCheck, filesystem, held, is_local, not_found
 from refgrid.core.typed import Bytes, StorageOptions
 from refgrid.model.manifest import UNSIZED
 
@@ -85,19 +85,21 @@ class _Requests:
 
 
 def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
-                length: np.ndarray, storage_options: StorageOptions | None = None
-                ) -> list[Bytes | None]:
+                length: np.ndarray, storage_options: StorageOptions | None = None,
+                check: SourceCheck | None = None) -> list[Bytes | None]:
     """The bytes of range ``k``: ``paths[path_id[k]]`` from ``offset[k]``, ``length[k]`` long
     — or, for a length of :data:`~refgrid.model.manifest.UNSIZED`, the whole file, None if
     there is none.
 
     A range past the end of its file comes back short (callers check); a missing file or a
-    failed request raises :class:`FetchError`.
+    failed request raises :class:`FetchError`. With ``check``, each local file's descriptor
+    is asked after its reads whether it still holds the recorded version
+    (:meth:`SourceCheck.confirm`: a :class:`~refgrid.errors.ReadError` if not).
     """
     out: list[Bytes | None] = [b""] * len(path_id)
     whole = np.flatnonzero(length == UNSIZED)
     if len(whole):
-        _read_whole(paths, path_id, whole, storage_options or {}, out)
+        _read_whole(paths, path_id, whole, storage_options or {}, out, check)
         ranged = np.ones(len(path_id), bool)
         ranged[whole] = False
         path_id = np.where(ranged, path_id, -1)  # those are done
@@ -112,7 +114,7 @@ def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
             for k in members.tolist():
                 out[k] = memoryview(kept[0])[int(offset[k]):int(offset[k] + length[k])]
         elif is_local(url):
-            _read_local(url, members, offset, length, out)
+            _read_local(url, members, offset, length, out, check)
         else:
             remote.setdefault(url.split("://", 1)[0], []).append((url, members))
     for files in remote.values():  # one filesystem per protocol
@@ -121,7 +123,8 @@ def read_ranges(paths: Sequence[str], path_id: np.ndarray, offset: np.ndarray,
 
 
 def _read_whole(paths: Sequence[str], path_id: np.ndarray, members: np.ndarray,
-                storage_options: StorageOptions, out: list[Bytes | None]) -> None:
+                storage_options: StorageOptions, out: list[Bytes | None],
+                check: SourceCheck | None) -> None:
     """Whole files (a Zarr store's chunk files): each read once, concurrently where remote;
     an absent one is None (a chunk never written)."""
     remote: dict[str, list[int]] = {}
@@ -134,6 +137,8 @@ def _read_whole(paths: Sequence[str], path_id: np.ndarray, members: np.ndarray,
             try:
                 with open(url.removeprefix("file://"), "rb") as f:
                     out[k] = f.read()
+                    if check is not None:
+                        check.confirm(url, f.fileno())
             except FileNotFoundError:
                 out[k] = None
             except (OSError, ValueError) as e:
@@ -156,7 +161,7 @@ def _read_whole(paths: Sequence[str], path_id: np.ndarray, members: np.ndarray,
 
 
 def _read_local(url: str, members: np.ndarray, offset: np.ndarray, length: np.ndarray,
-                out: list[Bytes | None]) -> None:
+                out: list[Bytes | None], check: SourceCheck | None) -> None:
     requests = _Requests(members, offset, length, LOCAL_GAP)
     try:
         fd = os.open(url.removeprefix("file://"), os.O_RDONLY)
@@ -172,6 +177,8 @@ def _read_local(url: str, members: np.ndarray, offset: np.ndarray, length: np.nd
                 raise FetchError(requests.first_member(r), url,
                                  f"cannot read bytes {start}-{end}: {e}", False) from e
             requests.serve(r, block, out)
+        if check is not None:  # (after the reads: a change while they ran is seen)
+            check.confirm(url, fd)
     finally:
         os.close(fd)
 
@@ -244,18 +251,19 @@ class OpenFiles:
         self._closing = False
         self._finalizer = weakref.finalize(self, _close_all, self._fds)
 
-    def pread(self, url: str, offset: int, length: int) -> bytes | None:
+    def pread(self, url: str, offset: int, length: int,
+              check: SourceCheck | None = None) -> bytes | None:
         """``length`` bytes of local ``url`` from ``offset`` (short past its end), or None if
-        the file cannot be opened or read (the caller's general path names why)."""
+        the file cannot be opened or read (the caller's general path names why); with
+        ``check``, confirmed to be the recorded version's (a kept descriptor may outlive
+        the file it was opened on)."""
         with self._lock:  # (closing: the kept descriptors may be closing under us)
             fd = None if self._closing else self._fds.get(url)
             if fd is not None:
                 self._busy += 1
         if fd is not None:
             try:
-                return os.pread(fd, length, offset)
-            except OSError:
-                return None
+                return _pread(fd, url, length, offset, check)
             finally:
                 self._release()
         try:
@@ -270,9 +278,7 @@ class OpenFiles:
                 self._busy += 1
                 _Kept.count += 1
         try:
-            return os.pread(fd, length, offset)
-        except OSError:
-            return None
+            return _pread(fd, url, length, offset, check)
         finally:
             if kept:
                 self._release()
@@ -294,6 +300,17 @@ class OpenFiles:
             idle = not self._busy
         if idle:
             self._finalizer()
+
+
+def _pread(fd: int, url: str, length: int, offset: int,
+           check: SourceCheck | None) -> bytes | None:
+    try:
+        data = os.pread(fd, length, offset)
+    except OSError:
+        return None
+    if check is not None:
+        check.confirm(url, fd)
+    return data
 
 
 def _close_all(fds: dict[str, int]) -> None:

@@ -25,6 +25,7 @@ from refgrid.read.view import Chunk, Directory, Document, Parsed, View, acontent
 from refgrid.scanners import scan
 
 if TYPE_CHECKING:
+    from refgrid.core.sources import Verify
     from refgrid.read.view_chunks import ViewChunks
     from refgrid.scanners import Input
 
@@ -129,7 +130,7 @@ class ViewFileSystem(AbstractFileSystem):
 def get_mapper(refs: Input, chunks: ViewChunks = "auto",
                storage_options: StorageOptions | None = None, unpack: bool = False,
                allowed_sources: Sequence[str] | None = None,
-               verify_sources: bool = True) -> FSMap:
+               verify_sources: Verify = True) -> FSMap:
     """An fsspec mapper with a regular-grid Zarr v3 view of a refgrid dataset.
 
     ``refs``: a reference dict, or a path/URL to JSON or parquet references or a Zarr v3
@@ -142,7 +143,7 @@ def get_mapper(refs: Input, chunks: ViewChunks = "auto",
     float64. Their raw values are then not available through the view.
     ``allowed_sources``: prefixes the files named by references must lie under (see
     :func:`refgrid.scan`). ``verify_sources``: check each source's recorded identity before
-    its first read (see the engine).
+    its first read, and every local read (``"strict"``: see the engine).
     """
     options: Mapping[str, Any] = storage_options or {}  # scan's **storage_options: untyped
     group = scan(refs, allowed_sources=allowed_sources, **options)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal, cast
 import numpy as np
 
 from refgrid.core.keys import BOOKKEEPING
-from refgrid.core.sources import ATTRIBUTES_KEY, SourceCheck, held, is_local
+from refgrid.core.sources import ATTRIBUTES_KEY, Verify, held, is_local, source_check
 from refgrid.core.typed import StorageOptions
 from refgrid.core.util import thread_pool
 from refgrid.errors import ReadError
@@ -91,15 +91,14 @@ class NativeView:
     """The dataset as it is (see the module docstring)."""
 
     def __init__(self, group: VirtualGroup, storage_options: StorageOptions | None = None,
-                 verify_sources: bool = True, unpack: bool = False,
+                 verify_sources: Verify = True, unpack: bool = False,
                  check_decoding: bool = False, *, executor: Executor | None = None,
                  inline_reads: bool = True, growing: str | None = None) -> None:
         self.storage_options = dict(storage_options or {})
         self.executor = executor or thread_pool("refgrid-view", WORKERS)
         self.inline_reads = inline_reads
         """Whether :meth:`aread` reads a lone local or inline chunk on the caller's thread."""
-        self.check = SourceCheck(group.sources, self.storage_options) \
-            if verify_sources and group.sources else None
+        self.check = source_check(group.sources, self.storage_options, verify_sources)
         self.arrays: dict[str, VirtualArray] = node_paths(group)
         self.ends = {path: end_axis(a, growing) for path, a in self.arrays.items()}
         """Per array, the axis along which its final chunk is cropped too (growing)."""
@@ -285,7 +284,10 @@ class NativeView:
                     self.check.start((url,))()
                 except ReadError as e:  # a source changed: named with the chunk asked for
                     raise chunk_error(self.arrays[path], path, flat, str(e)) from e
-            data = self.files.pread(url, int(found.offset[0]), length)
+            try:
+                data = self.files.pread(url, int(found.offset[0]), length, self.check)
+            except ReadError as e:  # rewritten while it was read: named with the chunk
+                raise chunk_error(self.arrays[path], path, flat, str(e)) from e
             if data is not None and len(data) == length:
                 return [data]
         return self.fetch(path, [flat])

@@ -41,7 +41,7 @@ from refgrid.core.dtypes import (
     zarr_records,
 )
 from refgrid.core.keys import BOOKKEEPING
-from refgrid.core.sources import ATTRIBUTES_KEY, SourceCheck
+from refgrid.core.sources import ATTRIBUTES_KEY, Verify, source_check
 from refgrid.core.typed import Attributes, StorageOptions
 from refgrid.core.util import thread_pool
 from refgrid.errors import ArgumentError, FormatError, RefgridError
@@ -182,7 +182,7 @@ class RegularView:
 
     def __init__(self, group: VirtualGroup, spec: ViewSpec = ViewSpec(),
                  storage_options: StorageOptions | None = None,
-                 verify_sources: bool = True, limits: ViewLimits | None = None, *,
+                 verify_sources: Verify = True, limits: ViewLimits | None = None, *,
                  executor: Executor | None = None, inline_reads: bool = True,
                  name: str = "<dataset>", growing: str | None = None) -> None:
         self.spec = spec
@@ -193,8 +193,7 @@ class RegularView:
         on refgrid's threads where large), not on :attr:`executor` (the service's loop must
         stay free)."""
         self.storage_options = dict(storage_options or {})
-        self.check = SourceCheck(group.sources, self.storage_options) \
-            if verify_sources and group.sources else None
+        self.check = source_check(group.sources, self.storage_options, verify_sources)
         arrays = node_paths(group)
         if isinstance(spec.chunks, tuple):
             dims = {d for a in arrays.values() for d in a.dims}

@@ -45,6 +45,7 @@ from refgrid.read.view_chunks import ViewChunks
 if TYPE_CHECKING:
     from zarr.core.common import BytesLike
 
+    from refgrid.core.sources import Verify
     from refgrid.scanners import Input
 
 READ_ONLY = "store was opened in read-only mode and does not support writing"
@@ -62,7 +63,7 @@ class _State(TypedDict):
     chunks: StoreChunks
     unpack: bool
     storage_options: dict[str, object]
-    verify_sources: bool
+    verify_sources: Verify
 
 
 class RefgridStore(Store):
@@ -70,7 +71,7 @@ class RefgridStore(Store):
 
     def __init__(self, source: Input | VirtualGroup, chunks: StoreChunks = "native",
                  unpack: bool = False, storage_options: StorageOptions | None = None,
-                 verify_sources: bool = True, *, read_only: bool = True) -> None:
+                 verify_sources: Verify = True, *, read_only: bool = True) -> None:
         if not read_only:
             raise ArgumentError("a refgrid store is read-only: it cannot be opened with "
                                 "read_only=False")
@@ -240,7 +241,7 @@ SIZE_BATCH = 256
 
 
 def open_view(source: Input | VirtualGroup, chunks: StoreChunks, unpack: bool,
-              storage_options: StorageOptions, verify_sources: bool = True) -> View:
+              storage_options: StorageOptions, verify_sources: Verify = True) -> View:
     """The view of ``source`` a store answers with."""
     from refgrid.scanners import scan
 
@@ -266,7 +267,7 @@ def _ranged(data: bytes, byte_range: ByteRequest | None) -> bytes:
 
 
 def open_store(source: Input | VirtualGroup, *, chunks: ViewChunks | str = "native",
-               unpack: bool = False, verify_sources: bool = True,
+               unpack: bool = False, verify_sources: Verify = True,
                **storage_options: object) -> RefgridStore:
     """A read-only ``zarr.abc.store.Store`` over anything :func:`refgrid.scan` accepts (JSON or
     parquet references, a Zarr v3 store, one HDF5/NetCDF file scanned on the fly, a loaded
@@ -277,8 +278,9 @@ def open_store(source: Input | VirtualGroup, *, chunks: ViewChunks | str = "nati
     :func:`refgrid.zarr_config`); with ``unpack=True`` packed variables are unpacked (float32
     for float32 factors) on those grids. ``"auto"`` or ``{dim: length}``: the regular view
     :func:`refgrid.get_mapper` gives, which any zarr reads. ``verify_sources``: check each
-    source's recorded identity before its first read (a source changed since the scan is an
-    error, not other data). ``storage_options`` reach the input and its source files.
+    source's recorded identity before its first read, and every local read (a source changed
+    since the scan, or while it is read, is an error, not other data; ``"strict"``: see the
+    engine). ``storage_options`` reach the input and its source files.
     """
     store = RefgridStore(source, chunks, unpack, storage_options, verify_sources)
     _ = store.view  # open now: a bad input is an error here, not at zarr's first read

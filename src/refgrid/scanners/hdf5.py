@@ -649,4 +649,5 @@ def scan_hdf5(source: Source, options: ScanOptions) -> VirtualGroup:
         with f:
             scan = _FileScan(source, options)
             root = scan.group(f, "")
-    return replace(root, report=tuple(scan.report), sources={source.url: identity})
+    return replace(root, report=tuple(scan.report),
+                   sources={source.url: source.settled(identity)})

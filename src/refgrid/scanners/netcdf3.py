@@ -264,7 +264,7 @@ def scan_netcdf3(source: Source, options: ScanOptions) -> VirtualGroup:
     attrs = dict(header.attrs)
     if header.record_dim is not None:
         attrs[ENCODING_ATTR] = {"unlimited_dims": [header.dims[header.record_dim][0]]}
-    return VirtualGroup(attrs, arrays, {}, tuple(report), {source.url: identity})
+    return VirtualGroup(attrs, arrays, {}, tuple(report), {source.url: source.settled(identity)})
 
 
 def _check_extent(v: _Var, shape: tuple[int, ...], is_record: bool, recsize: int, size: int,

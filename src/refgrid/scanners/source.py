@@ -22,6 +22,7 @@ from refgrid.core.sources import (
     absent,
     filesystem,
     held,
+    identity_difference,
     identity_from_info,
     identity_of,
 )
@@ -73,6 +74,21 @@ class Source:
             raise absent(self.url, e) from e
         except OSError as e:
             raise ScanError(self.url, None, f"cannot read: {e}") from e
+
+    def settled(self, identity: SourceIdentity) -> SourceIdentity:
+        """``identity``, taken before a scan, once the scan is done: a local file written to
+        while it was scanned (listed before its writer finished) is a :class:`ScanError`, not
+        references to bytes that were not there yet. (A remote object is replaced whole.)"""
+        if not self.is_local or held(self.url) is not None:
+            return identity
+        try:
+            changed = identity_difference(identity, identity_of(self.url))
+        except OSError as e:
+            changed = f"then it could not be read: {e}"
+        if changed:
+            raise ScanError(self.url, None, f"the file changed while it was scanned ({changed})"
+                            "; is it still being written? scan it once it is complete")
+        return identity
 
     @lazy
     def remote_info(self) -> dict[str, object]:

@@ -92,6 +92,7 @@ class AppOptions(TypedDict, total=False):
     state: str | os.PathLike[str] | None
     refresh_token: str | None
     dap_max_bytes: int
+    strict_sources: bool
 
 
 class RunOptions(AppOptions, total=False):
@@ -114,7 +115,8 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
              limits: ViewLimits | None = None, follow: Sequence[Follow] = (),
              state: str | os.PathLike[str] | None = None,
              refresh_token: str | None = None,
-             dap_max_bytes: int = DAP_MAX_BYTES) -> web.Application:
+             dap_max_bytes: int = DAP_MAX_BYTES,
+             strict_sources: bool = False) -> web.Application:
     """The service for the datasets under ``root``, as an aiohttp application to run or embed.
 
     ``allow_sources``: prefixes (paths or URLs) source files may lie under besides ``root``.
@@ -133,6 +135,12 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
 
     ``dap_max_bytes``: the largest OPeNDAP data response, in bytes of values (a larger one
     is refused with a 413 naming its size: the client asks for a hyperslab instead).
+
+    Every read of a local source is checked to be of the version the dataset's references
+    record (size, modification time, the same file: a source rewritten or replaced while
+    it is served fails the response, 502, never mixes versions); ``strict_sources`` also
+    asks its change time, which notices a rewrite whose modification time was put back (a
+    ``chmod`` or a new hard link then counts as a change too).
     """
     if not isinstance(dap_max_bytes, int) or isinstance(dap_max_bytes, bool) or \
             dap_max_bytes <= 0:
@@ -151,7 +159,8 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
     catalog = Catalog(root, (*allow_sources, *followed_sources), capacity,
                       recheck, storage_options, limits or ViewLimits(), pool,
                       {name: Followed(f.output, f.follow.concat_dim)
-                       for name, f in followers.items()})
+                       for name, f in followers.items()},
+                      "strict" if strict_sources else True)
     for name, follower in followers.items():
         follower.on_version = functools.partial(catalog.publish, name)
     app = web.Application(middlewares=[_errors], client_max_size=4096)
@@ -209,6 +218,8 @@ async def _close(app: web.Application) -> None:
         task.cancel()
     app[POOL].shutdown(wait=False, cancel_futures=True)
     app[CATALOG].close()  # (the files its datasets' views keep open)
+    for follower in app[FOLLOWERS].values():  # (another service may follow them now)
+        follower.close()
 
 
 # -- middleware and signals ------------------------------------------------------------------

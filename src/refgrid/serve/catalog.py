@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from refgrid.core.keys import METADATA, ZMETADATA
+from refgrid.core.sources import Verify, source_count
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import AccessError, ArgumentError, RefgridError
 from refgrid.model.virtual import VirtualGroup
@@ -139,6 +140,8 @@ class Dataset:
     """Seconds since the epoch: the newest of the file's and its sources' modification times."""
     executor: Executor | None = None
     """The service's threads, which read chunks for its views (its loop never does)."""
+    verify: Verify = True
+    """How its views check the sources (``"strict"``: their change time too)."""
     growing: str | None = None
     """A followed archive's concat dimension: its views keep what an append leaves alone."""
     native: NativeView = field(init=False)
@@ -151,8 +154,9 @@ class Dataset:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.native = NativeView(self.group, self.storage_options, executor=self.executor,
-                                 inline_reads=False, growing=self.growing)
+        self.native = NativeView(self.group, self.storage_options, self.verify,
+                                 executor=self.executor, inline_reads=False,
+                                 growing=self.growing)
 
     def close(self) -> None:
         """Give back the files its views hold open (reads under way finish first)."""
@@ -175,9 +179,9 @@ class Dataset:
     def unpacked_view(self) -> NativeView:
         with self.lock:
             if self.unpacked is None:
-                self.unpacked = NativeView(self.group, self.storage_options, unpack=True,
-                                           executor=self.executor, inline_reads=False,
-                                           growing=self.growing)
+                self.unpacked = NativeView(self.group, self.storage_options, self.verify,
+                                           unpack=True, executor=self.executor,
+                                           inline_reads=False, growing=self.growing)
             return self.unpacked
 
     def dap_dataset(self) -> DapDataset:
@@ -193,7 +197,8 @@ class Dataset:
             view = self.regular.get(spec)
             if view is None:
                 view = self.regular[spec] = RegularView(self.group, spec,
-                                                        self.storage_options, limits=limits,
+                                                        self.storage_options, self.verify,
+                                                        limits=limits,
                                                         executor=self.executor,
                                                         inline_reads=False,
                                                         growing=self.growing)
@@ -216,8 +221,10 @@ class Catalog:
                  capacity: int = 32, recheck: float = 1.0,
                  storage_options: StorageOptions | None = None,
                  limits: ViewLimits | None = None, executor: Executor | None = None,
-                 followed: Mapping[str, Followed] | None = None) -> None:
+                 followed: Mapping[str, Followed] | None = None,
+                 verify: Verify = True) -> None:
         self.root = Path(os.path.realpath(root))
+        self.verify = verify
         self.followed = dict(followed or {})
         """Followed archives by name (served once a version is published)."""
         self.versions: dict[str, Dataset] = {}
@@ -272,12 +279,12 @@ class Catalog:
         for known in opened:
             _close(known)
 
-    def publish(self, name: str) -> None:
+    def publish(self, name: str) -> int:
         """Serve the followed archive ``name`` as its references now are (blocking: its
-        follower calls it when a round has written a version, and nothing writes them
-        meanwhile). Requests under way finish on the version they started on. A version
-        that cannot be served raises the :class:`RefgridError` saying why, and the one
-        before it stays served."""
+        follower calls it when a round has written a version). Requests under way finish on
+        the version they started on. A version that cannot be served raises the
+        :class:`RefgridError` saying why, and the one before it stays served. Returns the
+        number of files the version served holds."""
         followed = self.followed[name]
         entry = Entry(name, followed.path, "parquet")
         opened = self._open(entry, _stamp(followed.path))
@@ -288,6 +295,7 @@ class Catalog:
             self.versions[name] = opened
             self.entries[name] = entry
         _close(before)
+        return source_count(opened.group.sources)
 
     def split(self, parts: list[str]) -> tuple[Entry, list[str]] | None:
         """The dataset a URL path (split at ``/``) starts with, and the rest of the path."""
@@ -305,7 +313,11 @@ class Catalog:
         ago, or a followed archive's published version (no system call: the event loop may
         ask)."""
         if name in self.followed:
-            return self.versions.get(name)
+            version = self.versions.get(name)
+            if version is not None and time.monotonic() - version.checked >= self.recheck:
+                version.checked = time.monotonic()  # (its references change only when a
+                version.recheck_sources()  # round publishes, but its sources at any time)
+            return version
         known = self.opened.get(name)
         if isinstance(known, Dataset) and time.monotonic() - known.checked < self.recheck:
             return known
@@ -319,10 +331,7 @@ class Catalog:
         if fresh is not None:
             return fresh
         if entry.name in self.followed:
-            version = self.versions.get(entry.name)
-            if version is None:
-                raise AccessError(entry.name, None, "no version of it is published yet")
-            return version
+            raise AccessError(entry.name, None, "no version of it is published yet")
         with self.lock:
             opening = self.opening.setdefault(entry.name, threading.Lock())
         with opening:
@@ -378,7 +387,7 @@ class Catalog:
             return Refused(entry, stamp, e)
         log.info("opened %s (%s)", entry.name, entry.kind)
         return Dataset(entry, stamp, group, self.storage_options, max(mtimes), self.executor,
-                       followed.concat_dim if followed is not None else None)
+                       self.verify, followed.concat_dim if followed is not None else None)
 
 
     def survey(self, limit: int) -> list[tuple[str, RefgridError]]:

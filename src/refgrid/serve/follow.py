@@ -12,14 +12,20 @@ while a round writes them. A file that fails is reported in the status and tried
 next round; it never holds back the others. A restarted service finds its state (the references
 and the batch's work directory) and scans nothing it had scanned. ``POST /NAME/refresh`` (with
 the token given at start-up) runs a round now; ``GET /NAME/status`` tells how the archive
-stands.
+stands: its ``files`` are those of the version served, never the round's own count.
+
+One process follows an archive's state at a time (an exclusive lock on ``NAME.lock`` in the
+state directory): another service started on the same state serves the versions the first
+one writes, publishing each as it appears, and says so in its status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import re
 import threading
 import time
@@ -139,10 +145,16 @@ class Follower:
         self.wake = asyncio.Event()
         self.lock = threading.Lock()
         """Held by a round (a refresh during one waits for the next)."""
-        self.on_version: Callable[[], None] | None = None
+        self.on_version: Callable[[], int] | None = None
         """Called on the round's thread when the references hold a version not yet served
-        (a new one, or the one a restarted service finds); raises if it cannot be served."""
-        self.served = False
+        (a new one, or the one a restarted service finds): the number of files it serves;
+        raises if it cannot be served."""
+        self.served: tuple[int, int] | None = None
+        """The references' stamp (``.zmetadata``'s inode and modification time) served."""
+        self.lock_file: int | None = None
+        """This process's lock on the archive's state, once it holds it."""
+        self.owner: str | None = None
+        """Who else follows it (another process holds the lock), if anyone."""
 
     def round(self) -> Status:
         """List, scan what is new or changed, publish (blocking: run it on a thread). The
@@ -152,26 +164,67 @@ class Follower:
             status = replace(self.status, rounds=self.status.rounds + 1,
                              last_round=time.time())
             try:
-                if not self.served:  # a restarted service serves its state before scanning
-                    self._publish(status)
-                if self._round(status) or not self.served:
-                    self._publish(status)
+                if not self._locked(status):  # another service writes them: serve its versions
+                    if self._stamp() != self.served:
+                        self._publish(status)
+                else:
+                    if self.served is None:  # a restarted service serves its state first
+                        self._publish(status)
+                    if self._round(status) or self._stamp() != self.served:
+                        self._publish(status)
             except Exception as e:  # a bug, not the archive's: said, and the next round tries
                 log.exception("following %s: the round failed", self.follow.name)
                 status.error = f"the round failed: {type(e).__name__}: {e}"
             self.status = status
             return status
 
+    def _locked(self, status: Status) -> bool:
+        """Whether this process writes the archive's references: it holds (or now takes)
+        the lock on its state; otherwise the status says who does."""
+        if self.lock_file is not None:
+            return True
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.output.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            self.owner = f"process {holder}"
+            status.update = f"followed by another service ({self.owner}, the same state " \
+                            f"directory): serving the versions it writes"
+            return False
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.lock_file, self.owner = fd, None
+        return True
+
+    def close(self) -> None:
+        """Let another service follow the archive (the lock is given back)."""
+        if self.lock_file is not None:
+            os.close(self.lock_file)
+            self.lock_file = None
+
+    def _stamp(self) -> tuple[int, int] | None:
+        """Which version the references hold now (None: none yet)."""
+        try:
+            found = os.stat(self.output / ZMETADATA)
+        except OSError:
+            return None
+        return found.st_ino, found.st_mtime_ns
+
     def _publish(self, status: Status) -> None:
         """Hand the references as they now are to :attr:`on_version`; one that cannot be
-        served is said in the status and handed again after the next round."""
-        if self.on_version is None or not (self.output / ZMETADATA).is_file():
+        served is said in the status and handed again after the next round. The status's
+        ``files`` are the version's that is served."""
+        stamp = self._stamp()
+        if self.on_version is None or stamp is None:
             return
         try:
-            self.on_version()
-            self.served = True
+            status.files = self.on_version()
+            self.served = stamp
         except RefgridError as e:
-            self.served = False
+            self.served = None
             status.error = f"the new version cannot be served (the one before it stays " \
                            f"served): {e}"
 
@@ -205,7 +258,6 @@ class Follower:
         status.failed = [{"url": f.url, "error": f.error, "message": f.message}
                          for f in result.failed]
         status.update = result.update
-        status.files = result.files - len(result.failed)
         if result.update is not None and not result.update.startswith("unchanged"):
             status.last_update = time.time()
             newest = max((float(i.get("mtime", 0)) for i in ready.values() if i is not None),
