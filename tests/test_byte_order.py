@@ -146,19 +146,6 @@ def outcome(got: Any, want: np.ndarray) -> str:
 
 # -- the outputs and the readers -------------------------------------------------------------
 
-def _icechunk_repo(path: Path, sources: Path) -> Any:
-    import icechunk
-
-    from refgrid.writers.icechunk import local_access
-
-    prefix = f"file://{sources}/"
-    config = icechunk.RepositoryConfig.default()
-    config.set_virtual_chunk_container(icechunk.VirtualChunkContainer(
-        prefix, icechunk.local_filesystem_store(str(sources))))
-    return icechunk.Repository.create(icechunk.local_filesystem_storage(str(path)), config,
-                                      {prefix: local_access(icechunk)})
-
-
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> dict[str, Any]:
     """Per byte order: the source, its truth, and each writer's output; one service over all."""
@@ -174,7 +161,9 @@ def outputs(tmp_path_factory) -> dict[str, Any]:
         made[order] = {"truth": truth(source)}
         for writer, name in WRITERS.items():
             if writer == "icechunk":
-                repo = _icechunk_repo(root / order / name, sources)
+                from refgrid.writers.icechunk import local_repository
+
+                repo = local_repository(root / order / name, [str(source)])
                 refgrid.write(group, repo)
                 made[order][writer] = repo
             else:

@@ -10,7 +10,9 @@ same clients read the archive, now static, for comparison.
 
 from __future__ import annotations
 
+import gc
 import json
+import multiprocessing
 import os
 import signal
 import socket
@@ -19,6 +21,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
@@ -81,23 +84,40 @@ def following(tmp_path):
 
 
 def test_readers_never_see_a_torn_archive_while_files_are_appended(following):
+    """The files land from a process of their own: netCDF-C is not thread-safe, and this
+    process holds two HDF5 libraries (h5py's and netCDF4's) and objects of earlier tests the
+    collector may finalise in any thread — a netCDF4 write in a thread here aborted the
+    interpreter once on a loaded 2-core machine (Python 3.11, the whole suite)."""
     port, landing = following
     truth = Truth(FIRST + APPENDS, LAT, LON)
     appended, updates = [FIRST], []
+    gc.collect()  # (what earlier tests left is finalised here, before any thread starts)
+    writer = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    failed: list[BaseException] = []
 
     def lander() -> None:
         """Lands the next file once the last is served."""
-        for k in range(FIRST, FIRST + APPENDS):
-            write_archive(landing, [k])
-            updates.append(wait_files(port, k + 1)["update"])
-            appended[0] = k + 1
+        try:
+            for k in range(FIRST, FIRST + APPENDS):
+                writer.submit(write_archive, landing, [k]).result()
+                updates.append(wait_files(port, k + 1)["update"])
+                appended[0] = k + 1
+        except BaseException as e:  # (said below; the clients stop with it)
+            failed.append(e)
 
+    writer.submit(int).result()  # (started: its imports are not the first landing's cost)
     landing_thread = threading.Thread(target=lander)
     started = time.perf_counter()
     landing_thread.start()
-    growing = run_clients(port, "tas", truth, CLIENTS, VIEWS,
-                          lambda: appended[0] >= FIRST + APPENDS)
-    landing_thread.join()
+    try:
+        growing = run_clients(port, "tas", truth, CLIENTS, VIEWS,
+                              lambda: appended[0] >= FIRST + APPENDS or bool(failed))
+    finally:
+        landing_thread.join()
+        writer.shutdown()
+    if failed:
+        raise failed[0]
     took = time.perf_counter() - started
     final = status(port)
     assert final["files"] == FIRST + APPENDS, final
