@@ -6,6 +6,7 @@ caching rules."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import struct
 import subprocess
@@ -26,6 +27,7 @@ from ground_truth import ground_truth, same
 from helpers import FIXTURES, closed
 from refgrid.errors import ConstraintError
 from refgrid.serve.dap.constraint import parse_dap2, parse_dap4
+from refgrid.serve.dap.dap2 import name as dap2_name
 from refgrid.serve.dap.model import DapDataset
 from servers import http_get as _get
 from servers import start_refgrid_serve
@@ -402,6 +404,170 @@ def test_any_constraint_text_is_a_projection_list_or_a_constraint_error(text):
 
 _FUZZ_DATASET = DapDataset.of("fuzz", refgrid.combine(
     [refgrid.scan(f) for f in _files("monthly/chunk10")], "time"))
+
+
+def _named_dataset() -> DapDataset:
+    """A dataset whose variables' names hold what expressions must carry: ``%`` alone and
+    before hex digits, a space, a quote, non-ASCII."""
+    from refgrid.model.virtual import VirtualGroup
+
+    group = refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")
+    lat = group.arrays["lat"]
+    arrays = {name: type(lat)(name, lat.dims, lat.dtype, lat.grid, lat.manifest,
+                              lat.fill_value, lat.codecs, lat.attrs)
+              for name in NAMES}
+    return DapDataset.of("named", VirtualGroup({}, {**group.arrays, **arrays}))
+
+
+NAMES = ("a%b", "a%25b", "a%2525b", "a b", 'q"r', "ü")
+
+
+def _growing(pattern: str, end: str, limit: int = 8190) -> list[str]:
+    """``pattern`` repeated and ``end`` after it, at lengths doubling up to ``limit``."""
+    out, n = [], 8
+    while n < 2 * limit:
+        size = min(n, limit)
+        out.append(pattern * ((size - len(end)) // len(pattern)) + end)
+        n *= 2
+    return out
+
+
+ADVERSARIAL = [
+    ("%25", "("), ("%", "("), ("%2", "%"), ("%41%", "]"), ("[", ""), ("]", ""), ("tas[0]", "x"),
+    ("tas[", ""), ("a[", "]"), (",", ""), (";", ""), ("tas,", ""), ("/tas;", ""), ('"', ""),
+    (" ", "x"), ("&", ""), ("(", ""), ("tas[0:1:2]", "(")]
+
+
+def _best_of(parse, text: str, dataset: DapDataset) -> float:
+    """Seconds ``parse(text)`` takes at best of five runs (a loaded machine's pauses are
+    not the parser's)."""
+    import time
+
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        with contextlib.suppress(ConstraintError):
+            parse(text, dataset)
+        best = min(best, time.perf_counter() - start)
+        if best < 0.010:
+            break
+    return best
+
+
+def test_constraint_parsing_is_linear_even_for_adversarial_text():
+    """Expressions up to aiohttp's request-line limit (8190 bytes) built to make a
+    backtracking pattern try every way of reading them (``%25%25...(`` took 6 s at 185
+    bytes, doubling every 3 bytes) are parsed, or refused, within 10 ms each: a linear
+    parse takes well under 1 ms, an exponential one seconds at a hundred bytes."""
+    for pattern, end in ADVERSARIAL:
+        for text in _growing(pattern, end):
+            for parse in (parse_dap2, parse_dap4):
+                took = _best_of(parse, text, _FUZZ_DATASET)
+                assert took < 0.010, f"{parse.__name__}({text[:30]!r}..., {len(text)} " \
+                    f"chars) took {took * 1000:.0f} ms"
+
+
+@st.composite
+def _expressions(draw):
+    """A valid projection list of :func:`_named_dataset` in one protocol, with what each
+    variable's hyperslab is."""
+    dataset = _NAMED
+    paths = draw(st.lists(st.sampled_from(list(dataset.variables)), min_size=1, max_size=5,
+                          unique=True))
+    dap4 = draw(st.booleans())
+    terms, want = [], {}
+    for path in paths:
+        shape = dataset.variables[path].shape
+        slabs = []
+        for n in shape if draw(st.booleans()) else ():
+            start = draw(st.integers(0, n - 1))
+            step = draw(st.integers(1, 3))
+            last = draw(st.integers(start, n - 1))
+            slabs.append((start, step, last))
+        want[path] = tuple(slice(a, c + 1, b) for a, b, c in slabs) or \
+            tuple(slice(0, n, 1) for n in shape)
+        text = "".join(f"[{a}:{b}:{c}]" for a, b, c in slabs)
+        terms.append(f"/{path}{text}" if dap4 else f"{dap2_name(path)}{text}")
+    return dap4, (";" if dap4 else ",").join(terms), want
+
+
+_NAMED = _named_dataset()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_expressions(), st.lists(st.tuples(st.integers(0, 200), st.sampled_from(
+    [*"%25aAfF[]:,;/&|*.()= \"'\\\t{}#?+ü", "%25", "%2", "%%", "%5B"])), max_size=4))
+def test_expressions_name_what_they_say_and_anything_else_is_an_error(expression, edits):
+    """A projection list (names with ``%``, spaces, quotes, non-ASCII; DAP2's spelt as the
+    DDS spells them) is exactly the projections it names; the same text with characters put
+    in anywhere is valid projections or a :class:`ConstraintError`."""
+    dap4, text, want = expression
+    parse = parse_dap4 if dap4 else parse_dap2
+    got = parse(text, _NAMED)
+    assert {p.variable.path: p.slices for p in got} == want, text
+    for at, piece in edits:
+        text = text[:at] + piece + text[at:]
+    try:
+        projections = parse(text, _NAMED)
+    except ConstraintError:
+        return
+    for p in projections:
+        for s, n in zip(p.slices, p.variable.shape, strict=True):
+            assert 0 <= s.start < s.stop <= n and s.step >= 1
+
+
+def test_names_with_percent_signs_are_read_by_netcdf_c_over_dap2_and_dap4(tmp_path):
+    """The query is URL-decoded once: a ``%`` in a name is asked for (netCDF-C sends DAP4's
+    ``/a%25b`` as ``/a%2525b``, DAP2's DDS name ``a%2525b`` as ``a%252525b``) and gets that
+    variable, not another whose name the text decoded twice would spell."""
+    path = tmp_path / "pct.nc"
+    names = ["a%b", "a%25b", "a b"]
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("x", 3)
+        for k, name in enumerate(names):
+            ds.createVariable(name, "i4", ("x",))[:] = [k, 10 * k, 100 * k]
+    refgrid.write(refgrid.scan(path), tmp_path / "root" / "pct.json")
+    for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(tmp_path),)):
+        for mode in MODES:
+            with netCDF4.Dataset(f"{served.url}/dap/pct#mode={mode}") as ds:
+                for k, name in enumerate(names):
+                    shown = dap2_name(name) if mode == "dap2" else name  # (netCDF-C shows
+                    np.testing.assert_array_equal(ds[shown][:], [k, 10 * k, 100 * k],  # DAP2
+                                                  err_msg=f"{mode} {name}")  # names as sent)
+        status, _, body = _get(f"{served.url}/dap/pct.ascii?a%252525b")
+        assert status == 200 and body.decode().rstrip().endswith(", 1, 10, 100"), body
+
+
+def test_the_service_answers_while_a_constraint_is_parsed(tmp_path, monkeypatch):
+    """Expressions are parsed on the service's threads: ``/healthz`` answers while one is
+    (held here until it has)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from refgrid.serve.dap import responses
+
+    parsing, release = threading.Event(), threading.Event()
+    real = responses.parse_dap2
+
+    def held(text: str, dataset: DapDataset) -> list:
+        parsing.set()
+        release.wait(60)
+        return real(text, dataset)
+
+    monkeypatch.setattr(responses, "parse_dap2", held)
+    path = FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"
+    refgrid.write(refgrid.scan(path), tmp_path / "root" / "t.json")
+    for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(FIXTURES),)):
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(_get, f"{served.url}/dap/t.dds?lat")
+            try:
+                assert parsing.wait(60)
+                with urllib.request.urlopen(f"{served.url}/healthz", timeout=10) as r:
+                    assert r.status == 200
+            finally:
+                release.set()
+            status, _, body = slow.result(60)
+        assert status == 200 and b"lat[" in body
 
 
 # -- limits, errors, HTTP --------------------------------------------------------------------

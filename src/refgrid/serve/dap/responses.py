@@ -76,7 +76,7 @@ async def respond(request: web.Request, dataset: Dataset, kind: str) -> web.Stre
         if kind == "html":
             return web.Response(text=dap_page(dap, f"{request.scheme}://{request.host}"),
                                 content_type="text/html", headers={"Cache-Control": "no-cache"})
-        projections = _projections(request, dap, kind)
+        projections = await _projections(request, dap, kind)
         if kind in ("dmr", "dap"):
             _refuse_misread(request, dap, projections)
         if kind in ("dds", "das", "dmr"):
@@ -119,10 +119,13 @@ def error_response(request: web.Request, error: BaseException, protocol: int) ->
                         content_type="application/vnd.opendap.dap4.error+xml", headers=headers)
 
 
-def _projections(request: web.Request, dap: DapDataset, kind: str) -> list[Projection]:
+async def _projections(request: web.Request, dap: DapDataset, kind: str) -> list[Projection]:
+    """The request's constraint expression, URL-decoded once (DAP2's is the whole query;
+    DAP4's its ``dap4.ce``), parsed on the service's threads: the event loop waits for no
+    expression, however long."""
     if kind in ("dmr", "dap"):
-        return parse_dap4(request.query.get("dap4.ce", ""), dap)
-    return parse_dap2(unquote(request.query_string), dap)
+        return await in_pool(request, parse_dap4, request.query.get("dap4.ce", ""), dap)
+    return await in_pool(request, parse_dap2, unquote(request.rel_url.raw_query_string), dap)
 
 
 def _metadata(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str,
