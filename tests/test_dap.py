@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import string
 import struct
 import subprocess
 import urllib.request
@@ -105,14 +106,12 @@ def _source_attrs(path: Path) -> dict[str, dict[str, object]]:
 
 
 def _same_attribute(ours: object, theirs: object, mode: str = "dap2") -> bool:
-    """Equal attributes; through netCDF-C's DAP4 client a Float32 attribute may be off in its
-    last places (see :func:`test_float32_attributes_are_exact_or_refused_to_a_client_that_
-    misreads_them`)."""
+    """Equal attributes (exactly: netCDF-C's DAP4 client is refused the attributes it would
+    misread, see :func:`test_netcdf_c_dap4_reads_the_float32_attributes_that_survive_and_is_
+    told_why_otherwise`)."""
     if isinstance(theirs, str):
         return ours == theirs
     got, want = np.asarray(ours).ravel(), np.asarray(theirs).ravel()
-    if mode == "dap4" and want.dtype == np.float32 and got.dtype == np.float32:
-        return bool((np.abs(got.view(np.int32) - want.view(np.int32)) <= 1).all())
     return bool(np.array_equal(got.astype(np.float64), want.astype(np.float64),
                                equal_nan=True))
 
@@ -171,8 +170,8 @@ def test_xarray_through_netcdf_c_reads_every_archive_as_open_mfdataset_does(
     are."""
     expected = _mfdataset(archive)
     url = f"{server.url}/dap/{_archive_name(archive)}#mode={mode}"
-    if mode == "dap4" and _has_float32_attributes(archive):  # (netCDF-C would misread them)
-        with pytest.raises(OSError):
+    if mode == "dap4" and _refused_to_netcdf_c(url):  # (it would misread attributes)
+        with pytest.raises(OSError, match="DAP4 DMR response"):
             xr.open_dataset(url, engine="netcdf4")
         return
     ours = closed(xr.open_dataset(url, engine="netcdf4"))
@@ -186,10 +185,7 @@ def test_xarray_through_netcdf_c_reads_every_archive_as_open_mfdataset_does(
         assert got.dims == want.dims, key
         assert got.dtype == want.dtype, key
         np.testing.assert_array_equal(raw[key].values, stored[key].values, err_msg=key)
-        if mode == "dap4" and "scale_factor" in stored[key].attrs:  # (netCDF-C's Float32
-            np.testing.assert_allclose(got.values, want.values, rtol=1e-6)  # attributes)
-        else:
-            np.testing.assert_array_equal(got.values, want.values, err_msg=key)
+        np.testing.assert_array_equal(got.values, want.values, err_msg=key)
         for name, value in want.attrs.items():
             assert _same_attribute(got.attrs[name], value, mode), (key, name)
     engine = closed(xr.open_dataset(root / f"{_archive_name(archive)}.json",
@@ -217,17 +213,18 @@ def test_groups_are_dap4_groups_and_dap2_structures(server, mode):
 
 # -- pydap, a second client ----------------------------------------------------------------
 
-def _has_float32_attributes(archive: str) -> bool:
-    with netCDF4.Dataset(_files(archive)[0]) as ds:
-        return any(np.asarray(v.getncattr(k)).dtype == np.float32
-                   for v in ds.variables.values() for k in v.ncattrs())
+def _refused_to_netcdf_c(url: str) -> bool:
+    """Whether the service refuses netCDF-C's DAP4 client the DMR of ``url``."""
+    status, _, body = _get(url.replace("#mode=dap4", ".dmr.xml"),
+                           {"User-Agent": "netCDF4.10.1"})
+    return status == 200 and body.lstrip().startswith(b"<?xml") and b"<Error" in body
 
 
 def test_float32_attributes_are_exact_or_refused_to_a_client_that_misreads_them(server):
     """The DAS and DMR carry a Float32 attribute's exact value, which pydap and netCDF-C's
-    DAP2 client read back exactly. netCDF-C's DAP4 client (4.9 to 4.10.1) misreads every
-    Float32 attribute (a ``_FillValue`` of -9999 becomes -9999.006, so missing values read
-    as data), so it is refused a DMR holding one, with the reason and the way round."""
+    DAP2 client read back exactly. netCDF-C's DAP4 client would read 273.15 as 273.14996,
+    so it is refused a DMR holding it, with the reason and the way round; a variable without
+    such attributes is served to it."""
     client = _pydap()
     url = f"{server.url}/dap/{_archive_name('yearly/chunk73')}"
     want = np.float32(273.15)
@@ -239,14 +236,130 @@ def test_float32_attributes_are_exact_or_refused_to_a_client_that_misreads_them(
         assert ds["tas"]._FillValue == np.int16(-32767)
     with pytest.raises(OSError):
         netCDF4.Dataset(f"{url}#mode=dap4")
-    for suffix in (".dmr.xml", ".dap?dap4.ce=/tas"):
-        status, _, body = _get(url + suffix, {"User-Agent": "netCDF4.10.1"})
-        assert status == 400 and b"misreads Float32 attributes (tas.scale_factor" in body
-        assert b"open it over DAP2" in body
+    status, headers, body = _get(f"{url}.dmr.xml", {"User-Agent": "netCDF4.10.1"})
+    assert status == 200 and b'<Error httpcode="400">' in body  # (what netCDF-C prints)
+    assert b"tas.add_offset (273.15 would read as 273.14996)" in body
+    assert headers["Cache-Control"] == "no-store" and headers["Vary"] == "User-Agent"
+    status, _, body = _get(f"{url}.dap?dap4.ce=/tas", {"User-Agent": "netCDF4.10.1"})
+    assert status == 400 and b"tas.add_offset" in body and b"drop #mode=dap4" in body
     status, _, _ = _get(f"{url}.dap?dap4.ce=/time", {"User-Agent": "netCDF4.10.1"})
     assert status == 200  # (a variable without them is served)
     status, _, _ = _get(f"{url}.dmr.xml", {"User-Agent": "pydap/3.5"})
     assert status == 200
+
+
+def _served_dmr_file(url: str, where: Path) -> str:
+    """The DMR the service sends another client, saved where netCDF-C opens it as a file
+    (``file://...#mode=dap4`` reads ``PATH.dmr``): what netCDF-C's DAP4 client makes of
+    the text the service writes, whether or not the service would refuse it that."""
+    status, _, body = _get(f"{url}.dmr.xml", {"User-Agent": "pydap/3.5"})
+    assert status == 200
+    where.with_suffix(".dmr").write_bytes(body)
+    return f"file://{where}#mode=dap4"
+
+
+def test_the_emulated_float32_narrowing_is_netcdf_c_s_on_2000_random_values(tmp_path):
+    """:func:`netcdf_c_float32` predicts, bit for bit, what netCDF-C's DAP4 client reads
+    from the DMR's text of 2,000 random Float32 values (random bit patterns) and the usual
+    suspects: which survive and what the others become."""
+    from refgrid.serve.dap.dap4 import netcdf_c_float32
+
+    bits = np.random.default_rng(51).integers(0, 2**32, 2000, dtype=np.uint64)
+    values = np.concatenate([bits.astype(np.uint32).view(np.float32), np.array(
+        [0.01, 0.0, -0.0, -9999, 273.15, 1.0, 1e20, 0.1, np.nan, np.inf, -np.inf, 1e-45,
+         3.4028235e38, 9.96921e36], np.float32)])
+    path = tmp_path / "f.nc"
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("x", 1)
+        ds.createVariable("v", "i4", ("x",))[:] = [1]
+        ds["v"].setncattr("values", values)
+    refgrid.write(refgrid.scan(path), tmp_path / "root" / "f.json")
+    for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(tmp_path),)):
+        with netCDF4.Dataset(_served_dmr_file(f"{served.url}/dap/f", tmp_path / "f")) as ds:
+            read = np.asarray(ds["v"].getncattr("values"))
+    predicted = netcdf_c_float32(values)
+    assert read.dtype == np.float32 and read.shape == values.shape
+    same = (read.view(np.uint32) == predicted.view(np.uint32)) | \
+        (np.isnan(read) & np.isnan(predicted))
+    assert same.all(), [(v, r, p) for v, r, p in zip(values[~same], read[~same],
+                                                     predicted[~same], strict=True)][:5]
+    survive = (read == values) | (np.isnan(read) & np.isnan(values))
+    assert 100 < survive.sum() < 1900  # (about one in eight)
+    assert survive[-14:-12].all() and not survive[-11:-8].any()  # 0.01, 0 / -9999, ...
+
+
+def test_netcdf_c_dap4_reads_the_float32_attributes_that_survive_and_is_told_why_otherwise(
+        tmp_path, capfd):
+    """Float32 attributes whose values netCDF-C's DAP4 client reads as they are (0.01, 0)
+    are served to it; a dataset with one it would change (-9999) is refused, and the
+    reason reaches its user: netCDF-C prints the error document the DMR request is answered
+    with, then fails as the README says."""
+    for name, fill in (("ok", 0.0), ("bad", -9999.0)):
+        with netCDF4.Dataset(tmp_path / f"{name}.nc", "w") as ds:
+            ds.createDimension("x", 3)
+            v = ds.createVariable("v", "f4", ("x",), fill_value=np.float32(fill))
+            v[:] = np.ma.masked_array([1.5, 0.0, 2.5], [False, True, False])
+            v.resolution = np.float32(0.01)
+            v.units = "K"
+        refgrid.write(refgrid.scan(tmp_path / f"{name}.nc"), tmp_path / "root" / f"{name}.json")
+    for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(tmp_path),)):
+        with netCDF4.Dataset(f"{served.url}/dap/ok#mode=dap4") as ds:
+            assert ds["v"].resolution == np.float32(0.01) and ds["v"]._FillValue == 0.0
+            assert ds["v"][:].mask.tolist() == [False, True, False]
+        capfd.readouterr()
+        with pytest.raises(OSError, match="Malformed or inaccessible DAP2 DDS or DAP4 DMR"):
+            netCDF4.Dataset(f"{served.url}/dap/bad#mode=dap4")
+        printed = capfd.readouterr().err
+        assert "DAP4 Error: http-code=400 message=\"bad: netCDF-C's DAP4 client would read " \
+            "these attributes wrongly: v._FillValue (-9999.0 would read as -9999.006)" in printed
+        assert "drop #mode=dap4" in printed
+        with netCDF4.Dataset(f"{served.url}/dap/bad") as ds:  # (DAP2: exact)
+            assert ds["v"]._FillValue == np.float32(-9999.0)
+            assert ds["v"][:].mask.tolist() == [False, True, False]
+        status, _, page = _get(f"{served.url}/dap/bad")
+        assert status == 200 and b"is refused this dataset" in page and b"v._FillValue" in page
+
+
+TEXTS = {**{f"c{ord(c)}": f"a{c}b" for c in string.printable if c not in "\x0b\x0c"},
+         "crlf": "a\r\nb", "cr_end": "ab\r", "bs_end": "ab\\", "entity": "x &amp; y",
+         "spaces": "  x  ", "unicode": "é ü 日本", "empty": ""}
+"""Attribute texts: every printable ASCII character (but the two XML cannot carry) between
+two letters, and line ends, entities, backslashes and spaces at the ends."""
+
+
+def test_text_attributes_are_read_as_they_are_or_refused_to_netcdf_c_dap4(tmp_path, capfd):
+    """netCDF-C's DAP4 client reads every text the DMR carries as it is but those with
+    ``& < > " ' \\`` (checked on the text the service writes: each of those, and only
+    those, is changed), which it is refused with the reason; a carriage return reaches it
+    and pydap as one (written ``&#13;``: XML reads a raw one as a line feed); its DAP2
+    client reads them all."""
+    garbled = {k for k, t in TEXTS.items() if any(c in t for c in "&<>\"'\\")}
+    for name, texts in (("all", TEXTS), ("safe", {k: t for k, t in TEXTS.items()
+                                                   if k not in garbled})):
+        with netCDF4.Dataset(tmp_path / f"{name}.nc", "w") as ds:
+            ds.createDimension("x", 1)
+            v = ds.createVariable("v", "i4", ("x",))
+            v[:] = [1]
+            for key, text in texts.items():
+                v.setncattr_string(key, text)
+        refgrid.write(refgrid.scan(tmp_path / f"{name}.nc"),
+                      tmp_path / "root" / f"{name}.json")
+    for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(tmp_path),)):
+        url = f"{served.url}/dap/all"
+        with netCDF4.Dataset(_served_dmr_file(url, tmp_path / "all")) as ds:
+            read = {k: ds["v"].getncattr(k) for k in TEXTS}
+        assert {k for k, t in TEXTS.items() if read[k] != t} == garbled
+        with netCDF4.Dataset(url) as ds:  # DAP2
+            assert {k: ds["v"].getncattr(k) for k in TEXTS} == TEXTS
+        capfd.readouterr()
+        with pytest.raises(OSError):
+            netCDF4.Dataset(f"{url}#mode=dap4")
+        assert "v.c34 (text with '\"')" in capfd.readouterr().err
+        safe = {k: t for k, t in TEXTS.items() if k not in garbled}
+        with netCDF4.Dataset(f"{served.url}/dap/safe#mode=dap4") as ds:
+            assert {k: ds["v"].getncattr(k) for k in safe} == safe
+        attrs = _pydap().open_url(f"{served.url}/dap/safe", protocol="dap4")["v"].attributes
+        assert attrs["crlf"] == "a\r\nb" and attrs["cr_end"] == "ab\r"
 
 
 def _pydap():
@@ -1025,10 +1138,10 @@ def test_root_float32_attributes_refuse_netcdf_c_dap4_even_with_no_variable_name
         ds.setncattr("weight", np.float32(0.1))
     refgrid.write(refgrid.scan(path), tmp_path / "root" / "g.json")
     for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(tmp_path),)):
-        for suffix in (".dmr.xml", ".dap?dap4.ce=/v"):
+        for suffix, want in ((".dmr.xml", 200), (".dap?dap4.ce=/v", 400)):
             status, headers, body = _get(f"{served.url}/dap/g{suffix}",
                                          {"User-Agent": "netCDF4.10.1"})
-            assert status == 400 and b"/.weight" in body, suffix
+            assert status == want and b"<Error" in body and b"/.weight" in body, suffix
         status, headers, _ = _get(f"{served.url}/dap/g.dap?dap4.ce=/v")
         assert status == 200 and headers["Vary"] == "User-Agent"
         with netCDF4.Dataset(f"{served.url}/dap/g") as ds:  # (DAP2: exact)

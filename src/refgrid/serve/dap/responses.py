@@ -78,7 +78,9 @@ async def respond(request: web.Request, dataset: Dataset, kind: str) -> web.Stre
                                 content_type="text/html", headers={"Cache-Control": "no-cache"})
         projections = await _projections(request, dap, kind)
         if kind in ("dmr", "dap"):
-            _refuse_misread(request, dap, projections)
+            refused = _misread_by_netcdf_c(request, dap, projections, kind)
+            if refused is not None:
+                return refused
         if kind in ("dds", "das", "dmr"):
             return _metadata(request, dataset, dap, kind, projections)
         return await _data(request, dataset, dap, kind, projections)
@@ -88,23 +90,34 @@ async def respond(request: web.Request, dataset: Dataset, kind: str) -> web.Stre
 
 NETCDF_C = re.compile(r"netCDF\d")
 """netCDF-C's User-Agent (``netCDF4.10.1``): ``netCDF`` and its version."""
+DAP2_INSTEAD = "open it over DAP2, netCDF-C's default (drop #mode=dap4), which reads them " \
+    "exactly"
 
 
-def _refuse_misread(request: web.Request, dap: DapDataset,
-                    projections: list[Projection]) -> None:
-    """Refuse netCDF-C's DAP4 client a response with Float32 attributes: it reads every
-    one of them wrongly (its ``d4meta.c`` narrows the parsed double to a float twice, the
-    second time from the half-overwritten first result: ``-9999.0`` arrives as
-    ``-9999.006``), and a ``_FillValue`` read wrongly shows missing values as data. Its DAP2
-    client reads them exactly, and is its default."""
+def _misread_by_netcdf_c(request: web.Request, dap: DapDataset, projections: list[Projection],
+                         kind: str) -> web.Response | None:
+    """netCDF-C's DAP4 client refused a DMR holding attributes it would read wrongly
+    (:func:`~refgrid.serve.dap.dap4.netcdf_c_misreads`: a ``_FillValue`` read wrongly shows
+    missing values as data), with the reason where it shows it: it prints an error document
+    that comes as a DMR with status 200 (``DAP4 Error: http-code=400 message=...`` on
+    stderr, then fails with "Malformed or inaccessible DAP2 DDS or DAP4 DMR response"), and
+    reads nothing of one with an error status. A data response is refused with the usual
+    error status (it prints that one's body). None where nothing would be misread, or for
+    another client; its DAP2 client reads them all exactly."""
     if not NETCDF_C.match(request.headers.get("User-Agent", "")):
-        return
-    wrong = dap4.float32_attributes(dap, projections)
-    if wrong:
-        raise HttpError(400, f"{dap.name}: netCDF-C's DAP4 client misreads Float32 attributes "
-                        f"({', '.join(wrong[:4])}{', ...' if len(wrong) > 4 else ''}; a "
-                        "_FillValue read wrongly shows missing values as data): open it over "
-                        "DAP2 (#mode=dap2, netCDF-C's default), which reads them exactly")
+        return None
+    wrong = dap4.netcdf_c_misreads(dap, {p.variable.path for p in projections})
+    if not wrong:
+        return None
+    reason = f"{dap.name}: netCDF-C's DAP4 client would read these attributes wrongly: " \
+        f"{'; '.join(wrong[:4])}{'; ...' if len(wrong) > 4 else ''} ({len(wrong)} in all)"
+    log.info("%s %s: refused to netCDF-C's DAP4 client: %s", request.method, request.path,
+             reason)
+    if kind == "dap":
+        return error_response(request, HttpError(400, f"{reason}: {DAP2_INSTEAD}"), 4)
+    return web.Response(status=200, body=dap4.error_document(400, reason, DAP2_INSTEAD),
+                        content_type="application/vnd.opendap.dap4.error+xml",
+                        headers={"Cache-Control": "no-store", "Vary": "User-Agent"})
 
 
 def error_response(request: web.Request, error: BaseException, protocol: int) -> web.Response:
@@ -339,6 +352,11 @@ def dap_page(dap: DapDataset, base: str) -> str:
         "</td></tr>" for v in dap.variables.values())
     omitted = "".join(f"<li><code>{escape(p)}</code>: {escape(w)}</li>"
                       for p, w in dap.omitted.items())
+    misread = dap4.netcdf_c_misreads(dap, dap.variables)
+    refused = (f"<p>netCDF-C's DAP4 client (<code>#mode=dap4</code>) is refused this dataset: "
+               f"it would read {len(misread)} attributes wrongly ("
+               f"{escape('; '.join(misread[:6]))}{'; ...' if len(misread) > 6 else ''}). Its "
+               "DAP2 client, its default, reads them exactly.</p>") if misread else ""
     links = " · ".join(f'<a href="{escape(url)}{s}">{s}</a>'
                        for s in (".dds", ".das", ".dmr.xml", ".ascii"))
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
@@ -349,6 +367,7 @@ def dap_page(dap: DapDataset, base: str) -> str:
             f"xr.open_dataset(\"{escape(url)}\", engine=\"netcdf4\")\n"
             f"ncread(\"{escape(url)}\", \"NAME\")            % MATLAB\n"
             f"nc_open(\"{escape(url)}\")                     # R ncdf4</pre>"
-            f"<table><tr><th>variable</th><th>type</th><th>dims</th></tr>{rows}</table>"
+            f"{refused}<table><tr><th>variable</th><th>type</th><th>dims</th></tr>{rows}"
+            "</table>"
             + (f"<p>Not served over DAP:</p><ul>{omitted}</ul>" if omitted else "")
             + "</body></html>")
