@@ -11,6 +11,7 @@ import shutil
 import string
 import struct
 import subprocess
+import threading
 import urllib.request
 import zlib
 from pathlib import Path
@@ -884,6 +885,103 @@ def test_a_large_response_streams_in_bounded_memory(tmp_path, monkeypatch):
             values[997:])
 
 
+def _streamed(url: str, barrier: threading.Barrier) -> tuple[int, str | None, int]:
+    """One client's status, Retry-After and the CRC of what it read, once all are ready
+    (streamed: the clients hold little, so the peak measured is the service's)."""
+    barrier.wait(60)
+    try:
+        with urllib.request.urlopen(url, timeout=120) as r:
+            digest = zlib.crc32(b"")
+            while piece := r.read(2**16):
+                digest = zlib.crc32(piece, digest)
+            return r.status, None, digest
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code, e.headers.get("Retry-After"), 0
+
+
+def test_fifty_concurrent_large_responses_stay_within_the_memory_budget(tmp_path,
+                                                                      monkeypatch):
+    """One budget bounds the response buffers of every request: 50 clients asking at once
+    for a 4 MB ``.dods`` (blocks and opening scaled down to 256 KiB, the budget to 8 MiB)
+    hold at most the budget — the service's allocations measured — and those that would
+    exceed it are refused before anything is read (503, ``Retry-After``); the others get
+    every value. Without a budget the same clients held 50 responses' blocks at once."""
+    import tracemalloc
+    from concurrent.futures import ThreadPoolExecutor
+
+    from refgrid.serve.dap import blocks, responses
+    from refgrid.serve.http import STATE
+
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 2**18)
+    monkeypatch.setattr(responses, "OPENING_BYTES", 2**18)
+    budget = 8 * 2**20
+    values = np.random.default_rng(6).random((100, 100, 100), dtype="f4")
+    with netCDF4.Dataset(tmp_path / "big.nc", "w") as ds:
+        for dim, n in zip(("time", "y", "x"), values.shape, strict=True):
+            ds.createDimension(dim, n)
+        ds.createVariable("v", "f4", ("time", "y", "x"), chunksizes=(5, 100, 100))[:] = values
+    refgrid.write(refgrid.scan(tmp_path / "big.nc"), tmp_path / "root" / "big.json")
+    for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(tmp_path),),
+                                      memory_budget=budget):
+        url = f"{served.url}/dap/big.dods?v"
+        status, _, body = _get(url)
+        assert status == 200 and np.array_equal(np.frombuffer(
+            body.split(b"\nData:\n", 1)[1][8:], ">f4").reshape(values.shape), values)
+        whole = zlib.crc32(body)
+        del body
+        barrier = threading.Barrier(50)
+        tracemalloc.start()
+        try:
+            with ThreadPoolExecutor(50) as pool:
+                answers = list(pool.map(_streamed, [url] * 50, [barrier] * 50))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        statuses = [status for status, _, _ in answers]
+        assert set(statuses) == {200, 503}, statuses
+        assert all(after == "1" for status, after, _ in answers if status == 503)
+        assert all(digest == whole for status, _, digest in answers if status == 200)
+        assert served.app[STATE].budget.peak <= budget
+        assert served.app[STATE].budget.held == 0  # (every byte given back)
+        assert peak < 2 * budget, f"{peak / 2**20:.1f} MiB held by 50 clients and the service"
+        status, _, _ = _get(url, method="HEAD")  # (the service is free again)
+        assert status == 200
+
+
+def test_a_started_response_waits_for_its_next_block_in_turn_and_within_its_time():
+    """The budget's rules: a new request takes what fits at once or nothing; a response
+    already started waits for its next block (holding none meanwhile), those waiting are
+    served first and in turn as bytes come back, and one that waits too long gets a
+    TimeoutError, leaving the queue as it was."""
+    import asyncio
+
+    from refgrid.serve.http import Budget
+
+    async def scenario() -> list[str]:
+        budget, order = Budget(100), []
+        assert budget.take(60) and not budget.take(50)
+
+        async def started(name: str, n: int, timeout: float = 30) -> None:
+            await budget.wait(n, timeout)
+            order.append(name)
+
+        first = asyncio.create_task(started("first", 50))
+        second = asyncio.create_task(started("second", 30))
+        await asyncio.sleep(0)
+        assert not budget.take(10)  # (the waiting go first, even where 10 would fit)
+        with pytest.raises(TimeoutError):
+            await budget.wait(20, 0.01)  # (gives up; the queue is as it was)
+        budget.give(60)
+        await asyncio.gather(first, second)
+        assert budget.held == 80 and budget.peak == 80
+        budget.give(80)
+        assert budget.held == 0 and budget.take(100)
+        return order
+
+    assert asyncio.run(scenario()) == ["first", "second"]
+
+
 def test_head_preflight_and_a_busy_service(server, root):
     url = f"{server.url}/dap/{_archive_name('yearly/chunk73')}"
     status, headers, body = _get(f"{url}.dods?time", method="HEAD")
@@ -924,6 +1022,10 @@ def test_the_cli_takes_a_response_size_limit(tmp_path):
 
     result = CliRunner().invoke(main, ["serve", str(tmp_path), "--dap-max-bytes", "lots"])
     assert result.exit_code == 2 and "--dap-max-bytes 'lots'" in result.output
+    result = CliRunner().invoke(main, ["serve", str(tmp_path), "--memory-budget", "lots"])
+    assert result.exit_code == 2 and "--memory-budget 'lots'" in result.output
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert "--memory-budget" in result.output and "512MiB" in result.output
 
 
 def test_a_read_past_the_request_timeout_is_a_504_dap_error(root, monkeypatch):
@@ -1069,6 +1171,28 @@ def test_make_app_checks_the_response_limit(tmp_path):
     for bad in (0, -1, "1GiB", 1.5, True):
         with pytest.raises(ArgumentError, match="dap_max_bytes"):
             make_app(str(tmp_path), dap_max_bytes=bad)
+        with pytest.raises(ArgumentError, match="memory_budget"):
+            make_app(str(tmp_path), memory_budget=bad)
+
+
+def test_zarr_chunk_bodies_count_in_the_memory_budget(tmp_path):
+    """A Zarr chunk's body is in the same budget as DAP's blocks: one that cannot fit is
+    refused before it is read (503 naming the budget; no ``Retry-After``: it never will),
+    one that fits is served and given back once sent."""
+    from refgrid.serve.http import STATE
+
+    path = FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"
+    refgrid.write(refgrid.scan(path), tmp_path / "root" / "t.json")
+    for budget, want in ((100, 503), (2**20, 200)):
+        for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(FIXTURES),),
+                                          memory_budget=budget):
+            for view in ("native", "regular"):
+                status, headers, body = _get(f"{served.url}/t/{view}/tas/c/0/0/0")
+                assert status == want, (budget, view, body)
+                if want == 503:
+                    assert b"more than the service's whole memory budget of 100" in body
+                    assert "Retry-After" not in headers
+            assert served.app[STATE].budget.held == 0
 
 
 def test_a_large_response_with_the_default_opening_holds_a_few_blocks(tmp_path):
