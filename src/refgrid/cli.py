@@ -640,6 +640,10 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
               help="Largest OPeNDAP data response, in bytes of values (e.g. 500MB, 2GiB); a "
                    "larger one is refused (413) with its size, so the client asks for a "
                    "hyperslab.")
+@click.option("--memory-budget", default="512MiB", show_default=True, metavar="SIZE",
+              help="Bytes of response buffers held at once, all requests together (Zarr "
+                   "chunks, OPeNDAP blocks); a request that would exceed it is refused (503, "
+                   "Retry-After) before it starts.")
 @click.option("--strict-sources", is_flag=True, default=False,
               help="Also check each local source's change time (ctime) at every read: a "
                    "rewrite whose modification time was put back is refused too (as is a "
@@ -650,7 +654,8 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
           max_age: int, request_timeout: float, header_timeout: float, access_log: bool,
           follows: tuple[str, ...], concat_dim: str, every: str, older_than: str,
           file_timeout: float | None, scheduler: str | None, state: Path | None,
-          refresh_token: str | None, dap_max_bytes: str, strict_sources: bool,
+          refresh_token: str | None, dap_max_bytes: str, memory_budget: str,
+          strict_sources: bool,
           storage: tuple[str, ...]) -> None:
     """Serve every reference set and Zarr v3 store under ROOT as Zarr v3 over HTTP.
 
@@ -682,6 +687,7 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         limit = parse_size(dap_max_bytes, "--dap-max-bytes")
+        budget = parse_size(memory_budget, "--memory-budget")
         followed = [Follow.parse(text, concat_dim=concat_dim, every=seconds(every, "--every"),
                                  older_than=seconds(older_than, "--older-than"),
                                  file_timeout=file_timeout, scheduler=scheduler)
@@ -692,7 +698,7 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
         follow=followed, state=state, refresh_token=refresh_token,
         request_timeout=request_timeout, storage_options=_storage_options(storage),
         access_log=access_log, header_timeout=header_timeout,
-        dap_max_bytes=limit, strict_sources=strict_sources,
+        dap_max_bytes=limit, memory_budget=budget, strict_sources=strict_sources,
         announce=lambda url: click.echo(f"refgrid serve: {url} (Ctrl-C stops)", err=True))
 
 

@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -43,7 +44,7 @@ from aiohttp.abc import AbstractAccessLogger
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import AccessError, ArgumentError, RefgridError
 from refgrid.read.regular import ViewLimits, ViewSpec
-from refgrid.read.view import Directory, Document, View
+from refgrid.read.view import Chunk, Directory, Document, View
 from refgrid.serve.catalog import Catalog, Dataset, Followed, collisions
 from refgrid.serve.dap.responses import error_response, respond, split_suffix
 from refgrid.serve.follow import Follow, Follower
@@ -51,6 +52,7 @@ from refgrid.serve.guard import GuardedSite
 from refgrid.serve.http import (
     CATALOG,
     DAP_MAX_BYTES,
+    MEMORY_BUDGET,
     POOL,
     SETTINGS,
     STATE,
@@ -62,7 +64,9 @@ from refgrid.serve.http import (
     dataset_of,
     in_pool,
     not_modified,
+    reserved,
     waiting,
+    written,
 )
 from refgrid.serve.pages import dataset_page, index_page, listing_page
 
@@ -92,6 +96,7 @@ class AppOptions(TypedDict, total=False):
     state: str | os.PathLike[str] | None
     refresh_token: str | None
     dap_max_bytes: int
+    memory_budget: int
     strict_sources: bool
 
 
@@ -116,6 +121,7 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
              state: str | os.PathLike[str] | None = None,
              refresh_token: str | None = None,
              dap_max_bytes: int = DAP_MAX_BYTES,
+             memory_budget: int = MEMORY_BUDGET,
              strict_sources: bool = False) -> web.Application:
     """The service for the datasets under ``root``, as an aiohttp application to run or embed.
 
@@ -135,6 +141,9 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
 
     ``dap_max_bytes``: the largest OPeNDAP data response, in bytes of values (a larger one
     is refused with a 413 naming its size: the client asks for a hyperslab instead).
+    ``memory_budget``: bytes of response buffers held at once, all requests together (Zarr
+    chunk bodies, OPeNDAP blocks; :class:`~refgrid.serve.http.Budget`): a request that
+    would exceed it is refused (503, ``Retry-After``) before it starts.
 
     Every read of a local source is checked to be of the version the dataset's references
     record (size, modification time, the same file: a source rewritten or replaced while
@@ -142,10 +151,9 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
     asks its change time, which notices a rewrite whose modification time was put back (a
     ``chmod`` or a new hard link then counts as a change too).
     """
-    if not isinstance(dap_max_bytes, int) or isinstance(dap_max_bytes, bool) or \
-            dap_max_bytes <= 0:
-        raise ArgumentError(f"dap_max_bytes must be a positive number of bytes, not "
-                            f"{dap_max_bytes!r}")
+    for name, value in (("dap_max_bytes", dap_max_bytes), ("memory_budget", memory_budget)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ArgumentError(f"{name} must be a positive number of bytes, not {value!r}")
     state_dir = Path(state) if state is not None else Path(root) / ".refgrid-follow"
     if refresh_token is not None and not refresh_token.strip():
         raise ArgumentError("the refresh token is empty: give one, or none to disable refresh")
@@ -166,9 +174,9 @@ def make_app(root: str, allow_sources: tuple[str, ...] = (), *,
     app = web.Application(middlewares=[_errors], client_max_size=4096)
     app[CATALOG] = catalog
     app[SETTINGS] = Settings(request_timeout, max_pending, max_age,
-                             dap_max_bytes=dap_max_bytes)
+                             dap_max_bytes=dap_max_bytes, memory_budget=memory_budget)
     app[POOL] = pool
-    app[STATE] = State()
+    app[STATE] = State(memory_budget)
     app[FOLLOWERS] = followers
     app[TOKEN] = refresh_token
     app.router.add_get("/healthz", _health)
@@ -407,17 +415,29 @@ async def _serve(request: web.Request, dataset: Dataset, view: View, segment: st
         return _metadata(request, dataset, found.text)
     if isinstance(found, Directory):
         return _listing(request, dataset, segment, key, found)
-    data = (await waiting(request, view.aread([found])))[0]
-    if data is None:
-        raise HttpError(404, f"{dataset.entry.name}/{segment}: chunk {key!r} is absent "
-                        "(reads as the fill value)")
-    etag = _chunk_etag(tag, data)
-    unchanged = not_modified(request, dataset, etag)
-    if unchanged is not None:
-        return unchanged
-    if request.method == "HEAD":
-        return _chunk_head(request, dataset, etag, len(data))
-    return _chunk(request, dataset, data, etag)
+    size = await in_pool(request, _chunk_bytes, view, found)  # (a page of references, maybe)
+    async with reserved(request, size):  # (until it is sent)
+        data = (await waiting(request, view.aread([found])))[0]
+        if data is None:
+            raise HttpError(404, f"{dataset.entry.name}/{segment}: chunk {key!r} is absent "
+                            "(reads as the fill value)")
+        etag = _chunk_etag(tag, data)
+        unchanged = not_modified(request, dataset, etag)
+        if unchanged is not None:
+            return unchanged
+        if request.method == "HEAD":
+            return _chunk_head(request, dataset, etag, len(data))
+        return await written(request, _chunk(request, dataset, data, etag))
+
+
+def _chunk_bytes(view: View, chunk: Chunk) -> int:
+    """The bytes a chunk's body holds: its stored length where the view knows it, else its
+    decoded size (what a view assembling, unpacking or cropping it makes at most)."""
+    size = view.size(chunk)
+    if size is not None:
+        return size
+    array = view.arrays[chunk.array]
+    return math.prod(array.grid.encoded_chunk_shape(chunk.coords)) * array.dtype.itemsize
 
 
 # -- responses -------------------------------------------------------------------------------

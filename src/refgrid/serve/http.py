@@ -1,10 +1,12 @@
 """What every handler of the service shares: its settings and state, the thread hop, the
-request limits, the caching headers, and the one mapping of failures to HTTP statuses (the
-Zarr endpoints answer them as JSON, the OPeNDAP ones as DAP error responses)."""
+request limits (the memory budget among them), the caching headers, and the one mapping of
+failures to HTTP statuses (the Zarr endpoints answer them as JSON, the OPeNDAP ones as DAP
+error responses)."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,6 +25,9 @@ INDEX_DETAILS = 50
 """The index opens (and describes) at most this many datasets; the rest are listed by name."""
 DAP_MAX_BYTES = 2**30
 """The largest OPeNDAP data response, in bytes of values (larger ones are refused: 413)."""
+MEMORY_BUDGET = 512 * 2**20
+"""Bytes of response buffers the service holds at once, all requests together
+(:class:`Budget`)."""
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
 
@@ -36,13 +41,120 @@ class Settings:
     max_age: int = 60
     index_details: int = INDEX_DETAILS
     dap_max_bytes: int = DAP_MAX_BYTES
+    memory_budget: int = MEMORY_BUDGET
 
 
 class State:
-    """Per-app mutable state: the chunk requests and DAP responses in flight."""
+    """Per-app mutable state: the chunk requests and DAP responses in flight, and the bytes
+    of their buffers."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_budget: int = MEMORY_BUDGET) -> None:
         self.pending = 0
+        self.budget = Budget(memory_budget)
+
+
+class Budget:
+    """The bytes of response buffers in flight, service-wide: Zarr chunk bodies and OPeNDAP
+    blocks (and the opening a data response reads before it starts). A buffer's bytes are
+    taken before it is read and given back once it is written or dropped; a request whose
+    buffer does not fit is refused (503 with ``Retry-After``) before it starts. A response
+    already started waits for its next block's bytes instead (:meth:`wait`, within the
+    request's time): it holds none while it waits — its blocks so far are written and given
+    back, and it reads ahead only what fits at once — so started responses never wait on one
+    another, and the waiting are served first, in turn. Only the event loop touches it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.peak = 0
+        """The most bytes held at once (for measurement)."""
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = \
+            collections.deque()
+
+    def take(self, n: int) -> bool:
+        """``n`` bytes now, if they fit and no started response is waiting for some."""
+        if self._waiting or self.held + n > self.limit:
+            return False
+        self._hold(n)
+        return True
+
+    async def wait(self, n: int, timeout: float) -> None:
+        """``n`` bytes once they fit (after those waiting before), or a TimeoutError after
+        ``timeout`` seconds."""
+        if self.take(n):
+            return
+        future = asyncio.get_running_loop().create_future()
+        entry = (n, future)
+        self._waiting.append(entry)
+        try:
+            async with asyncio.timeout(timeout):
+                await future
+        except BaseException:
+            if future.done() and not future.cancelled():
+                self.give(n)  # (granted as it timed out)
+            else:
+                self._waiting.remove(entry)
+                self._wake()
+            raise
+
+    def give(self, n: int) -> None:
+        """``n`` bytes given back: they go to the waiting first."""
+        self.held -= n
+        self._wake()
+
+    def _hold(self, n: int) -> None:
+        self.held += n
+        self.peak = max(self.peak, self.held)
+
+    def _wake(self) -> None:
+        while self._waiting and self.held + self._waiting[0][0] <= self.limit:
+            n, future = self._waiting.popleft()
+            self._hold(n)
+            future.set_result(None)
+
+    def refused(self, n: int) -> HttpError:
+        """The 503 a request is answered with when its ``n`` bytes do not fit."""
+        if n > self.limit:
+            return HttpError(503, f"this response needs {n:,} bytes of buffers at once, more "
+                             f"than the service's whole memory budget of {self.limit:,}")
+        return HttpError(503, f"busy: {self.held:,} bytes of responses in flight, and "
+                         f"{n:,} more would exceed the service's memory budget of "
+                         f"{self.limit:,}", {"Retry-After": "1"})
+
+
+class Share:
+    """What one response holds of the :class:`Budget` (given back whole by :meth:`close`,
+    however it ends); :attr:`started` once its first byte is sent."""
+
+    def __init__(self, request: web.Request) -> None:
+        self.budget = request.app[STATE].budget
+        self.timeout = request.app[SETTINGS].request_timeout
+        self.held = 0
+        self.started = False
+
+    async def take(self, n: int) -> None:
+        """``n`` bytes: at once before the response starts (else the 503 of
+        :meth:`Budget.refused`), waited for after."""
+        if not self.budget.take(n):
+            if not self.started or n > self.budget.limit:
+                raise self.budget.refused(n)
+            await self.budget.wait(n, self.timeout)
+        self.held += n
+
+    def try_take(self, n: int) -> bool:
+        """``n`` bytes if they fit now (to read ahead)."""
+        if self.budget.take(n):
+            self.held += n
+            return True
+        return False
+
+    def give(self, n: int) -> None:
+        if n:
+            self.held -= n
+            self.budget.give(n)
+
+    def close(self) -> None:
+        self.give(self.held)
 
 
 class HttpError(Exception):
@@ -110,6 +222,31 @@ async def admitted(request: web.Request, what: str = "chunk requests") -> AsyncI
         yield
     finally:
         state.pending -= 1
+
+
+@contextlib.asynccontextmanager
+async def reserved(request: web.Request, n: int) -> AsyncIterator[None]:
+    """``n`` bytes of the service's memory budget while the block runs (refused, 503, when
+    they do not fit)."""
+    share = Share(request)
+    try:
+        await share.take(n)
+        yield
+    finally:
+        share.close()
+
+
+async def written(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """``response`` sent now, within the request's time (a client that stops reading is
+    disconnected), so that what it holds can be given back after it."""
+    try:
+        async with asyncio.timeout(request.app[SETTINGS].request_timeout):
+            await response.prepare(request)
+            await response.write_eof()
+    except (TimeoutError, ConnectionError):
+        if request.transport is not None:
+            request.transport.abort()
+    return response
 
 
 async def waiting(request: web.Request, work: Awaitable[T]) -> T:

@@ -8,6 +8,13 @@ semicolons). Both say a hyperslab the same way, per dimension: ``[i]``, ``[start
 ``*`` stop (to the end). Only projections and hyperslabs are served: selections, filters and
 functions are refused by name (:class:`ConstraintError`, a DAP error response with status
 400), as is anything out of range — never clipped.
+
+The parsers get the expression URL-decoded once. A DAP2 name is then as the DDS spells it,
+its other characters %-escaped (:func:`refgrid.serve.dap.dap2.name`), and is unescaped once
+more; a DAP4 name is as the DMR spells it, and is taken as it is (``/a%25b`` names
+``a%25b``). Parsing is a split on the separators and brackets, linear in the text: no
+pattern here can match one text two ways (a name pattern whose ``%`` matched both a
+character and an escape took time exponential in the text's length).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from refgrid.errors import ConstraintError
 from refgrid.serve.dap.model import DapDataset, DapGroup, DapVariable
@@ -43,14 +51,17 @@ class Projection:
         return n
 
 
-NAME = r"(?:[^\[\],;&|{}()\s]|%[0-9A-Fa-f]{2})+"
-SLAB = re.compile(r"\[\s*(?:(\d{1,18})\s*(?::\s*(\d{1,18})\s*)?(?::\s*(\d{0,18}|\*)\s*)?)?\]")
-TERM = re.compile(rf"({NAME})((?:\[[^\]]*\])*)")
+SYNTAX = frozenset("[],;&|{}()")
+"""Characters no name in an expression holds: its separators, brackets and operators."""
+SLAB = re.compile(r"\[[^\[\]]*\]")
+"""One dimension's hyperslab (a bracket holds no bracket: found in one pass)."""
+INDEX = re.compile(r"[0-9]{1,18}")
+"""An index, start, stride or stop (at most 18 digits: an int64)."""
 
 
 def parse_dap2(text: str, dataset: DapDataset) -> list[Projection]:
-    """The projections of a DAP2 constraint expression (already URL-decoded); every
-    variable where it is empty."""
+    """The projections of a DAP2 constraint expression (URL-decoded once; its names as the
+    DDS spells them, %-escaped); every variable where it is empty."""
     projection, amp, selection = text.partition("&")
     if amp and selection.strip():
         raise ConstraintError(f"{dataset.name}: selections ({selection[:60]!r}) are not "
@@ -58,12 +69,12 @@ def parse_dap2(text: str, dataset: DapDataset) -> list[Projection]:
     return _resolved(_terms(projection, ",", dataset), dataset,
                      {g.path.replace("/", "."): g for g in _groups(dataset.root)},
                      {v.path.replace("/", "."): v for v in dataset.variables.values()},
-                     lambda name: name, "in DAP2, a group's variables are GROUP.NAME", False)
+                     unquote, "in DAP2, a group's variables are GROUP.NAME", False)
 
 
 def parse_dap4(text: str, dataset: DapDataset) -> list[Projection]:
-    """The projections of a DAP4 ``dap4.ce`` (already URL-decoded); every variable where it
-    is empty."""
+    """The projections of a DAP4 ``dap4.ce`` (URL-decoded once; its names as the DMR spells
+    them); every variable where it is empty."""
     if "|" in text:
         raise ConstraintError(f"{dataset.name}: filters ('|') are not served: ask for "
                               "projections and hyperslabs only")
@@ -82,7 +93,8 @@ def _resolved(terms: list[str], dataset: DapDataset, groups: Mapping[str, DapGro
               dap4: bool) -> list[Projection]:
     """The projections ``terms`` name, in the dataset's order (the order of its responses),
     each variable once; every variable where no term is given. A term is resolved once
-    however it is spelt (``/``, ``%2F``, ...), and a group expanded once."""
+    however it is spelt (``/`` or ``//``; in DAP2 ``a.b`` or ``a%2Eb``), and a group
+    expanded once."""
     chosen: dict[str, Projection] = {}
     seen: set[tuple[str, str]] = set()
     for term in terms:
@@ -129,18 +141,21 @@ def _terms(text: str, separator: str, dataset: DapDataset) -> list[str]:
 
 
 def _split(term: str, dataset: DapDataset) -> tuple[str, str]:
-    found = TERM.fullmatch(term)
-    if found is None:
+    """A term's name (quotes taken off) and its hyperslabs' text (``[...]`` after ``[...]``,
+    nothing between them)."""
+    name, bracket, rest = term.partition("[")
+    slabs = bracket + rest
+    name = name.strip()
+    if not name or not SYNTAX.isdisjoint(name) or "".join(SLAB.findall(slabs)) != slabs:
         what = "functions" if "(" in term else "this projection"
         raise ConstraintError(f"{dataset.name}: cannot serve {what}: {term[:80]!r} (give "
                               "NAME[start:stride:stop]...)")
-    name = re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m[1], 16)), found[1])
-    return name.strip('"'), found[2]
+    return name.strip('"'), slabs
 
 
 def _slices(variable: DapVariable, slabs: str, dataset: DapDataset,
             dap4: bool) -> tuple[slice, ...]:
-    parts = re.findall(r"\[[^\]]*\]", slabs)
+    parts = SLAB.findall(slabs)
     shape = variable.shape
     if not parts:
         return tuple(slice(0, n, 1) for n in shape)
@@ -149,21 +164,13 @@ def _slices(variable: DapVariable, slabs: str, dataset: DapDataset,
                               f"the hyperslab {slabs[:80]!r} gives {len(parts)}")
     out = []
     for dim, (part, size) in enumerate(zip(parts, shape, strict=True)):
-        found = SLAB.fullmatch(part)
-        if found is None or (part.replace(" ", "") == "[]" and not dap4):
+        found = _slab(part, dap4)
+        if found is None:
             raise ConstraintError(f"{dataset.name}: {variable.path}: cannot read hyperslab "
                                   f"{part[:40]!r} (give [i], [start:stop] or "
                                   "[start:stride:stop])")
-        first, second, third = found.groups()
-        if first is None:
-            start, step, last = 0, 1, size - 1
-        elif second is None and third is None:
-            start, step, last = int(first), 1, int(first)
-        elif third is None:  # [start:stop]
-            start, step, last = int(first), 1, int(second)
-        else:
-            start, step = int(first), int(second) if second is not None else 1
-            last = size - 1 if third in ("", "*") else int(third)
+        start, step, last = found
+        last = size - 1 if last is None else last
         if step < 1 or not 0 <= start <= last < size:
             raise ConstraintError(f"{dataset.name}: {variable.path}: hyperslab {part} is "
                                   f"outside dimension {variable.dims[dim]!r} of length {size}"
@@ -171,3 +178,18 @@ def _slices(variable: DapVariable, slabs: str, dataset: DapDataset,
                                   f"hyperslab {part}: the stride must be 1 or more")
         out.append(slice(start, last + 1, step))
     return tuple(out)
+
+
+def _slab(part: str, dap4: bool) -> tuple[int, int, int | None] | None:
+    """``[...]`` as (start, stride, last; None: to the end), or None where it is no
+    hyperslab: ``[i]``, ``[start:stop]``, ``[start:stride:stop]``, a stop empty or ``*``
+    after a colon, and in DAP4 ``[]``; spaces around the numbers."""
+    fields = [f.strip() for f in part[1:-1].split(":")]
+    if fields == [""]:
+        return (0, 1, None) if dap4 else None
+    to_end = len(fields) > 1 and fields[-1] in ("", "*")
+    numbers = fields[:-1] if to_end else fields
+    if len(fields) > 3 or not all(INDEX.fullmatch(f) for f in numbers):
+        return None
+    start, step = int(fields[0]), int(fields[1]) if len(fields) == 3 else 1
+    return start, step, None if to_end else int(fields[-1])

@@ -14,9 +14,10 @@ bytes: flags (last, error, little-endian) and a 24-bit length; the DMR is the fi
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from xml.etree import ElementTree as ET
 
 import numpy as np
@@ -35,14 +36,16 @@ CHUNK_LIMIT = 2**24 - 1
 
 def dmr(dataset: DapDataset, projections: Iterable[Projection]) -> bytes:
     """The DMR of ``projections`` (each with its hyperslab's shape), ending in CRLF as
-    netCDF-C needs (it overwrites a data response's DMR's last byte)."""
+    netCDF-C needs (it overwrites a data response's DMR's last byte). A carriage return in
+    a text is written as a reference: XML parsers read a raw one, and CRLF, as a line
+    feed."""
     chosen = {p.variable.path: p for p in projections}
     root = ET.Element("Dataset", {"xmlns": NAMESPACE, "dapVersion": "4.0",
                                   "dmrVersion": "1.0", "name": dataset.name})
     _group(root, dataset.root, chosen, {})
     ET.indent(root)
-    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode").encode() \
-        + b"\r\n"
+    text = ET.tostring(root, "unicode").replace("\r", "&#13;")  # (XML reads a raw CR as LF)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + text.encode() + b"\r\n"
 
 
 def _lengths(group: DapGroup, chosen: Mapping[str, Projection]) -> dict[str, int]:
@@ -86,36 +89,83 @@ def _group(element: ET.Element, group: DapGroup, chosen: Mapping[str, Projection
                    scope)
 
 
-def float32_attributes(dataset: DapDataset, projections: Iterable[Projection]) -> list[str]:
-    """The Float32 attributes a DMR of ``projections`` holds (``variable.name``; a
-    group's as ``/group.name``; the root group's are in every DMR)."""
-    chosen = {p.variable.path for p in projections}
+def netcdf_c_misreads(dataset: DapDataset, paths: Collection[str]) -> list[str]:
+    """The attributes of the DMR of the variables at ``paths`` netCDF-C's DAP4 client would
+    read other
+    than they are, each as ``variable.name (why)`` (a group's as ``/group.name``; the root
+    group's are in every DMR): Float32 values its double narrowing changes
+    (:func:`netcdf_c_float32`) and texts holding characters it garbles
+    (:data:`NETCDF_C_GARBLES`)."""
+    chosen = paths
     out = []
     groups = [dataset.root]
     while groups:
         group = groups.pop(0)
         if group is dataset.root or any(v.path in chosen for v in group.walk()):
-            out += [f"/{group.path}.{k}" for k, v in group.attrs.items() if _float32(v)]
-        out += [f"{v.path}.{k}" for v in group.variables if v.path in chosen
-                for k, value in v.attrs.items() if _float32(value)]
+            out += [f"/{group.path}.{k} ({why})" for k, v in group.attrs.items()
+                    if (why := _misread(v)) is not None]
+        out += [f"{v.path}.{k} ({why})" for v in group.variables if v.path in chosen
+                for k, value in v.attrs.items() if (why := _misread(value)) is not None]
         groups += group.groups
     return out
 
 
-def _float32(value: object) -> bool:
-    return isinstance(value, np.floating | np.ndarray) and value.dtype.kind == "f" and \
-        value.dtype.itemsize <= 4  # (float16 travels as Float32 too)
+NETCDF_C_GARBLES = re.compile("[&<>\"'\\\\]")
+"""Characters netCDF-C's DAP4 client changes in an attribute's text, whatever the DMR says
+(``libdap4/d4parser.c``, ``getValueStrings``): it XML-escapes the text it has parsed (``&``
+arrives as ``&amp;``, ``<`` as ``&lt;``; the five XML specials) and then drops every
+backslash, keeping the character after it. No spelling survives both."""
+
+
+def netcdf_c_float32(values: np.ndarray) -> np.ndarray:
+    """The Float32 values netCDF-C's DAP4 client reads from the DMR's text of ``values``
+    (``libdap4/d4meta.c``): ``convertString`` parses the text to a double and narrows it to
+    a float written over the low half of the double's bytes (a union), and its caller,
+    ``compileAttrValues``, narrows that half-overwritten double again. The text is the
+    float's exact value (:func:`~refgrid.serve.dap.dap2.number`: the double it parses to
+    is the float's), and the host little-endian, as netCDF-C's are. About one float in
+    eight survives: 0.01 and 0 do; -9999, 273.15, 1 and 1e20 do not."""
+    with np.errstate(over="ignore", invalid="ignore"):  # (signalling NaNs, overflows)
+        exact = np.asarray(values, np.float32).astype(np.float64)
+        first = exact.astype(np.float32)
+        half = exact.view(np.uint64) & np.uint64(0xFFFFFFFF00000000) | \
+            first.view(np.uint32).astype(np.uint64)
+        return half.view(np.float64).astype(np.float32)
+
+
+def _misread(value: object) -> str | None:
+    """How netCDF-C's DAP4 client would read ``value`` wrongly (the first value that
+    changes, or the character it garbles), or None where it reads it as it is."""
+    kind, texts = _texts(value)
+    if kind == "Float32":
+        values = np.atleast_1d(np.asarray(value)).ravel()
+        read = netcdf_c_float32(values)
+        with np.errstate(invalid="ignore"):  # (signalling NaNs)
+            exact = values.astype(np.float32)
+        changed = (read != exact) & ~(np.isnan(read) & np.isnan(exact))
+        if changed.any():
+            k = int(np.argmax(changed))
+            return f"{exact[k]!s} would read as {read[k]!s}"
+    elif kind == "String":
+        for text in texts:
+            found = NETCDF_C_GARBLES.search(text)
+            if found is not None:
+                return f"text with {found[0]!r}"
+    return None
+
+
+def _texts(value: object) -> tuple[str, list[str]]:
+    """An attribute's DAP4 type and its values as the DMR's text."""
+    if isinstance(value, str | list):
+        return "String", [value] if isinstance(value, str) else [str(v) for v in value]
+    values = np.atleast_1d(np.asarray(value))
+    found = dap_type(values.dtype, 4)
+    kind = found.name if found is not None else "String"
+    return kind, [str(v) if kind == "String" else number(v, kind) for v in values.tolist()]
 
 
 def _attribute(element: ET.Element, key: str, value: object) -> None:
-    if isinstance(value, str | list):
-        texts = [value] if isinstance(value, str) else [str(v) for v in value]
-        kind = "String"
-    else:
-        values = np.atleast_1d(np.asarray(value))
-        found = dap_type(values.dtype, 4)
-        kind = found.name if found is not None else "String"
-        texts = [str(v) if kind == "String" else number(v, kind) for v in values.tolist()]
+    kind, texts = _texts(value)
     node = ET.SubElement(element, "Attribute", {"name": key, "type": kind})
     for text in texts:
         ET.SubElement(node, "Value").text = text
@@ -152,10 +202,11 @@ def crc32(data: bytes | memoryview, running: int = 0) -> int:
     return zlib.crc32(data, running)
 
 
-def error_document(status: int, message: str) -> bytes:
-    """A DAP4 error response's body (as netCDF-C prints it)."""
+def error_document(status: int, message: str, context: str | None = None) -> bytes:
+    """A DAP4 error response's body (as netCDF-C prints it: ``DAP4 Error: http-code=...
+    message="..." context="..."``)."""
     root = ET.Element("Error", {"httpcode": str(status)})
     ET.SubElement(root, "Message").text = message
-    ET.SubElement(root, "Context")
+    ET.SubElement(root, "Context").text = context
     ET.SubElement(root, "OtherInformation")
     return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "utf-8") + b"\n"

@@ -217,7 +217,7 @@ def _group(path: str, group: VirtualGroup, known: Mapping[str, int],
             attrs = _writable(attributes(array.attrs), prefix + name, omitted)
             fill = attrs.get("_FillValue")
             if fill is not None and not _holds(array.value_dtype, fill):
-                omitted[f"{prefix}{name}._FillValue"] = f"{fill} is no {array.dtype} value " \
+                omitted[f"{prefix}{name}._FillValue"] = f"{fill} is no {array.dtype.name} value " \
                     "(netCDF-C refuses the variable with it)"
                 del attrs["_FillValue"]
             variables.append(DapVariable(prefix + name, array, array.dims, attrs))
@@ -272,7 +272,7 @@ def _unserved(array: VirtualArray) -> str | None:
     if vlen_element(array.attrs) is not None or array.dtype.kind == "V":
         return "opaque bytes and variable-length sequences are not served over DAP"
     if dap_type(array.dtype, 4) is None:
-        return f"type {array.dtype} is not served over DAP"
+        return f"type {array.dtype.name} is not served over DAP"
     return None
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -36,6 +37,7 @@ from refgrid.serve.http import (
     POOL,
     SETTINGS,
     HttpError,
+    Share,
     admitted,
     answer,
     caching,
@@ -76,9 +78,11 @@ async def respond(request: web.Request, dataset: Dataset, kind: str) -> web.Stre
         if kind == "html":
             return web.Response(text=dap_page(dap, f"{request.scheme}://{request.host}"),
                                 content_type="text/html", headers={"Cache-Control": "no-cache"})
-        projections = _projections(request, dap, kind)
+        projections = await _projections(request, dap, kind)
         if kind in ("dmr", "dap"):
-            _refuse_misread(request, dap, projections)
+            refused = _misread_by_netcdf_c(request, dap, projections, kind)
+            if refused is not None:
+                return refused
         if kind in ("dds", "das", "dmr"):
             return _metadata(request, dataset, dap, kind, projections)
         return await _data(request, dataset, dap, kind, projections)
@@ -88,23 +92,34 @@ async def respond(request: web.Request, dataset: Dataset, kind: str) -> web.Stre
 
 NETCDF_C = re.compile(r"netCDF\d")
 """netCDF-C's User-Agent (``netCDF4.10.1``): ``netCDF`` and its version."""
+DAP2_INSTEAD = "open it over DAP2, netCDF-C's default (drop #mode=dap4), which reads them " \
+    "exactly"
 
 
-def _refuse_misread(request: web.Request, dap: DapDataset,
-                    projections: list[Projection]) -> None:
-    """Refuse netCDF-C's DAP4 client a response with Float32 attributes: it reads every
-    one of them wrongly (its ``d4meta.c`` narrows the parsed double to a float twice, the
-    second time from the half-overwritten first result: ``-9999.0`` arrives as
-    ``-9999.006``), and a ``_FillValue`` read wrongly shows missing values as data. Its DAP2
-    client reads them exactly, and is its default."""
+def _misread_by_netcdf_c(request: web.Request, dap: DapDataset, projections: list[Projection],
+                         kind: str) -> web.Response | None:
+    """netCDF-C's DAP4 client refused a DMR holding attributes it would read wrongly
+    (:func:`~refgrid.serve.dap.dap4.netcdf_c_misreads`: a ``_FillValue`` read wrongly shows
+    missing values as data), with the reason where it shows it: it prints an error document
+    that comes as a DMR with status 200 (``DAP4 Error: http-code=400 message=...`` on
+    stderr, then fails with "Malformed or inaccessible DAP2 DDS or DAP4 DMR response"), and
+    reads nothing of one with an error status. A data response is refused with the usual
+    error status (it prints that one's body). None where nothing would be misread, or for
+    another client; its DAP2 client reads them all exactly."""
     if not NETCDF_C.match(request.headers.get("User-Agent", "")):
-        return
-    wrong = dap4.float32_attributes(dap, projections)
-    if wrong:
-        raise HttpError(400, f"{dap.name}: netCDF-C's DAP4 client misreads Float32 attributes "
-                        f"({', '.join(wrong[:4])}{', ...' if len(wrong) > 4 else ''}; a "
-                        "_FillValue read wrongly shows missing values as data): open it over "
-                        "DAP2 (#mode=dap2, netCDF-C's default), which reads them exactly")
+        return None
+    wrong = dap4.netcdf_c_misreads(dap, {p.variable.path for p in projections})
+    if not wrong:
+        return None
+    reason = f"{dap.name}: netCDF-C's DAP4 client would read these attributes wrongly: " \
+        f"{'; '.join(wrong[:4])}{'; ...' if len(wrong) > 4 else ''} ({len(wrong)} in all)"
+    log.info("%s %s: refused to netCDF-C's DAP4 client: %s", request.method, request.path,
+             reason)
+    if kind == "dap":
+        return error_response(request, HttpError(400, f"{reason}: {DAP2_INSTEAD}"), 4)
+    return web.Response(status=200, body=dap4.error_document(400, reason, DAP2_INSTEAD),
+                        content_type="application/vnd.opendap.dap4.error+xml",
+                        headers={"Cache-Control": "no-store", "Vary": "User-Agent"})
 
 
 def error_response(request: web.Request, error: BaseException, protocol: int) -> web.Response:
@@ -119,10 +134,13 @@ def error_response(request: web.Request, error: BaseException, protocol: int) ->
                         content_type="application/vnd.opendap.dap4.error+xml", headers=headers)
 
 
-def _projections(request: web.Request, dap: DapDataset, kind: str) -> list[Projection]:
+async def _projections(request: web.Request, dap: DapDataset, kind: str) -> list[Projection]:
+    """The request's constraint expression, URL-decoded once (DAP2's is the whole query;
+    DAP4's its ``dap4.ce``), parsed on the service's threads: the event loop waits for no
+    expression, however long."""
     if kind in ("dmr", "dap"):
-        return parse_dap4(request.query.get("dap4.ce", ""), dap)
-    return parse_dap2(unquote(request.query_string), dap)
+        return await in_pool(request, parse_dap4, request.query.get("dap4.ce", ""), dap)
+    return await in_pool(request, parse_dap2, unquote(request.rel_url.raw_query_string), dap)
 
 
 def _metadata(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str,
@@ -189,17 +207,26 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
         opening = float("inf")  # (read whole first: whole or an error status)
     response = web.StreamResponse(headers=headers)
     response.content_type = TYPES[kind]
+    share = Share(request)
     async with admitted(request, "requests"):
         if request.method == "HEAD":
             await response.prepare(request)
             return response
-        pieces = _pieces(request, dataset, dap, kind, projections, head, checksums, opening)
-        first = await anext(pieces)  # (a failure here is still an error status)
-        await response.prepare(request)
+        pieces = _pieces(request, dataset, dap, kind, projections, head, checksums, opening,
+                         share)
         try:
-            await _write(request, response, first)
-            async for piece in pieces:
+            first = await anext(pieces)  # (a failure here is still an error status)
+        except BaseException:
+            share.close()
+            raise
+        await response.prepare(request)
+        share.started = True
+        try:
+            await _write(request, response, first[0])
+            share.give(first[1])
+            async for piece, charge in pieces:
                 await _write(request, response, piece)
+                share.give(charge)  # (written: its block's bytes go back to the budget)
             await response.write_eof()
         except _ClientGone as e:  # nothing more can reach it: its buffers are let go
             log.info("%s %s: %s mid-response", request.method, request.path, e)
@@ -220,26 +247,30 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
                 request.transport.close()
         finally:
             await pieces.aclose()
+            share.close()
     return response
 
 
 async def _pieces(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str,
                   projections: list[Projection], head: bytes, checksums: bool,
-                  opening_bytes: float) -> AsyncGenerator[bytes | memoryview]:
+                  opening_bytes: float, share: Share
+                  ) -> AsyncGenerator[tuple[bytes | memoryview, int]]:
     """The response's bytes: its head with its first ``opening_bytes`` of values (read
     before the response starts, so that a response that small is whole or an error status
     — a source gone, a value DAP2 cannot carry —: netCDF-C does not always notice a DAP2
     response cut short), then the rest, block by block; each piece handed on once, not
-    joined."""
-    opening: list[bytes | memoryview] | None = [
-        dap4.chunk(head, 0 if checksums else dap4.NO_CHECKSUMS) if kind == "dap" else head]
+    joined, with the bytes of ``share`` to give back once it is written."""
+    opening: list[tuple[bytes | memoryview, int]] | None = [
+        (dap4.chunk(head, 0 if checksums else dap4.NO_CHECKSUMS) if kind == "dap" else head,
+         0)]
     held = 0
     for projection in projections:
-        async for piece, read in _variable(request, dataset, dap, kind, projection, checksums):
+        async for piece, read, charge in _variable(request, dataset, dap, kind, projection,
+                                                   checksums, share):
             if opening is None:
-                yield piece
+                yield piece, charge
                 continue
-            opening.append(piece)
+            opening.append((piece, charge))
             held += len(piece) if read else 0
             if held >= opening_bytes:
                 held_pieces, opening = opening, None
@@ -248,27 +279,36 @@ async def _pieces(request: web.Request, dataset: Dataset, dap: DapDataset, kind:
     while opening:
         yield opening.pop(0)
     if kind == "dap":
-        yield dap4.chunk(b"", dap4.LAST)
+        yield dap4.chunk(b"", dap4.LAST), 0
+
+
+ASCII_BYTES = 24
+"""Bytes of ``.ascii`` text a value takes at most (a Float64's shortest text and ``, ``)."""
 
 
 async def _variable(request: web.Request, dataset: Dataset, dap: DapDataset, kind: str,
-                    projection: Projection, checksums: bool
-                    ) -> AsyncIterator[tuple[bytes | memoryview, bool]]:
-    """One variable's bytes: its header, then its values block by block (the next block
-    read while one is sent), then its trailer; each piece with whether values were read
-    for it."""
+                    projection: Projection, checksums: bool, share: Share
+                    ) -> AsyncIterator[tuple[bytes | memoryview, bool, int]]:
+    """One variable's bytes: its header, then its values block by block, then its trailer;
+    each piece with whether values were read for it and the bytes of ``share`` its block
+    holds (on a block's last piece: given back once it is written). A block's bytes — its
+    values and their encoding — are taken before it is read; the next block is read while
+    one is sent where its bytes fit at once, else after it, waiting for them."""
     reader = dataset.native.reader(dap.key(projection.variable))
     encode: Callable[[Projection, np.ndarray], bytes | memoryview] = \
         dap4.encode if kind == "dap" else dap2.encode
     crc = 0
     if kind == "dods":
-        yield dap2.header(projection), False
+        yield dap2.header(projection), False, 0
     elif kind == "ascii":
         shape = "".join(f"[{n}]" for n in projection.shape)
-        yield f"{projection.variable.path.replace('/', '.')}{shape}\n".encode(), False
+        yield f"{projection.variable.path.replace('/', '.')}{shape}\n".encode(), False, 0
     loop = asyncio.get_running_loop()
     pool = request.app[POOL]
     selections = list(blocks(projection, projection.variable.dtype.itemsize))
+    per_value = projection.variable.dtype.itemsize + (
+        ASCII_BYTES if kind == "ascii" else projection.variable.type(4 if kind == "dap" else 2)
+        .wire.itemsize)
 
     def block(selection: tuple[slice, ...], start: int) -> bytes | memoryview:
         values = reader.read(selection)
@@ -280,30 +320,36 @@ async def _variable(request: web.Request, dataset: Dataset, dap: DapDataset, kin
     for selection in selections:
         starts.append(starts[-1] + int(np.prod([len(range(s.start, s.stop, s.step))
                                                 for s in selection])))
+    costs = [(b - a) * per_value for a, b in itertools.pairwise(starts)]
     pending: Future[bytes | memoryview] | None = None
     try:
         for i, selection in enumerate(selections):
-            current = pending or pool.submit(block, selection, starts[i])
+            if pending is None:
+                await share.take(costs[i])
+                current = pool.submit(block, selection, starts[i])
+            else:
+                current = pending
             pending = pool.submit(block, selections[i + 1], starts[i + 1]) \
-                if i + 1 < len(selections) else None
+                if i + 1 < len(selections) and share.try_take(costs[i + 1]) else None
             async with asyncio.timeout(request.app[SETTINGS].request_timeout):
                 data = await asyncio.wrap_future(current, loop=loop)
             if checksums:
                 crc = dap4.crc32(data, crc)
             if kind == "dap":
-                for piece in dap4.chunks(data):
-                    yield piece, True
+                framed = list(dap4.chunks(data))
+                for k, piece in enumerate(framed):
+                    yield piece, True, costs[i] if k == len(framed) - 1 else 0
             else:
-                yield data, True
+                yield data, True, costs[i]
     finally:
         if pending is not None:
-            pending.cancel()
+            pending.cancel()  # (its bytes go back with the response's share)
     if kind == "dods":
-        yield dap2.trailer(projection), False
+        yield dap2.trailer(projection), False, 0
     elif kind == "ascii":
-        yield b"\n", False
+        yield b"\n", False, 0
     elif checksums:
-        yield dap4.chunk(crc.to_bytes(4, "little")), False
+        yield dap4.chunk(crc.to_bytes(4, "little")), False, 0
 
 
 class _ClientGone(Exception):
@@ -336,6 +382,11 @@ def dap_page(dap: DapDataset, base: str) -> str:
         "</td></tr>" for v in dap.variables.values())
     omitted = "".join(f"<li><code>{escape(p)}</code>: {escape(w)}</li>"
                       for p, w in dap.omitted.items())
+    misread = dap4.netcdf_c_misreads(dap, dap.variables)
+    refused = (f"<p>netCDF-C's DAP4 client (<code>#mode=dap4</code>) is refused this dataset: "
+               f"it would read {len(misread)} attributes wrongly ("
+               f"{escape('; '.join(misread[:6]))}{'; ...' if len(misread) > 6 else ''}). Its "
+               "DAP2 client, its default, reads them exactly.</p>") if misread else ""
     links = " · ".join(f'<a href="{escape(url)}{s}">{s}</a>'
                        for s in (".dds", ".das", ".dmr.xml", ".ascii"))
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
@@ -346,6 +397,7 @@ def dap_page(dap: DapDataset, base: str) -> str:
             f"xr.open_dataset(\"{escape(url)}\", engine=\"netcdf4\")\n"
             f"ncread(\"{escape(url)}\", \"NAME\")            % MATLAB\n"
             f"nc_open(\"{escape(url)}\")                     # R ncdf4</pre>"
-            f"<table><tr><th>variable</th><th>type</th><th>dims</th></tr>{rows}</table>"
+            f"{refused}<table><tr><th>variable</th><th>type</th><th>dims</th></tr>{rows}"
+            "</table>"
             + (f"<p>Not served over DAP:</p><ul>{omitted}</ul>" if omitted else "")
             + "</body></html>")
