@@ -7,12 +7,17 @@
   10 days (padded at file ends) compressed.
 - :func:`drifting`: daily files ``sst_YYYYMMDD.nc`` with no time at all (their date is in
   the name only), a variable ``ice`` added halfway.
+- :func:`dated`: daily files ``sst_YYYYMMDD.nc`` holding their time each way a file can — a
+  scalar ``time`` (at noon, in units of their own day), a ``time`` coordinate of one step, a
+  dimension ``time`` of one step without coordinate, no time at all — in any calendar.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import cftime
+import netCDF4
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -111,3 +116,71 @@ def drifting_expected(files: list[Path]) -> xr.Dataset:
     return closed(xr.open_mfdataset(files, combine="nested",
                                     concat_dim=[pd.Index(dates, name="time")], data_vars="all",
                                     coords="different", compat="equals", join="outer"))
+
+
+FORMS = ("scalar", "step", "dimension", "none")
+"""How a file of :func:`dated` holds its time: a scalar ``time``, a coordinate of one step,
+a dimension of one step without coordinate, nothing."""
+
+
+def dated(root: Path, forms: str | list[str], days: list[str], *, hour: int = 12,
+          calendar: str = "standard", bounds: bool = False) -> list[Path]:
+    """A file ``sst_YYYYMMDD.nc`` per day of ``days`` (``"2003-01-01"``: dates of
+    ``calendar``, a 360-day February has a 30th), its time held as its form of ``forms``
+    says (:data:`FORMS`); own times at ``hour`` in ``hours since <its day>`` (with bounds of
+    the day, ``bounds``); ``sst`` (lat, lon) holds the file's number."""
+    root.mkdir(parents=True, exist_ok=True)
+    out = []
+    for k, day in enumerate(days):
+        form = forms if isinstance(forms, str) else forms[k]
+        path = root / f"sst_{day.replace('-', '')}.nc"
+        with netCDF4.Dataset(path, "w") as nc:
+            nc.createDimension("lat", 2)
+            nc.createDimension("lon", 3)
+            nc.createVariable("lat", "f8", ("lat",))[:] = [10.0, 20.0]
+            nc.createVariable("lon", "f8", ("lon",))[:] = [0.0, 1.0, 2.0]
+            if form != "none" and form != "scalar":
+                nc.createDimension("time", 1)
+            dims = ("time", "lat", "lon") if form in ("step", "dimension") else ("lat", "lon")
+            sst = nc.createVariable("sst", "f4", dims, fill_value=np.float32(-999))
+            sst[:] = np.full(sst.shape, 270 + k, "f4")
+            if form in ("scalar", "step"):
+                time = nc.createVariable("time", "f8", () if form == "scalar" else ("time",))
+                time.units, time.calendar = f"hours since {day}", calendar
+                time[...] = hour
+                if form == "scalar":
+                    sst.coordinates = "time"
+                if bounds:
+                    nc.createDimension("nv", 2)
+                    time.bounds = "time_bnds"
+                    nc.createVariable("time_bnds", "f8", ("nv",) if form == "scalar" else
+                                      ("time", "nv"))[:] = [0.0, 24.0]
+        out.append(path)
+    return out
+
+
+def name_date(path: Path, calendar: str = "standard") -> object:
+    """The date a :func:`dated` file's name gives, in ``calendar``, as xarray decodes it."""
+    text = Path(path).stem.split("_")[1]
+    fields = int(text[:4]), int(text[4:6]), int(text[6:8])
+    if calendar in ("standard", "gregorian", "proleptic_gregorian"):
+        return pd.Timestamp(*fields).as_unit("ns")
+    return cftime.datetime(*fields, calendar=calendar)
+
+
+def dated_expected(files: list[Path], calendar: str = "standard") -> xr.Dataset:
+    """xarray's reading: ``open_mfdataset(files, combine="nested", concat_dim="time")``
+    whose ``preprocess`` gives a file without a time coordinate the date its name gives —
+    the files' own times as they are. (Its steps without dask, which cannot concatenate
+    cftime bounds: each file opened, preprocessed, then ``combine_nested``.)"""
+    def preprocess(ds: xr.Dataset, path: Path) -> xr.Dataset:
+        if "time" in ds.variables:
+            return ds
+        date = name_date(path, calendar)
+        return ds.assign_coords(time=[date]) if "time" in ds.dims else \
+            ds.expand_dims(time=[date])
+
+    opened = [preprocess(closed(xr.open_dataset(f, decode_coords="all")).load(), f)
+              for f in files]
+    return xr.combine_nested(opened, concat_dim="time", data_vars="all", coords="different",
+                             compat="equals", join="exact", combine_attrs="override")

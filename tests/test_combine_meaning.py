@@ -181,9 +181,9 @@ def test_a_coordinate_of_another_type_is_refused_where_a_value_would_change(tmp_
     time = b["time"]
     # the second file's times as fractions of hours, in float64
     frac = replace(time, dtype=np.dtype("f8"), attrs=dict(time.attrs))
-    from refgrid.combining.concat import _inlined
+    from refgrid.combining.concat import inlined
 
-    frac = _inlined(frac, np.arange(744, 744 + 28 * 24, 24, dtype="f8") + 0.5, pieces=False)
+    frac = inlined(frac, np.arange(744, 744 + 28 * 24, 24, dtype="f8") + 0.5, pieces=False)
     b = replace(b, arrays={**b.arrays, "time": frac})
     with pytest.raises(CombineError, match=r"time: values of b\.nc \(float64\) cannot be held "
                                            r"exactly by a\.nc's type int32"):

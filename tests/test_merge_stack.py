@@ -14,6 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
+import cftime
 import netCDF4
 import numpy as np
 import pandas as pd
@@ -25,6 +26,7 @@ from zarr.storage import FsspecStore
 import refgrid
 from helpers import RECTILINEAR, closed
 from refgrid import ArgumentError, CombineError
+from shaped_archives import dated, dated_expected
 
 EPOCH = pd.Timestamp("2001-01-01")
 MONTHS = (("2001-01-01", 31), ("2001-02-01", 28), ("2001-03-01", 31), ("2001-04-01", 30))
@@ -456,19 +458,19 @@ def test_a_variable_without_fill_value_cannot_be_filled(tmp_path):
         refgrid.combine([str(f) for f in files], time_from="sst_%Y%m%d.nc", missing="fill")
 
 
-def test_times_from_names_replace_a_scalar_time(tmp_path):
-    """Files holding a scalar ``time`` (at noon): the date of the name is the time, the
-    scalar is replaced (and reported), data variables gain the dimension."""
+def test_a_scalar_time_is_the_file_s_own_and_its_name_checks_it(tmp_path):
+    """Files holding a scalar ``time`` at noon: it is their time, as ``open_mfdataset``
+    keeps it (the name's date, midnight, once replaced it); data variables gain the
+    dimension; the report says once that the files kept their own time."""
     files = _daily(tmp_path, scalar_time=True)[:3]
     g = refgrid.combine([str(f) for f in files], time_from="sst_%Y%m%d.nc")
     ours = _ours(refgrid.write(g, tmp_path / "refs.json"))
-    expected = xr.concat(
-        [closed(xr.open_dataset(f)).drop_vars("time").expand_dims(time=[day])
-         for f, day in zip(files, DAYS, strict=False)],
-        dim="time", data_vars="all", coords="minimal", compat="equals", join="exact")
-    _assert_same(ours, expected)
-    assert ours["time"].encoding["units"] == "days since 1970-01-01"
-    assert any(e.action == "re-encoded" and e.variable == "time" for e in g.report), g.report
+    expected = closed(xr.open_mfdataset(
+        [str(f) for f in files], combine="nested", concat_dim="time", data_vars="all",
+        coords="different", compat="equals", join="exact", decode_coords="all"))
+    _assert_same(ours, expected, encoded=["time"])
+    assert ours["time"].values.tolist() == (DAYS[:3] + pd.Timedelta(hours=12)).asi8.tolist()
+    assert [(e.variable, e.action) for e in g.report] == [("time", "own-time")], g.report
 
 
 def test_times_from_names_in_other_units_and_calendar(tmp_path):
@@ -482,6 +484,152 @@ def test_times_from_names_in_other_units_and_calendar(tmp_path):
     assert raw["time"].attrs["calendar"] == "noleap"
     assert raw["time"].dtype == np.int64
     np.testing.assert_array_equal(raw["time"].values, [1416, 1440, 1464])  # (31 + 28) * 24
+
+
+DATED = {"standard": ["2003-01-01", "2003-01-02", "2003-01-03"],
+         "noleap": ["2004-02-28", "2004-03-01", "2004-03-02"],
+         "360_day": ["2000-02-29", "2000-02-30", "2000-03-01"]}
+"""Days of each calendar (noleap: no 29 February in a leap year; 360-day: a 30th)."""
+
+
+@pytest.mark.parametrize(("forms", "calendar", "bounds", "said"), [
+    ("scalar", "standard", False, {"own-time", "re-encoded"}),  # noon, units of each day
+    ("scalar", "noleap", True, {"own-time", "re-encoded"}),
+    ("scalar", "360_day", False, {"own-time", "re-encoded"}),
+    ("step", "standard", True, {"own-time", "re-encoded"}),
+    ("dimension", "standard", False, {"from-name"}),
+    ("dimension", "360_day", False, {"from-name"}),
+    ("none", "noleap", False, {"from-name"}),
+    (["dimension", "none", "scalar", "step"], "standard", False,
+     {"from-name", "own-time", "re-encoded"}),
+], ids=["scalar", "scalar-noleap-bounds", "scalar-360day", "step-bounds", "dimension",
+        "dimension-360day", "none-noleap", "mixed"])
+def test_each_way_a_file_holds_its_time_combines_as_xarray_reads_it(tmp_path, forms,
+                                                                     calendar, bounds, said):
+    """time_from against ``open_mfdataset(concat_dim="time")`` whose ``preprocess`` gives a
+    file without a time coordinate its name's date: a file's own time (scalar or a step,
+    with its bounds) is kept whatever its units and calendar; a dimension of one step
+    without coordinate, or no time, takes the name's date (in the calendar asked for). The
+    report holds one entry per kind of thing done, each true."""
+    days = DATED[calendar] + (["2003-01-04"] if isinstance(forms, list) else [])
+    files = dated(tmp_path / "src", forms, days, calendar=calendar, bounds=bounds)
+    mixed = {"time_units": "hours since 2003-01-01"} if isinstance(forms, list) else {}
+    g = refgrid.combine([str(f) for f in files], time_from="sst_%Y%m%d.nc",
+                        calendar=calendar, **mixed)
+    ours = _ours(refgrid.write(g, tmp_path / "refs.json"))
+    xr.testing.assert_identical(ours, dated_expected(files, calendar))
+    timed = [e for e in g.report if e.variable == "time"]
+    assert sorted(e.action for e in timed) == sorted(said), g.report
+    owned = [e for e in timed if e.action == "own-time"]
+    assert all("keep their own" in e.reason and "year, month and day" in e.reason
+               for e in owned), owned
+    named = [e for e in timed if e.action == "from-name"]
+    assert all(f"({calendar})" in e.reason for e in named), named
+    if bounds:
+        assert ours["time_bnds"].dims == ("time", "nv")
+
+
+@pytest.mark.parametrize(("pattern", "name", "time", "agrees"), [
+    ("sst_%Y%m%d.nc", "sst_20030102.nc", "2003-01-02 12:00:00", True),
+    ("sst_%Y%m%d.nc", "sst_20030102.nc", "2003-01-02 23:59:59", True),
+    ("sst_%Y%m%d.nc", "sst_20030102.nc", "2003-01-03 00:00:00", False),  # the next day
+    ("sst_%Y%m%d.nc", "sst_20030102.nc", "2003-01-01 23:00:00", False),
+    ("tas_%Y%m.nc", "tas_200302.nc", "2003-02-28 18:00:00", True),
+    ("tas_%Y%m.nc", "tas_200302.nc", "2003-03-01 00:00:00", False),
+    ("tas_%Y.nc", "tas_2003.nc", "2003-07-02 06:00:00", True),
+    ("f_%Y%m%d%H.nc", "f_2003010206.nc", "2003-01-02 06:30:00", True),
+    ("f_%Y%m%d%H.nc", "f_2003010206.nc", "2003-01-02 07:00:00", False),
+    ("f_%Y%j.nc", "f_2004061.nc", "2004-03-01 12:00:00", True),  # a leap year's day 61
+    ("f_%Y%j.nc", "f_2004061.nc", "2004-03-02 12:00:00", False),
+])
+def test_the_name_checks_a_file_s_own_time_in_the_period_it_gives(tmp_path, pattern, name,
+                                                                 time, agrees):
+    """A name denotes a period as long as its pattern's finest field; a file's own time
+    agrees when it falls in it (the same year, month, day, hour... as the name), and is then
+    kept exactly; else the combine is refused naming the file, the variable and both."""
+    path = tmp_path / name
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("x", 2)
+        nc.createVariable("v", "f4", ("x",))[:] = [1.0, 2.0]
+        t = nc.createVariable("time", "f8", ())
+        t.units = "seconds since 2000-01-01"
+        t[...] = (pd.Timestamp(time) - pd.Timestamp("2000-01-01")).total_seconds()
+    if agrees:
+        g = refgrid.combine([str(path)], time_from=pattern)
+        ours = _ours(refgrid.write(g, tmp_path / "refs.json"))
+        assert ours["time"].values.tolist() == [pd.Timestamp(time).value]
+        assert ours["v"].dims == ("time", "x")
+        return
+    with pytest.raises(CombineError, match=rf"{name}: its own 'time' \({time}\) disagrees "
+                                           rf"with its name, which gives year"):
+        refgrid.combine([str(path)], time_from=pattern)
+
+
+@pytest.mark.parametrize(("pattern", "names", "calendar", "dates"), [
+    ("t_%Y%j.nc", ["t_2004059.nc", "t_2004060.nc", "t_2004061.nc"], "noleap",
+     [(2004, 2, 28), (2004, 3, 1), (2004, 3, 2)]),
+    ("t_%Y%m%d.nc", ["t_20000229.nc", "t_20000230.nc", "t_20000301.nc"], "360_day",
+     [(2000, 2, 29), (2000, 2, 30), (2000, 3, 1)]),
+    ("t_%Y%j.nc", ["t_2000045.nc", "t_2000360.nc"], "360_day", [(2000, 2, 15), (2000, 12, 30)]),
+])
+def test_a_name_gives_its_date_in_the_calendar_asked_for(tmp_path, pattern, names,
+                                                         calendar, dates):
+    """Day 61 of a noleap year is 2 March (of the standard calendar's leap year: 1 March),
+    a 360-day February has a 30th and its day 45 is 15 February."""
+    for k, name in enumerate(names):
+        with netCDF4.Dataset(tmp_path / name, "w") as nc:
+            nc.createDimension("x", 1)
+            nc.createVariable("v", "f4", ("x",))[:] = [k]
+    g = refgrid.combine([str(tmp_path / n) for n in names], time_from=pattern,
+                        calendar=calendar)
+    ours = _ours(refgrid.write(g, tmp_path / "refs.json"))
+    assert ours["time"].values.tolist() == [cftime.datetime(*d, calendar=calendar)
+                                             for d in dates]
+    assert ours["v"].values[:, 0].tolist() == list(range(len(names)))
+
+
+def test_a_time_the_name_cannot_give_or_check_is_refused_naming_it(tmp_path):
+    """Own times without CF units or with no value, a time dimension of several steps
+    without a coordinate, a time along another dimension: each a CombineError naming the
+    file and the way out; and files of both kinds whose first file's units cannot hold the
+    others' noon."""
+    def refused(files, match, **options):
+        with pytest.raises(CombineError, match=match):
+            refgrid.combine([str(f) for f in files], time_from="sst_%Y%m%d.nc", **options)
+
+    unitless = dated(tmp_path / "a", "scalar", ["2003-01-01"])
+    with netCDF4.Dataset(unitless[0], "a") as nc:
+        nc["time"].units = "hours"
+    refused(unitless, r"sst_20030101\.nc: its own 'time' has no CF time units \('hours'\)"
+                      r".*drop_variables=\['time'\]")
+    empty = dated(tmp_path / "b", "step", ["2003-01-01"], calendar="noleap")  # (NaN would
+    # decode to its units' epoch, 2003-01-01: in the day its name gives)
+    with netCDF4.Dataset(empty[0], "a") as nc:
+        nc["time"].missing_value = -1.0
+        nc["time"][:] = [-1.0]
+    refused(empty, r"sst_20030101\.nc: its own 'time' \(no value \(its fill value\)\) "
+                   r"disagrees with its name, which gives year 2003, month 1, day 1")
+    steps = tmp_path / "c" / "sst_20030101.nc"
+    steps.parent.mkdir()
+    with netCDF4.Dataset(steps, "w") as nc:
+        nc.createDimension("time", 2)
+        nc.createVariable("sst", "f4", ("time",))[:] = [1.0, 2.0]
+    refused([steps], r"sst_20030101\.nc: has 2 steps along 'time' and no 'time' coordinate")
+    aside = tmp_path / "d" / "sst_20030101.nc"
+    aside.parent.mkdir()
+    with netCDF4.Dataset(aside, "w") as nc:
+        nc.createDimension("record", 1)
+        t = nc.createVariable("time", "f8", ("record",))
+        t.units, t[:] = "days since 2003-01-01", [0.0]
+    refused([aside], r"sst_20030101\.nc: its 'time' runs along \('record',\), not along "
+                     r"'time'")
+    mixed = dated(tmp_path / "e", ["none", "scalar"], ["2003-01-01", "2003-01-02"])
+    refused(mixed, r"time: the times of .*sst_20030102\.nc \('hours since 2003-01-02'\) "
+                   r"need values int64 cannot hold in 'days since 1970-01-01'")
+    g = refgrid.combine([str(f) for f in mixed], time_from="sst_%Y%m%d.nc",
+                        time_units="hours since 2003-01-01")
+    assert _ours(refgrid.write(g, tmp_path / "e.json"))["time"].values.tolist() == [
+        pd.Timestamp(t).value for t in ("2003-01-01", "2003-01-02 12:00")]
 
 
 def test_groups_absent_from_early_files_are_filled(tmp_path):

@@ -6,11 +6,12 @@ from __future__ import annotations
 import contextlib
 from datetime import datetime
 
+import cftime
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refgrid.core.names import NamePattern, from_json, to_json
+from refgrid.core.names import NamePattern, date_of, from_json, to_json
 from refgrid.errors import ArgumentError
 
 
@@ -50,6 +51,35 @@ def test_a_name_without_a_valid_date_is_refused_naming_it():
         NamePattern.parse("sst_%Y%m%d.nc").values("sst_20030230.nc")
     with pytest.raises(ArgumentError, match="does not match the file-name pattern"):
         NamePattern.parse("sst_%Y%m%d.nc").values("ice_20030101.nc")
+
+
+@pytest.mark.parametrize(("pattern", "name", "calendar", "expected"), [
+    ("%Y%j.nc", "2004061.nc", "standard", datetime(2004, 3, 1)),
+    ("%Y%j.nc", "2004061.nc", "noleap", cftime.datetime(2004, 3, 2, calendar="noleap")),
+    ("%Y%j_%H.nc", "2000045_06.nc", "360_day",
+     cftime.datetime(2000, 2, 15, 6, calendar="360_day")),
+    ("%Y%m%d.nc", "20000230.nc", "360_day", cftime.datetime(2000, 2, 30, calendar="360_day")),
+    ("%y%m.nc", "0402.nc", "all_leap", cftime.datetime(2004, 2, 1, calendar="all_leap")),
+])
+def test_a_name_s_date_is_its_calendar_s(pattern, name, calendar, expected):
+    """The numbers a name holds are a date of the calendar asked for: day 61 of a noleap
+    year is 2 March, a 360-day year's day 45 is 15 February and it has a 30 February."""
+    assert date_of(NamePattern.parse(pattern).date_parts(name), name, calendar) == expected
+
+
+@pytest.mark.parametrize(("name", "calendar", "message"), [
+    ("20010229.nc", "noleap", r"20010229\.nc: its name holds no valid date in the noleap "
+                              r"calendar"),
+    ("20000231.nc", "360_day", "no valid date in the 360_day calendar"),
+    ("20030230.nc", "standard", r"no valid date \("),
+])
+def test_a_date_the_calendar_lacks_is_refused_naming_the_file(name, calendar, message):
+    with pytest.raises(ArgumentError, match=message):
+        date_of(NamePattern.parse("%Y%m%d.nc").date_parts(name), name, calendar)
+    with pytest.raises(ArgumentError, match="day of year 361 is outside the year"):
+        date_of(NamePattern.parse("%Y%j.nc").date_parts("2000361.nc"), "x", "360_day")
+    with pytest.raises(ArgumentError, match="does not match the file-name pattern"):
+        NamePattern.parse("%Y%j.nc").date_parts("x.nc")
 
 
 @pytest.mark.parametrize("value", ["r1", 7, datetime(2001, 2, 3, 4, 5, 6)])

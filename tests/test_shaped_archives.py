@@ -6,6 +6,7 @@ batch (resume, growth, append) — each equal to xarray's reading of the same fi
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -18,7 +19,14 @@ from zarr.storage import FsspecStore
 import refgrid
 from helpers import RECTILINEAR, closed
 from servers import start_refgrid_serve
-from shaped_archives import cmip_expected, cmip_like, drifting, drifting_expected
+from shaped_archives import (
+    cmip_expected,
+    cmip_like,
+    dated,
+    dated_expected,
+    drifting,
+    drifting_expected,
+)
 
 STACKED = {"merge": True, "stack_dim": "member", "stack_by": "{member}/*.nc"}
 DRIFT = {"time_from": "sst_%Y%m%d.nc", "missing": "fill"}
@@ -292,16 +300,113 @@ def test_a_subgroup_variable_keeps_the_time_it_is_read_along(tmp_path):
         assert w["w"].values.tolist() == [0, 1, 2, 100, 101, 102]  # ordered by time
 
 
-def test_a_scalar_time_with_bounds_is_not_replaced_silently(tmp_path):
+def test_a_scalar_time_keeps_its_bounds(tmp_path):
+    """A scalar time with bounds, at noon in units of its own day: both are the file's and
+    are kept — the bounds gain the dimension, both re-encoded to the first file's units — as
+    ``open_mfdataset`` keeps them (once refused: the name's date could not keep them)."""
     files = [_nc(tmp_path / f"sst_2003010{d}.nc", {
-        "sst": (("x",), np.ones(2, "f4"), {}), "time": ((), np.array(0.5), {
-            "units": f"days since 2003-01-0{d}", "bounds": "time_bnds"}),
+        "sst": (("x",), np.full(2, d, "f4"), {"coordinates": "time"}),
+        "time": ((), np.array(0.5), {"units": f"days since 2003-01-0{d}",
+                                     "bounds": "time_bnds"}),
         "time_bnds": (("nv",), np.array([0.0, 1.0]), {})}) for d in (1, 2)]
-    with pytest.raises(refgrid.CombineError, match=r"drop_variables=\['time_bnds'\]"):
-        refgrid.combine([str(f) for f in files], time_from="sst_%Y%m%d.nc")
+    group = refgrid.combine([str(f) for f in files], time_from="sst_%Y%m%d.nc")
+    assert group["time_bnds"].dims == ("time", "nv")
+    refgrid.write(group, tmp_path / "b.json")
+    expected = closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                        data_vars="all", coords="different", compat="equals",
+                                        join="exact", decode_coords="all"))
+    with _engine(tmp_path / "b.json") as ours:
+        xr.testing.assert_identical(ours.load(), expected)
     group = refgrid.combine([str(f) for f in files], time_from="sst_%Y%m%d.nc",
                             drop_variables=["time_bnds"])
     assert group["sst"].dims == ("time", "x") and "time_bnds" not in group.arrays
+
+
+NOON = {"time_from": "sst_%Y%m%d.nc"}
+NOON_DAYS = [f"2003-01-{d:02d}" for d in range(1, 9)]
+
+
+def test_the_cli_batch_and_appends_keep_each_file_s_own_time(tmp_path):
+    """The issue's archive — daily files whose scalar time is noon, each in units of its
+    own day — through ``refgrid combine --time-from --report``, ``refgrid batch
+    --time-from`` (on a worker process), a batch that grows and a batch told its new files
+    (an append): each keeps the files' noon as ``open_mfdataset`` does (the name's midnight
+    once replaced it), and says once what it did."""
+    from refgrid.cli import main
+
+    files = dated(tmp_path / "src", "scalar", NOON_DAYS)
+    out = tmp_path / "sst.json"
+    result = CliRunner().invoke(main, ["combine", *map(str, files), "-o", str(out),
+                                       "--time-from", "sst_%Y%m%d.nc", "--report"])
+    assert result.exit_code == 0, result.output
+    with _engine(out) as ours:
+        xr.testing.assert_identical(ours.load(), dated_expected(files))
+    said = [line.split(": ")[2] for line in result.output.splitlines() if ": time: " in line]
+    assert said == ["own-time", "re-encoded"], result.output
+    assert "from-name" not in result.output
+    workers = tmp_path / "workers.parq"  # shaped in a worker process
+    result = CliRunner().invoke(main, ["batch", *map(str, files), "-o", str(workers),
+                                       "--time-from", "sst_%Y%m%d.nc", "--workers", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    with _engine(workers) as ours:
+        xr.testing.assert_identical(ours.load(), dated_expected(files))
+    parq = tmp_path / "sst.parq"
+    first = _batch([str(f) for f in files[:4]], parq, **NOON)
+    assert [n.split(": ")[2] for n in first.notes] == ["own-time", "re-encoded"], first.notes
+    grown = _batch([str(f) for f in files[:6]], parq, **NOON)
+    assert grown.update.startswith("append"), grown.update
+    named = _batch([str(f) for f in files[6:]], parq, append=True, **NOON)
+    assert named.update.startswith("append"), named.update
+    with _engine(parq) as ours:
+        xr.testing.assert_identical(ours.load(), dated_expected(files))
+
+
+def test_a_file_whose_own_time_disagrees_with_its_name_is_refused_everywhere(tmp_path):
+    """A file named for the 3rd holding noon of the 4th: ``refgrid combine`` fails naming
+    it and both dates (no traceback); a batch lists it as failed with that message and
+    combines the others; an append of it leaves the archive as it was."""
+    from refgrid.cli import main
+
+    files = dated(tmp_path / "src", "scalar", NOON_DAYS[:4])
+    with netCDF4_dataset(files[2]) as nc:
+        nc["time"][...] = 36.0
+    reason = (r"sst_20030103\.nc: its own 'time' \(2003-01-04 12:00:00\) disagrees with its "
+              r"name, which gives year 2003, month 1, day 3")
+    result = CliRunner().invoke(main, ["combine", *map(str, files), "-o",
+                                       str(tmp_path / "x.json"), "--time-from",
+                                       "sst_%Y%m%d.nc"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert re.search(reason, " ".join(result.output.split())), result.output
+    parq = tmp_path / "sst.parq"
+    done = _batch([str(f) for f in files], parq, **NOON)
+    assert [f.url for f in done.failed] == [str(files[2])]
+    assert re.search(reason, done.failed[0].message), done.failed[0].message
+    with _engine(parq) as ours:
+        xr.testing.assert_identical(ours.load(), dated_expected([files[k] for k in (0, 1, 3)]))
+    later = dated(tmp_path / "src", "scalar", ["2003-01-05"])
+    with netCDF4_dataset(later[0]) as nc:
+        nc["time"][...] = -12.0
+    with pytest.raises(refgrid.BatchError, match=r"sst_20030105\.nc: its own 'time' "
+                                                 r"\(2003-01-04 12:00:00\) disagrees"):
+        _batch([str(later[0])], parq, append=True, **NOON)
+
+
+def test_an_archive_shaped_by_the_earlier_time_rule_is_made_again(tmp_path, monkeypatch):
+    """A batch output whose files an earlier ``time_from`` rule shaped (a scalar time
+    replaced by the name's date) is neither reused nor appended to: its files are scanned
+    again and the output written whole (the rule is in the settings a batch records)."""
+    from refgrid.combining import shaping
+
+    files = [str(f) for f in dated(tmp_path / "src", "scalar", NOON_DAYS[:3])]
+    parq = tmp_path / "sst.parq"
+    with monkeypatch.context() as earlier:
+        earlier.setattr(shaping, "TIME_RULE", 1)
+        _batch(files[:2], parq, **NOON)
+    with pytest.raises(refgrid.BatchError, match="other settings"):
+        _batch(files[2:], parq, append=True, **NOON)
+    again = _batch(files, parq, **NOON)
+    assert again.scanned == 3 and again.update.startswith("rebuild"), again.update
+    assert json.loads(again.report_path.read_text())["settings"]["time_rule"] == "2"
 
 
 def netCDF4_dataset(path):

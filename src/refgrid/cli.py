@@ -166,7 +166,8 @@ def shaping_options(command: Callable[..., None]) -> Callable[..., None]:
                           "attribute ('attribute:realization')."),
         click.option("--time-from", default=None, metavar="PATTERN",
                      help="Files without a time coordinate take it from their name "
-                          "('sst_%Y%m%d.nc')."),
+                          "('sst_%Y%m%d.nc'); a file's own time is kept, and must fall in "
+                          "the period its name gives (sst_20030102.nc: that day)."),
         click.option("--time-units", default=None, metavar="UNITS",
                      help="Units of times from names (default: days since 1970-01-01)."),
         click.option("--calendar", default=None,

@@ -89,7 +89,7 @@ def _scanned(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned:
         group = scan(url, allowed_sources=job.allowed_sources, data_url=job.data_url,
                      **cast("dict[str, Any]", job.storage_options))
         named = job.shape.named(group)
-        group = job.shape.shaped(group, url, job.concat_dim)
+        group = job.shape.shaped(group, url, job.concat_dim, job.storage_options)
         group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
         record = dumps(group, _digests(group, job))
         first = _first(group, job.concat_dim)

@@ -91,10 +91,13 @@ def combine(
     attribute, ``"attribute:realization"``. Files of one value are combined along
     ``concat_dim``; the values must then agree on everything but their data variables.
 
-    ``time_from``: files without a coordinate along ``concat_dim`` (or with a scalar one)
-    take it from their name, ``"sst_%Y%m%d.nc"``, in ``time_units`` (default days since
-    1970-01-01, seconds where the pattern reads times of day) and ``calendar`` (default
-    standard); their data variables gain the dimension.
+    ``time_from``: files without a coordinate along ``concat_dim`` take it from their name,
+    ``"sst_%Y%m%d.nc"``, in ``time_units`` (default days since 1970-01-01, seconds where the
+    pattern reads times of day) and ``calendar`` (default standard: the name's date is the
+    calendar's); a file's own time — scalar, or a coordinate — is kept, and must fall in the
+    period its name gives (the same year, month, day... as the pattern reads: noon of the
+    day ``sst_20030102.nc`` names agrees), else a :class:`~refgrid.CombineError` names the
+    file and both. Data variables of files without the dimension gain it.
 
     ``overlap="allow"`` keeps files whose coordinate ranges overlap. ``others="stack"``
     keeps variables without the concat dimension per file along a new leading ``file``
@@ -118,7 +121,8 @@ def combine(
     if len(labels) != len(scanned):
         raise CombineError(f"{len(labels)} source names for {len(scanned)} groups")
     _check_chosen(shape, scanned)
-    shaped = [shape.shaped(g, lab, concat_dim) for g, lab in zip(scanned, labels, strict=True)]
+    shaped = [shape.shaped(g, lab, concat_dim, storage_options)
+              for g, lab in zip(scanned, labels, strict=True)]
     options = {**policies, "storage_options": storage_options, "fingerprint": fingerprint}
     parts = partition(shaped, labels, shape, concat_dim, merge)
     results, values, named_parts = [], [], []

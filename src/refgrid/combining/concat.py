@@ -138,11 +138,22 @@ def _unknown(array: VirtualArray) -> None:
     return None
 
 
+SAID_ONCE = frozenset({"from-name", "own-time"})
+"""What shaping does to each file alike, reported by each file and said once in a combine's
+report (by its first file: the entry says what is done to every file of its kind)."""
+
+
 def once_per_variable(entries: tuple[ReportEntry, ...]) -> tuple[ReportEntry, ...]:
-    """The report with one re-encoding entry per variable: a batch combines slices of files,
-    then the slices, and each level may re-encode (the outermost level's entry is kept)."""
+    """The report with one re-encoding entry per variable — a batch combines slices of
+    files, then the slices, and each level may re-encode (the outermost level's entry is
+    kept) — and one entry per variable of each kind :data:`SAID_ONCE` names."""
     last = {e.variable: e for e in entries if e.action == "re-encoded"}
-    return tuple(e for e in entries if e.action != "re-encoded" or last[e.variable] is e)
+    first: dict[tuple[str, str], ReportEntry] = {}
+    for e in entries:
+        if e.action in SAID_ONCE:
+            first.setdefault((e.variable, e.action), e)
+    return tuple(e for e in entries if (e.action != "re-encoded" or last[e.variable] is e)
+                 and (e.action not in SAID_ONCE or first[e.variable, e.action] is e))
 
 
 class Combine:
@@ -168,7 +179,7 @@ class Combine:
         self.values: dict[int, np.ndarray] = {}
 
     def inlined(self, like: VirtualArray, data: np.ndarray) -> VirtualArray:
-        return _inlined(like, data, self.pieces)
+        return inlined(like, data, pieces=self.pieces)
 
     def read(self, array: VirtualArray) -> np.ndarray:
         """An array's values, read once per combine (coordinates serve ordering and output)."""
@@ -625,7 +636,7 @@ def _exactly(data: np.ndarray, parts: list[VirtualArray], labels: list[str],
     return cast
 
 
-def _inlined(like: VirtualArray, data: np.ndarray, pieces: bool) -> VirtualArray:
+def inlined(like: VirtualArray, data: np.ndarray, *, pieces: bool) -> VirtualArray:
     """``like`` holding ``data`` inline (uncompressed, little-endian): in pieces along its
     first dimension (:func:`~refgrid.model.virtual.in_pieces`), or as one chunk."""
     stored = data.astype(like.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data

@@ -6,9 +6,16 @@ file is stacked at along a new dimension — so that a combine in this process a
 worker on another machine shape a file the same way (it is sent to the workers, and a batch
 records it in its settings: an archive is appended to only with the same).
 
-A time from the name gives each data variable a leading dimension of length 1 and the file
-a coordinate holding the name's date: no data is copied, the chunks keep their references
-(:func:`~refgrid.combining.concat.with_leading_axis`).
+With ``time_from``, a file's time along the concat dimension is its own where it holds one
+— a scalar ``time``, or a coordinate along the dimension — and its name's date only checks
+it: the file's times must fall in the period the name gives (:data:`~refgrid.core.names.
+DATE_FIELDS`: ``sst_%Y%m%d.nc`` names a day, and noon of that day agrees), else the combine is
+refused naming the file and both values. Only a file without a coordinate takes its name's
+date, as xarray's ``open_mfdataset`` with a ``preprocess`` adding it would. A scalar time (and
+a file without one) gives each data variable a leading dimension of length 1, and the scalar
+time's bounds too; no data is copied, the chunks keep their references
+(:func:`~refgrid.combining.concat.with_leading_axis`). Each file's report says which it was
+(``own-time`` or ``from-name``); a combine keeps one entry of each.
 """
 
 from __future__ import annotations
@@ -18,13 +25,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
 from refgrid.codecs.filters import CodecJSON, bytes_codec
 from refgrid.core import cf
 from refgrid.core.dtypes import STRING
-from refgrid.core.names import NamePattern, Value
+from refgrid.core.names import DATE_FIELDS, DateParts, NamePattern, Value, date_of
 from refgrid.errors import ArgumentError, CombineError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.choose import choose, coordinate_names, held_names
@@ -34,6 +42,11 @@ from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
 ATTRIBUTE = "attribute:"
 """``stack_by="attribute:NAME"``: the value is the file's global attribute ``NAME``."""
 EPOCH = "1970-01-01"
+TIME_RULE = 2
+"""What :attr:`FileShape.time_from` does to a file, versioned in the settings a batch records
+(:attr:`FileShape.settings`): the records and output of an earlier rule are made again, not
+appended to (2: a file's own time is kept, its name checks it; 1 replaced a scalar time by
+the name's date)."""
 
 
 @dataclass(frozen=True)
@@ -44,11 +57,14 @@ class FileShape:
     drop_variables: tuple[str, ...] = ()
     time_from: str | None = None
     """A file-name pattern with a date (``"sst_%Y%m%d.nc"``): the file's time along the
-    concat dimension, for files without a coordinate along it."""
+    concat dimension, for files without a coordinate along it; a file's own time (scalar or
+    a coordinate) is kept and must fall in the period its name gives."""
     time_units: str | None = None
     """The units of times from names (default: days since 1970-01-01, or seconds where the
     pattern reads times of day)."""
     calendar: str = "standard"
+    """The calendar of times from names (their dates are the calendar's: a 360-day year has
+    a 30 February)."""
     stack_dim: str | None = None
     """A new dimension the files are stacked along (``"member"``)."""
     stack_by: str | None = None
@@ -93,7 +109,7 @@ class FileShape:
                "drop_variables": ",".join(self.drop_variables)}
         if self.time_from is not None:
             out.update(time_from=self.time_from, time_units=self.units,
-                       calendar=self.calendar)
+                       calendar=self.calendar, time_rule=str(TIME_RULE))
         if self.stack_dim is not None:
             out.update(stack_dim=self.stack_dim, stack_by=str(self.stack_by))
         return out
@@ -119,16 +135,72 @@ class FileShape:
         clock = self.time_from is not None and NamePattern.parse(self.time_from).clock
         return f"{'seconds' if clock else 'days'} since {EPOCH}"
 
-    def shaped(self, group: VirtualGroup, url: str, dim: str) -> VirtualGroup:
-        """``group`` (the scan of ``url``) with its variables chosen and its time from its
-        name."""
+    def shaped(self, group: VirtualGroup, url: str, dim: str,
+               storage_options: dict[str, object] | None = None) -> VirtualGroup:
+        """``group`` (the scan of ``url``) with its variables chosen and, with
+        :attr:`time_from`, its time along ``dim`` its own, checked against its name, or its
+        name's (see the module docstring). ``storage_options`` reach ``url``, whose own time
+        is read (and inlined, so a combine reads it once)."""
         if self.variables is not None or self.drop_variables:
             group = choose(group, self.variables, self.drop_variables, url, strict=False)
         if self.time_from is None:
             return group
-        date = NamePattern.parse(self.time_from).values(url)["date"]
-        assert isinstance(date, datetime)  # (a pattern with directives reads a date)
-        return _with_time(group, url, dim, date, self.units, self.calendar)
+        parts = NamePattern.parse(self.time_from).date_parts(url)
+        own = group.arrays.get(dim)
+        along = [node for _, node in group.walk() if isinstance(node, VirtualArray)
+                 and dim in node.dims]
+        if own is not None and own.dims not in ((), (dim,)):
+            raise CombineError(f"{url}: its {dim!r} runs along {own.dims}, not along {dim!r}: "
+                               "not a time time_from can take or check")
+        if own is not None and not own.dims and along:
+            raise CombineError(f"{url}: holds a scalar {dim!r} and a dimension {dim!r} beside "
+                               "it: which is its time is not clear")
+        if own is not None:
+            return self._own_time(group, url, dim, own, parts, storage_options or {})
+        lengths = sorted({node.shape[node.axis(dim)] for node in along})
+        if lengths and lengths != [1]:
+            raise CombineError(f"{url}: has {' or '.join(map(str, lengths))} steps along "
+                               f"{dim!r} and no {dim!r} coordinate: the one date its name "
+                               "gives cannot be their time")
+        date = date_of(parts, url, cf.calendar_name(self.calendar))
+        raw = _encoded([date], self.units, self.calendar, url)
+        coordinate = _inline(dim, raw.dtype, {"units": self.units, "calendar": self.calendar},
+                             raw.tobytes(), 1, bytes_codec(raw.dtype), 0)
+        shaped = group if along else _stacked(group, dim)
+        entry = ReportEntry(url, dim, "from-name", (
+            f"files without a {dim!r} coordinate take the date their name gives "
+            f"({self.time_from!r}), in {self.units!r} ({self.calendar})"))
+        return replace(shaped, arrays={dim: coordinate, **shaped.arrays},
+                       report=(*shaped.report, entry), sources=group.sources)
+
+    def _own_time(self, group: VirtualGroup, url: str, dim: str, own: VirtualArray,
+                  parts: DateParts, storage_options: dict[str, object]) -> VirtualGroup:
+        """The file with its own time ``own`` (scalar, or along ``dim``) read, checked
+        against the date its name gives, and inlined; a scalar one (and its bounds) gains
+        the dimension, as the data variables do."""
+        from refgrid.combining.concat import brief, inlined, with_leading_axis
+        from refgrid.read.array import read
+
+        assert self.time_from is not None
+        encoding = cf.time_encodings({n: a.attrs for n, a in group.arrays.items()}).get(dim)
+        if encoding is None:
+            raise CombineError(
+                f"{url}: its own {dim!r} has no CF time units ({brief(own.attrs.get('units'))})"
+                f": the date its name gives cannot check it — {_way_out(own, dim)}combine "
+                "without time_from")
+        stored = read(own, storage_options=storage_options)
+        _check_against_name(own, stored, encoding, parts, url, self.time_from)
+        if own.dims:
+            timed, shaped = inlined(own, stored, pieces=False), group
+        else:
+            timed = inlined(with_leading_axis(own, dim), stored.reshape(1), pieces=False)
+            bounds = {own.attrs.get(a) for a in cf.BOUNDS_ATTRS}
+            shaped = _stacked(group, dim, {n for n in bounds if isinstance(n, str)})
+        entry = ReportEntry(url, dim, "own-time", (
+            f"files that hold a {dim!r} keep their own; the date their name gives "
+            f"({self.time_from!r}) only checks it: the same {_fields(parts)}"))
+        return replace(shaped, arrays={**shaped.arrays, dim: timed},
+                       report=(*shaped.report, entry), sources=group.sources)
 
     def stack_value(self, group: VirtualGroup, url: str) -> Value:
         """The value of the file ``url`` along :attr:`stack_dim`."""
@@ -174,7 +246,7 @@ def value_coordinate(name: str, values: Sequence[Value], where: str) -> VirtualA
     if kinds <= {datetime}:
         clock = any(v.hour or v.minute or v.second for v in values)  # type: ignore[union-attr]
         units = f"{'seconds' if clock else 'days'} since {EPOCH}"
-        raw = _encoded(list(values), units, "standard", where)  # type: ignore[arg-type]
+        raw = _encoded(list(values), units, "standard", where)
         return _inline(name, raw.dtype, {"units": units, "calendar": "standard"},
                        raw.tobytes(), len(values), bytes_codec(raw.dtype), 0)
     shown = ", ".join(sorted(k.__name__ for k in kinds))
@@ -182,54 +254,94 @@ def value_coordinate(name: str, values: Sequence[Value], where: str) -> VirtualA
                        "holds one")
 
 
-def _with_time(group: VirtualGroup, url: str, dim: str, date: datetime, units: str,
-               calendar: str) -> VirtualGroup:
-    """The file with a time coordinate ``dim`` of one step at ``date`` (see the module
-    docstring)."""
+def _stacked(group: VirtualGroup, dim: str, also: frozenset[str] | set[str] = frozenset()
+             ) -> VirtualGroup:
+    """``group`` with a leading ``dim`` of length 1 on each data variable — and on the
+    coordinates ``also`` names (a scalar time's bounds) —, in its subgroups too."""
     from refgrid.combining.concat import with_leading_axis
 
-    existing = group.arrays.get(dim)
-    if existing is not None and existing.dims:
-        raise CombineError(f"{url}: already has a coordinate {dim!r} along {existing.dims}: "
-                           "time_from is for files without one (or with a scalar one)")
-    named = [existing.attrs[a] for a in ("bounds", "climatology")
-             if existing is not None and existing.attrs.get(a) in group.arrays]
-    if named:  # (they would lose the units they take from the scalar time)
-        raise CombineError(f"{url}: its scalar {dim!r} has bounds ({', '.join(map(str, named))})"
-                           f" a time from the name cannot keep: leave them out with "
-                           f"drop_variables={named!r}")
-    held = {d for _, node in group.walk() if isinstance(node, VirtualArray) for d in node.dims}
-    if dim in held:
-        raise CombineError(f"{url}: already has a dimension {dim!r}: time_from is for files "
-                           "without one")
-    raw = _encoded([date], units, calendar, url)
-    coordinate = _inline(dim, raw.dtype, {"units": units, "calendar": calendar},
-                         raw.tobytes(), 1, bytes_codec(raw.dtype), 0)
-
-    def stacked(g: VirtualGroup) -> VirtualGroup:
-        coords = coordinate_names(g)
-        arrays = {name: a if name in coords else with_leading_axis(a, dim)
-                  for name, a in g.arrays.items() if not (name == dim and not a.dims)}
-        return replace(g, arrays=arrays,
-                       groups={n: stacked(child) for n, child in g.groups.items()})
-
-    shaped = stacked(group)
-    report = shaped.report
-    if existing is not None:
-        report = (*report, ReportEntry(url, dim, "re-encoded", (
-            f"its scalar {dim!r} is replaced by the date in its name ({date:%Y-%m-%d %H:%M:%S})")))
-    return replace(shaped, arrays={dim: coordinate, **shaped.arrays}, report=report,
-                   sources=group.sources)
+    coords = coordinate_names(group) - set(also)
+    arrays = {name: a if name in coords else with_leading_axis(a, dim)
+              for name, a in group.arrays.items()}
+    return replace(group, arrays=arrays,
+                   groups={n: _stacked(child, dim) for n, child in group.groups.items()})
 
 
-STANDARD = frozenset({"standard", "proleptic_gregorian"})
-"""Calendars whose dates are numpy's; others are cftime's (a noleap year has no 29 February)."""
+def _check_against_name(own: VirtualArray, stored: np.ndarray, encoding: cf.TimeEncoding,
+                        parts: DateParts, url: str, pattern: str) -> None:
+    """Refuse a file whose own times (``stored``, in ``encoding``) do not all fall in the
+    period its name gives, naming the file, the variable and both values."""
+    from refgrid.read.unpacked import unpack_values
 
-
-def _encoded(dates: list[datetime], units: str, calendar: str, where: str) -> np.ndarray:
-    """``dates`` in ``units`` of ``calendar``: int64 where exact, else float64."""
+    values = unpack_values(own, stored).reshape(-1)  # (masked: NaN would decode as a date)
+    missing = np.isnan(values) if values.dtype.kind == "f" else np.zeros(values.shape, bool)
     try:
-        if cf.calendar_name(calendar) in STANDARD:
+        dates = cf.decode_times(values[~missing], *encoding) if not missing.all() else \
+            np.array([], "datetime64[ns]")
+    except Exception as e:  # units xarray cannot decode ("days since last frost")
+        raise CombineError(f"{url}: its own {own.name!r} cannot be decoded ({encoding[0]!r}, "
+                           f"{encoding[1]}): {e}") from e
+    outside = _outside(dates, parts)
+    odd = int(missing.sum() + outside.sum())
+    if not odd:
+        return
+    value = "no value (its fill value)" if missing.any() else _shown(dates[outside][0])
+    more = f", and {odd - 1} more of its {values.size}" if odd > 1 else ""
+    given = ", ".join(f"{DATE_FIELDS[d].replace('_', ' ')} {parts[d]}"
+                      for d in DATE_FIELDS if d in parts)
+    raise CombineError(
+        f"{url}: its own {own.name!r} ({value}{more}) disagrees with its name, which gives "
+        f"{given} (time_from={pattern!r}): a file's own time is kept and must have the "
+        f"{_fields(parts)} its name gives — {_way_out(own, own.name)}combine without "
+        "time_from to keep the files' times unchecked")
+
+
+def _outside(dates: np.ndarray, parts: DateParts) -> np.ndarray:
+    """Where decoded times (numpy's datetime64 or cftime dates) fall outside the period a
+    name's ``parts`` give: another value in a field the name reads
+    (:data:`~refgrid.core.names.DATE_FIELDS`)."""
+    import pandas as pd
+
+    index = pd.DatetimeIndex(dates) if dates.dtype.kind == "M" else None
+
+    def field(name: str) -> np.ndarray:
+        if index is not None:
+            return np.asarray(getattr(index, name))
+        # cftime dates one by one (an index of them costs milliseconds to build)
+        return np.array([getattr(d, "dayofyr" if name == "day_of_year" else name)
+                         for d in dates], dtype=np.int64)
+
+    inside = np.ones(dates.shape, bool)
+    for directive, number in parts.items():
+        inside &= field(DATE_FIELDS[directive]) == number
+    return ~inside
+
+
+def _fields(parts: DateParts) -> str:
+    """The fields a name's date gives, in words ("year, month and day")."""
+    named = [DATE_FIELDS[d].replace("_", " ") for d in DATE_FIELDS if d in parts]
+    return " and ".join(filter(None, [", ".join(named[:-1]), named[-1]]))
+
+
+def _way_out(own: VirtualArray, dim: str) -> str:
+    """How to take the name's date instead of a file's own time: where it is one step,
+    without it."""
+    return f"drop it (drop_variables=[{dim!r}]) to take the name's date instead, or " if \
+        math.prod(own.shape) == 1 else ""
+
+
+def _shown(date: Any) -> str:
+    """A decoded time as people write it (2003-01-02 12:00:00, not numpy's nanoseconds)."""
+    if isinstance(date, np.datetime64):
+        date = date.astype("datetime64[us]").item()
+    return date.isoformat(sep=" ") if isinstance(date, datetime) else str(date)
+
+
+def _encoded(dates: list[Any], units: str, calendar: str, where: str) -> np.ndarray:
+    """``dates`` (``datetime``, or cftime's in other calendars) in ``units`` of ``calendar``:
+    int64 where exact, else float64."""
+    try:
+        if cf.calendar_name(calendar) in cf.STANDARD_CALENDARS:
             values = np.asarray([np.datetime64(d, "s") for d in dates])
         else:
             import cftime

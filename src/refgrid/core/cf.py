@@ -29,6 +29,9 @@ MEANING_ATTRS = (*PACKING_ATTRS, "units", "calendar", "valid_range", "valid_min"
 calendars, the valid range (netCDF4 masks outside it), the byte strings' character set and
 xarray's ``dtype: bool`` marker."""
 
+STANDARD_CALENDARS = frozenset({"standard", "proleptic_gregorian"})
+"""Calendars whose dates are numpy's and Python's; others are cftime's (a noleap year has no
+29 February)."""
 _CALENDARS = {"": "standard", "gregorian": "standard", "365_day": "noleap",
               "366_day": "all_leap"}
 """CF calendar names that mean the same calendar."""

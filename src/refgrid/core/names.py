@@ -14,6 +14,11 @@ them. One small pattern language serves :func:`refgrid.combine`'s ``stack_by`` a
 A pattern matches the end of a path or URL at a segment boundary: ``{member}/tas_*.nc``
 matches ``s3://b/cmip/r1i1p1f1/tas_2000.nc``. Parsing is the one place that knows the syntax,
 so a bad pattern is refused once, with where it went wrong.
+
+A name's date denotes a period, as long as its finest field: ``sst_%Y%m%d.nc`` names a day,
+``tas_%Y%m.nc`` a month. A time *falls in* it when it has the name's value in every field
+the pattern reads (:data:`DATE_FIELDS`): 2003-01-02 12:00 falls in ``sst_20030102.nc``'s
+day, 2003-01-03 00:00 does not (the period ends before the next midnight).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from refgrid.core.cf import STANDARD_CALENDARS
 from refgrid.errors import ArgumentError
 
 DIRECTIVES = {"Y": r"\d{4}", "y": r"\d{2}", "m": r"\d{2}", "d": r"\d{2}", "j": r"\d{3}",
@@ -32,8 +39,14 @@ CLOCK = frozenset("HMS")
 _TOKEN = re.compile(r"\{(?P<field>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<kind>d))?\}"
                     r"|%(?P<directive>.)|(?P<star>\*)|(?P<brace>[{}])")
 
+DATE_FIELDS = {"Y": "year", "m": "month", "d": "day", "j": "day_of_year", "H": "hour",
+               "M": "minute", "S": "second"}
+"""The field of a date each directive reads (``%y`` the year too; named as pandas names
+them): a time falls in the period a name gives when it has the name's value in each."""
 Value = str | int | datetime
 """A field's value: text, an integer (``{name:d}``) or a date (``%`` directives)."""
+DateParts = dict[str, int]
+"""The numbers a name's date directives hold, by directive (``%y``'s as the full year ``Y``)."""
 
 
 @dataclass(frozen=True)
@@ -101,15 +114,34 @@ class NamePattern:
             text = found[f"f_{name}"]
             values[name] = int(text) if name in self.integers else text
         if self.directives:
-            values["date"] = _date({d: found[f"d_{d}"] for d in self.directives}, path)
+            values["date"] = date_of(self._parts(found), path)
         return values
 
     def values(self, path: str) -> dict[str, Value]:
         """:meth:`match`, or an :class:`ArgumentError` naming the path and the pattern."""
         found = self.match(path)
         if found is None:
-            raise ArgumentError(f"{path} does not match the file-name pattern {self.text!r}")
+            raise self._unmatched(path)
         return found
+
+    def date_parts(self, path: str) -> DateParts:
+        """The numbers the date directives of ``path``'s name hold (not yet a date: which
+        dates exist depends on the calendar, :func:`date_of`), or an :class:`ArgumentError`
+        naming the path and the pattern."""
+        found = self.regex.search(path.rstrip("/"))
+        if found is None:
+            raise self._unmatched(path)
+        return self._parts(found)
+
+    def _parts(self, found: re.Match[str]) -> DateParts:
+        numbers = {d: int(found[f"d_{d}"]) for d in self.directives}
+        short = numbers.pop("y", None)
+        if "Y" not in numbers and short is not None:
+            numbers["Y"] = short + (1900 if short >= 69 else 2000)
+        return numbers
+
+    def _unmatched(self, path: str) -> ArgumentError:
+        return ArgumentError(f"{path} does not match the file-name pattern {self.text!r}")
 
     @property
     def clock(self) -> bool:
@@ -117,21 +149,30 @@ class NamePattern:
         return bool(self.directives & CLOCK)
 
 
-def _date(parts: dict[str, str], path: str) -> datetime:
-    numbers = {d: int(v) for d, v in parts.items()}
-    year = numbers["Y"] if "Y" in numbers else numbers["y"] + (1900 if numbers["y"] >= 69
-                                                               else 2000)
+def date_of(parts: DateParts, where: str, calendar: str = "standard") -> Any:
+    """The date ``parts`` give in ``calendar`` (a canonical name, :func:`cf.calendar_name
+    <refgrid.core.cf.calendar_name>`): a ``datetime`` in the standard calendars, cftime's in
+    the others — whose years have other days: day 61 of a noleap year is 2 March, a 360-day
+    February has a 30th. A date the calendar lacks is an :class:`ArgumentError` naming
+    ``where``."""
+    def make(year: int, month: int, day: int) -> Any:
+        if calendar in STANDARD_CALENDARS:
+            return datetime(year, month, day, *clock)
+        import cftime
+
+        return cftime.datetime(year, month, day, *clock, calendar=calendar)
+
+    year, clock = parts["Y"], (parts.get("H", 0), parts.get("M", 0), parts.get("S", 0))
+    shown = "" if calendar in STANDARD_CALENDARS else f" in the {calendar} calendar"
     try:
-        if "j" in numbers:
-            day = datetime(year, 1, 1) + timedelta(days=numbers["j"] - 1)
-            if day.year != year:
-                raise ValueError(f"day of year {numbers['j']} is past the year's end")
-        else:
-            day = datetime(year, numbers.get("m", 1), numbers.get("d", 1))
-        return day.replace(hour=numbers.get("H", 0), minute=numbers.get("M", 0),
-                           second=numbers.get("S", 0))
+        if "j" in parts:
+            date = make(year, 1, 1) + timedelta(days=parts["j"] - 1)
+            if date.year != year:
+                raise ValueError(f"day of year {parts['j']} is outside the year")
+            return make(year, date.month, date.day)
+        return make(year, parts.get("m", 1), parts.get("d", 1))
     except ValueError as e:
-        raise ArgumentError(f"{path}: its name holds no valid date ({e})") from e
+        raise ArgumentError(f"{where}: its name holds no valid date{shown} ({e})") from e
 
 
 def to_json(value: Value) -> list[str | int]:

@@ -31,12 +31,14 @@ coordinate, re-encoded times; :func:`in_pieces`): an append rewrites the last pi
 length."""
 
 Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict",
-                 "duplicate", "re-encoded", "filled"]
+                 "duplicate", "re-encoded", "filled", "from-name", "own-time"]
 """What was done with something plain references cannot express (``attribute-conflict``:
 combine kept the first file's value of an attribute that differs between files;
 ``re-encoded``: combine wrote times that files encode in other units in the first file's;
 ``duplicate``: a file named more than once was combined once; ``filled``: a variable absent
-from some files reads as its fill value there)."""
+from some files reads as its fill value there; ``from-name``: files without a time took the
+date their name gives, ``own-time``: files with one kept it, checked against their name —
+``time_from``)."""
 
 
 @dataclass(frozen=True)
