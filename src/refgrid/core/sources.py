@@ -171,7 +171,9 @@ def identity_of(url: str, storage_options: StorageOptions | None = None) -> Sour
     if is_local(url):
         return stat_identity(os.stat(url.removeprefix("file://")))
     fs, path = filesystem(url, dict(storage_options or {}))
-    return identity_from_info(fs.info(path))
+    from refgrid.core.network import remote_info
+
+    return identity_from_info(remote_info(fs, path))
 
 
 def stat_identity(stat: os.stat_result) -> SourceIdentity:
