@@ -35,7 +35,7 @@ from fsspec.core import url_to_fs
 
 from refgrid.core.typed import StorageOptions, Untyped
 from refgrid.core.util import gc_paused, thread_pool
-from refgrid.errors import MissingExtraError, NotFoundError, ReadError, ScanError
+from refgrid.errors import NO_SUCH_FILE, MissingExtraError, NotFoundError, ReadError, ScanError
 
 SOURCES_KEY = "refgrid"
 """Top-level key of JSON references (and of parquet's ``.zmetadata``) holding refgrid's own
@@ -130,12 +130,13 @@ def filesystem(url: str, storage_options: StorageOptions | None = None
 
 
 def not_found(error: FileNotFoundError) -> str:
-    """``"file not found"``, or what really failed: fsspec reports any failure of an HTTP
-    ``info`` (a 503 after every retry, a timeout) as a missing file, the cause chained."""
+    """:data:`~refgrid.errors.NO_SUCH_FILE`, or what really failed: fsspec reports any
+    failure of an HTTP ``info`` (a 503 after every retry, a timeout) as a missing file, the
+    cause chained."""
     cause = error.__cause__
     if _failed(cause):
         return f"cannot read: {cause}"
-    return "file not found"
+    return NO_SUCH_FILE
 
 
 def _failed(cause: BaseException | None) -> bool:
@@ -158,7 +159,7 @@ def absent(url: str, error: FileNotFoundError) -> ScanError:
     """The error for ``url`` that fsspec or the OS reported missing: a
     :class:`~refgrid.errors.NotFoundError` when it is, else what really failed."""
     reason = not_found(error)
-    return NotFoundError(url, None, reason) if reason == "file not found" else \
+    return NotFoundError(url, None, reason) if reason == NO_SUCH_FILE else \
         ScanError(url, None, reason)
 
 
@@ -396,7 +397,7 @@ class SourceCheck:
             now = identity_of(url, self.storage_options)
         except FileNotFoundError as e:
             reason = not_found(e)
-            if reason == "file not found":
+            if reason == NO_SUCH_FILE:
                 return  # the read that follows names the missing file and the chunk
             raise ReadError(f"{url}: cannot check the source: {reason}") from e
         except OSError as e:
