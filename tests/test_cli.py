@@ -24,7 +24,7 @@ def test_scan_writes_references_and_prints_the_report(tmp_path):
 def test_scan_errors_are_one_line_without_traceback(tmp_path):
     result = CliRunner().invoke(main, ["scan", "missing.nc", "-o", str(tmp_path / "x.json")])
     assert result.exit_code == 1
-    assert "missing.nc: file not found" in result.output
+    assert "missing.nc: No such file or directory" in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "x.json").exists()
 

@@ -5,8 +5,10 @@ the timeout — never a hang, never wrong bytes, never a foreign exception."""
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -271,6 +273,62 @@ def test_a_stall_is_retried_once_where_a_503_is_retried_every_attempt(proxy):
     proxy.reset(lambda n, method, path: "503")
     with pytest.raises(refgrid.ScanError, match=r"503.*\(3 attempts"):
         refgrid.scan(url)
+
+
+STALLED = 2.0
+"""The read timeout of the stalled-source tests: long against the time a scan or read takes
+besides waiting, so that two read timeouts and four are told apart with room to spare."""
+
+
+def _attempts(proxy) -> Counter[str]:
+    """The stalled requests the server saw, by method."""
+    return Counter(method for method, _, fault in proxy.log if fault == "stall")
+
+
+def test_a_stalled_source_ends_within_two_read_timeouts(proxy):
+    """Each attempt at a stalled source costs a whole read timeout, and two are allowed. Two,
+    not four: aiohttp sends an idempotent request again, once, when its handler raises one of
+    its connection errors (as refgrid's retries once did at the end), and fsspec asks a file's
+    ``info`` again with a GET after a HEAD failed — so a scan or read of a stalled file took
+    four to eight read timeouts. Counted at the server, and timed (three read timeouts: the
+    rest of a scan or read takes far less)."""
+    url = f"{proxy.url}/fixtures/{MONTHS[1]}"
+    refs = refgrid.to_kerchunk(refgrid.scan(url))
+    with refgrid.limits(read_timeout=STALLED, attempts=4, retry_seconds=60.0):
+        proxy.reset(lambda n, method, path: "stall")
+        started = time.monotonic()
+        with pytest.raises(refgrid.ScanError, match=rf"{re.escape(url)}.*no bytes for 2 s "
+                                                    r"\(read timeout\) \(2 attempts"):
+            refgrid.scan(url)
+        assert time.monotonic() - started < 3 * STALLED
+        assert _attempts(proxy) == {"GET": 2}, proxy.log
+        proxy.reset(lambda n, method, path: "stall")
+        started = time.monotonic()
+        with pytest.raises(refgrid.ReadError, match=rf"{re.escape(url)}.*read timeout"):
+            _tas(refs)  # its chunks and, concurrently, its identity (a HEAD)
+        assert time.monotonic() - started < 3 * STALLED
+        attempts = _attempts(proxy)
+        assert attempts["HEAD"] <= 2 and attempts["GET"] <= 2, proxy.log
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads", "processes"])
+def test_a_batch_gives_a_stalled_file_two_read_timeouts_with_every_scheduler(
+        proxy, tmp_path, scheduler):
+    """The read timeout set with ``refgrid.limits`` holds in a batch's worker processes too
+    (they knew the environment's alone, 30 s), and a stalled file is given up after its two
+    attempts, each one read timeout long: the only requests it gets."""
+    urls = [f"{proxy.url}/fixtures/monthly/chunk10/tas_2001{m:02d}.nc" for m in (1, 2, 3)]
+    proxy.reset(lambda n, method, path: "stall" if "200102" in path else None)
+    with refgrid.limits(read_timeout=STALLED, attempts=4, retry_seconds=60.0):
+        result = refgrid.batch(urls, tmp_path / "out.json", scheduler=scheduler,
+                               workers=None if scheduler == "synchronous" else 2,
+                               progress=False)
+    assert [f.url for f in result.failed] == [urls[1]]
+    assert re.search(rf"{re.escape(urls[1])}.*no bytes for 2 s \(read timeout\) \(2 "
+                     "attempts", result.failed[0].message), result.failed[0].message
+    assert sum(_attempts(proxy).values()) == 2, proxy.log
+    with xr.open_dataset(result.output, engine="refgrid") as ds:
+        assert ds.sizes["time"] == 31 + 31
 
 
 def test_a_synchronous_batch_keeps_the_per_file_deadline(proxy, tmp_path):

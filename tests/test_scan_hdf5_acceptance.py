@@ -190,7 +190,7 @@ def test_variable_shorter_than_its_dimension_with_stale_padding_is_cut():
 def test_scan_errors_are_clear(tmp_path):
     from refgrid.errors import FormatError, ScanError
 
-    with pytest.raises(ScanError, match=r"nope\.nc: file not found"):
+    with pytest.raises(ScanError, match=r"nope\.nc: No such file or directory"):
         scan("nope.nc")
     with pytest.raises(FormatError, match=r"VERSIONS\.json: .*not Zarr references"):
         scan(FIXTURES / "VERSIONS.json")

@@ -71,5 +71,5 @@ def test_http_scan(http_server):
 
 
 def test_missing_remote_file_names_the_url(http_server):
-    with pytest.raises(refgrid.ScanError, match=r"fixtures/absent\.nc: file not found"):
+    with pytest.raises(refgrid.ScanError, match=r"fixtures/absent\.nc: No such file or directory"):
         refgrid.scan(f"{http_server.url}/fixtures/absent.nc")

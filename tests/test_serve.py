@@ -8,6 +8,7 @@ import gzip
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -416,6 +417,204 @@ def test_references_to_files_outside_the_allowed_sources_are_403_and_nothing_is_
             assert _get(f"{served.url}/fine/regular/tas/c/0/0/0")[0] == 200  # assembled
         assert read and all(url.startswith(str(FIXTURES)) for url in read)  # the fine one
         assert len(other.counter) == 0
+
+
+# -- datasets that cannot be served -----------------------------------------------------------
+
+BUGGED = """
+import refgrid.serve.catalog as catalog
+from refgrid.cli import main
+
+real = catalog.scan
+
+
+def scan(path, **options):
+    if path.name == "broken.json":
+        return 1 / 0  # a bug opening it: no RefgridError
+    return real(path, **options)
+
+
+catalog.scan = scan
+main()
+"""
+"""``refgrid serve`` with a bug opening ``broken.json``, put where the catalog scans: how the
+service answers a bug must not wait for one in refgrid's code."""
+
+
+def _with_a_bug(real):
+    def scan(path, **options):
+        if path.name == "broken.json":
+            return 1 / 0  # (as BUGGED)
+        return real(path, **options)
+    return scan
+
+
+def _tas_refs(path: Path) -> Path:
+    return refgrid.write(refgrid.scan(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc"),
+                         path)
+
+
+def test_a_dataset_that_fails_to_open_on_a_bug_is_unavailable_the_rest_served(
+        tmp_path, caplog, monkeypatch):
+    """Whatever fails while a dataset is opened — here a bare ``ZeroDivisionError`` — makes
+    that dataset unavailable: the index and its page say why, its endpoints answer 500 naming
+    the error, its traceback is logged once (not once a request), and every other dataset is
+    served as before."""
+    import refgrid.serve.catalog as catalog
+
+    monkeypatch.setattr(catalog, "scan", _with_a_bug(catalog.scan))
+    root = tmp_path / "refs"
+    _tas_refs(root / "fine.json")
+    shutil.copy(root / "fine.json", root / "broken.json")
+    caplog.set_level(logging.INFO, logger="refgrid.serve")
+    for served in start_refgrid_serve(root, allow_sources=(str(FIXTURES),)):
+        status, _, body = _get(f"{served.url}/")
+        index = body.decode()
+        assert status == 200, index
+        assert "unavailable (500)" in index and "ZeroDivisionError" in index
+        assert index.count("arrays (") == 1  # fine, described
+        status, headers, body = _get(f"{served.url}/broken/")
+        assert status == 500 and headers["Content-Type"].startswith("text/html")
+        assert "internal error (ZeroDivisionError: division by zero)" in body.decode()
+        for path in ("native/zarr.json", "regular/zarr.json", "native/tas/c/0/0/0"):
+            status, _, body = _get(f"{served.url}/broken/{path}")
+            assert status == 500, (path, body)
+            assert json.loads(body)["error"] == (
+                "cannot serve it: broken: cannot be opened: internal error "
+                "(ZeroDivisionError: division by zero)")
+        status, _, body = _get(f"{served.url}/dap/broken.dds")
+        assert status == 500 and b"ZeroDivisionError" in body
+        assert _get(f"{served.url}/fine/native/tas/c/0/0/0")[0] == 200
+        assert _get(f"{served.url}/fine/")[0] == 200
+    bugs = [r for r in caplog.records if r.exc_info is not None]
+    assert len(bugs) == 1 and "broken" in bugs[0].getMessage(), bugs
+    assert isinstance(bugs[0].exc_info[1], ZeroDivisionError)
+
+
+def test_a_dataset_whose_source_is_missing_answers_502(tmp_path):
+    """A DMR++ document whose granule is gone: a source missing (``NotFoundError``) is a
+    502, as a chunk whose source is missing is — not a 500, which says the service failed."""
+    from dmrpp_docs import write_dmrpp
+
+    root = tmp_path / "refs"
+    root.mkdir()
+    granule = root / "lost.nc"
+    shutil.copy(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc", granule)
+    write_dmrpp(granule)
+    granule.unlink()
+    for served in start_refgrid_serve(root):
+        for path in ("lost.nc/native/zarr.json", "lost.nc/", "dap/lost.nc.dds"):
+            status, _, body = _get(f"{served.url}/{path}")
+            assert status == 502 and str(granule).encode() in body, (path, body)
+        assert "unavailable (502)" in _get(f"{served.url}/")[2].decode()
+
+
+def test_a_batchs_report_beside_its_output_is_not_a_dataset(tmp_path):
+    """``refgrid batch`` writes ``OUTPUT.report.json`` beside its output: JSON, but no
+    references (it was listed, and answered with an IndexError scanning it)."""
+    root = tmp_path / "refs"
+    result = refgrid.batch([str(f) for f in _files("monthly/chunk10")[:2]], root / "tas.json",
+                           scheduler="synchronous", progress=False)
+    assert result.report_path == root / "tas.json.report.json"
+    for served in start_refgrid_serve(root, allow_sources=(str(FIXTURES),)):
+        assert json.loads(_get(f"{served.url}/healthz")[2])["datasets"] == 1
+        index = _get(f"{served.url}/")[2].decode()
+        assert 'href="/tas/"' in index and "report" not in index
+        assert _get(f"{served.url}/tas.json.report/native/zarr.json")[0] == 404
+
+
+def _serving(root: Path, *args: str, cli: tuple[str, ...] = ("-m", "refgrid.cli")
+             ) -> tuple[subprocess.Popen[str], str]:
+    """``refgrid serve ROOT`` in a process of its own, once it answers (or has ended): the
+    process and its URL."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, *cli, "serve", str(root), "--port", str(port), *args],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline and process.poll() is None:
+        try:
+            if _get(f"{url}/healthz")[0] == 200:
+                break
+        except OSError:
+            time.sleep(0.1)
+    if process.poll() is not None:
+        pytest.fail(f"refgrid serve ended ({process.returncode}): {process.communicate()[1]}")
+    return process, url
+
+
+def _stopped(process: subprocess.Popen[str]) -> str:
+    """What the service wrote to stderr, once it stopped (SIGTERM)."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.communicate(timeout=30)[1]
+    finally:
+        process.kill()
+
+
+def test_the_cli_keeps_serving_when_datasets_fail_and_says_what_each_answers(tmp_path):
+    """Start-up opens every dataset to tell which cannot be served: a bug opening one (here
+    a bare ``ZeroDivisionError``) ended the service there. It keeps serving, and the
+    start-up log names each refused dataset with the status it answers — 500 for a bug, 502
+    for a missing source, 403 for a source outside the allowed ones (all were said to answer
+    403) — the bug's traceback logged once."""
+    from dmrpp_docs import write_dmrpp
+
+    root = tmp_path / "refs"
+    _tas_refs(root / "fine.json")
+    shutil.copy(root / "fine.json", root / "broken.json")
+    _hostile(root, "outside", "/etc/passwd")
+    shutil.copy(FIXTURES / "monthly" / "chunk10" / "tas_200102.nc", root / "lost.nc")
+    write_dmrpp(root / "lost.nc")
+    (root / "lost.nc").unlink()
+    (tmp_path / "bugged.py").write_text(BUGGED)
+    process, url = _serving(root, "--allow-source", str(FIXTURES),
+                            cli=(str(tmp_path / "bugged.py"),))
+    try:
+        statuses = {name: _get(f"{url}/{name}/native/zarr.json")[0]
+                    for name in ("fine", "broken", "lost.nc", "outside")}
+    finally:
+        err = _stopped(process)
+    assert process.returncode == 0, err
+    assert statuses == {"fine": 200, "broken": 500, "lost.nc": 502, "outside": 403}, err
+    assert "3 of the first 200 checked cannot be served" in err
+    for name, status in (("broken", 500), ("lost.nc", 502), ("outside", 403)):
+        assert f"{name} answers {status}: " in err, err
+    assert err.count("Traceback") == 1 and "ZeroDivisionError" in err
+
+
+def test_the_cli_keeps_serving_beside_a_dmrpp_whose_fill_value_has_two_values(tmp_path):
+    """The corpus's ``fileout__multi_fvalue.h5`` has a two-valued ``_FillValue``, which
+    opening its DMR++ document once failed on with a bare ``TypeError`` — and ``refgrid
+    serve`` exited at start-up. Whether that dataset opens or not, the service serves the
+    others, and lists it (with why, where it cannot be opened)."""
+    from dmrpp_docs import CORPUS
+
+    if not CORPUS.is_dir():
+        pytest.skip(f"the DMR++ corpus is absent ({CORPUS}); it ships beside the repo")
+    root = tmp_path / "refs"
+    _tas_refs(root / "fine.json")
+    for name in ("fileout__multi_fvalue.h5", "fileout__multi_fvalue.h5.dmrpp"):
+        shutil.copy(CORPUS / name, root / name)
+    process, url = _serving(root, "--allow-source", str(FIXTURES))
+    try:
+        fine = _get(f"{url}/fine/native/tas/c/0/0/0")[0]
+        status, _, body = _get(f"{url}/fileout__multi_fvalue.h5/native/zarr.json")
+        index = _get(f"{url}/")[2].decode()
+    finally:
+        err = _stopped(process)
+    assert process.returncode == 0 and fine == 200, err
+    assert 'href="/fileout__multi_fvalue.h5/"' in index
+    if status != 200:  # (the scanner's own fix may make it open)
+        assert status == 500 and "fileout__multi_fvalue.h5" in json.loads(body)["error"]
+        assert "unavailable (500)" in index
+        assert "fileout__multi_fvalue.h5 answers 500: " in err
 
 
 # -- the command line ------------------------------------------------------------------------

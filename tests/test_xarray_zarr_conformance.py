@@ -5,8 +5,9 @@ As ``test_xarray_conformance.py`` does for netCDF: the classes are xarray's
 into a Zarr v3 directory; every *read* of that directory goes through ``refgrid.open_store``:
 ``open`` (which ``roundtrip`` uses) explicitly, and the reads test bodies make themselves
 (``xr.open_zarr(path)``, ``xr.open_dataset(path, engine="zarr")``) by handing xarray refgrid's
-store for each read-only open of a local v3 directory. Writes (``w``, ``a``, ``r+``) and the
-tests' own ``zarr.open_group`` inspections stay zarr's.
+store for each read-only open of a local v3 directory — or of a path where there is nothing,
+so that a missing store is refgrid's error (``test_non_existent_store``). Writes (``w``,
+``a``, ``r+``) and the tests' own ``zarr.open_group`` inspections stay zarr's.
 
 Tests that only write (append/region argument errors, ``test_write_store``, ...) run as they
 are: they never read, so they cannot fail because of refgrid and need no skip. What refgrid
@@ -80,9 +81,12 @@ def tmp_store(tmp_path: Any) -> Any:
     return tmp_path
 
 
-def _is_v3_directory(store: object) -> bool:
-    return isinstance(store, str | os.PathLike) and os.path.isfile(
-        os.path.join(os.fspath(store), "zarr.json"))
+def _read_by_refgrid(store: object) -> bool:
+    """A local v3 directory, or a path where there is nothing (refgrid says so, as zarr
+    would: ``test_non_existent_store``)."""
+    return isinstance(store, str | os.PathLike) and (
+        os.path.isfile(os.path.join(os.fspath(store), "zarr.json"))
+        or not os.path.lexists(store))
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +97,7 @@ def _reads_through_refgrid(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any
     opened: list[Any] = []
 
     def redirected(store: Any, mode: str, *args: Any, **kwargs: Any) -> Any:
-        if mode == "r" and _is_v3_directory(store):
+        if mode == "r" and _read_by_refgrid(store):
             store = refgrid.open_store(os.fspath(store))
             opened.append(store)
         return original(store, mode, *args, **kwargs)

@@ -33,6 +33,11 @@ class ScanError(RefgridError):
         return type(self), (self.url, self.variable, self.reason)  # errors cross processes too
 
 
+NO_SUCH_FILE = "No such file or directory"
+"""The reason a :class:`NotFoundError` gives for a file that is not there: the operating
+system's words, which zarr's stores and xarray's engines say too (and callers match)."""
+
+
 class NotFoundError(ScanError, FileNotFoundError):
     """The input or a source file does not exist: a ``FileNotFoundError`` too, as zarr's
     stores and xarray's engines raise for a missing path."""

@@ -41,6 +41,7 @@ from refgrid.combining import check_policies
 from refgrid.combining.shaping import FileShape
 from refgrid.core.bounds import current
 from refgrid.core.inputs import expand
+from refgrid.core.keys import REPORT_SUFFIX
 from refgrid.core.sources import SourceIdentity, identity_difference
 from refgrid.core.tasks import progress_bar, showing
 from refgrid.core.typed import StorageOptions, Untyped
@@ -280,7 +281,7 @@ def batch(
         good = [url for url in listed if url in journal.entries and url not in bad]
         _check_named(shape, journal, good)
         dropped = len(set(journal.entries) - set(listed))
-        report = target.with_name(target.name + ".report.json")
+        report = target.with_name(target.name + REPORT_SUFFIX)
         result = BatchResult(target, report, work, len(listed), len(todo) - len(failed_now),
                              reused, changed, failed, dropped)
         if not good:

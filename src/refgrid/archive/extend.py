@@ -37,7 +37,7 @@ from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
 from refgrid.core import jsonio
 from refgrid.core.dtypes import ENCODING_ATTR
-from refgrid.core.keys import ZMETADATA, KeyEncoding, chunk_key, document_key
+from refgrid.core.keys import REPORT_SUFFIX, ZMETADATA, KeyEncoding, chunk_key, document_key
 from refgrid.core.sources import (
     ATTRIBUTES_KEY,
     RECORDS_KEY,
@@ -271,7 +271,7 @@ class Output:
 
     @property
     def report(self) -> Path:
-        return self.target.with_name(self.target.name + ".report.json")
+        return self.target.with_name(self.target.name + REPORT_SUFFIX)
 
     def earlier(self) -> Mapping[str, Any] | Plan:
         """The earlier output's documents and refgrid section (``.zmetadata``'s form), or

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -21,6 +21,7 @@ from refgrid.archive.journal import Header
 from refgrid.archive.record import dumps
 from refgrid.combining import with_inline_coordinates
 from refgrid.combining.shaping import FileShape, data_variables
+from refgrid.core.bounds import Limits, current, limits
 from refgrid.core.names import to_json
 from refgrid.core.sources import SourceIdentity, is_local
 from refgrid.core.typed import JSON
@@ -46,6 +47,9 @@ class ScanJob:
     """Whether files are merged by file set (each file's set is recorded)."""
     data_url: str | None = None
     """DMR++ sources: where their granules are (``refgrid.scan``'s ``data_url``)."""
+    limits: Limits = field(default_factory=current)
+    """The caller's limits (timeouts, attempts, sizes), in force in the workers: a worker
+    process knows only the environment's, not ``set_limits`` or a ``with limits(...)``."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,8 @@ def scan_files(files: Sequence[tuple[str, SourceIdentity | None]], job: ScanJob
                ) -> list[Scanned | Failed]:
     """Scan each file; a file that fails is a :class:`Failed`, not an exception, so one
     damaged file does not lose the records of the others in its task."""
-    return [_scan_one(url, known, job) for url, known in files]
+    with limits(**asdict(job.limits)):
+        return [_scan_one(url, known, job) for url, known in files]
 
 
 def _scan_one(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned | Failed:

@@ -24,6 +24,9 @@ BOOKKEEPING = "refgrid.json"
 answered but never listed: stock readers do not see it, refgrid's engine reads it back."""
 ZGROUP, ZARRAY, ZATTRS = ".zgroup", ".zarray", ".zattrs"
 """Zarr v2 metadata documents (classic kerchunk references, read and written)."""
+REPORT_SUFFIX = ".report.json"
+"""A batch's report lies beside its output, named as it is with this added
+(``tas.parq.report.json``): JSON, but no references (``refgrid serve`` does not list it)."""
 
 
 class ChunkKeyEncodingJSON(TypedDict):

@@ -13,6 +13,11 @@ of an ``http(s)://`` or ``s3://`` URL, where the caller has not set them:
   spent, :class:`RequestFailed` says how many were made over how long.
 * S3: botocore's connect and read timeouts and its standard retry mode with ``attempts``.
 
+fsspec asks an HTTP file's ``info`` with a HEAD and, whatever made that fail, again with a GET;
+:func:`remote_info` skips the GET when the HEAD got no answer at all (it stalled or found no
+server on every attempt), so a stalled source costs ``STALL_ATTEMPTS`` read timeouts, not
+twice that.
+
 A retry asks for the same bytes of the same URL; the source identity check (size, mtime or
 ETag, :mod:`refgrid.core.sources`) still decides whether they are the bytes scanned.
 """
@@ -26,6 +31,9 @@ from dataclasses import dataclass
 from typing import cast
 
 import aiohttp
+import fsspec
+from fsspec.asyn import sync
+from fsspec.implementations.http import HTTPFileSystem, _file_info
 
 from refgrid.core.bounds import STALL_ATTEMPTS, current
 from refgrid.core.typed import StorageOptions
@@ -37,8 +45,11 @@ FIRST_DELAY = 0.1
 """Seconds before the first retry; doubled for each further one."""
 
 
-class RequestFailed(aiohttp.ClientOSError):
-    """A request still failing after every attempt (an ``OSError``, as a failed read is)."""
+class RequestFailed(aiohttp.ClientError, OSError):
+    """A request still failing after every attempt (an ``OSError``, as a failed read is).
+    Not one of aiohttp's connection errors: aiohttp sends an idempotent request again, once,
+    when its handler raises one of those, which would run every attempt twice (a stalled
+    source held for four read timeouts where two are allowed)."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -124,3 +135,30 @@ def with_defaults(url: str, storage_options: StorageOptions) -> dict[str, object
         config.setdefault("retries", {"max_attempts": limits.attempts, "mode": "standard"})
         options["config_kwargs"] = config
     return options
+
+
+def remote_info(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, object]:
+    """fsspec's ``info`` of a remote file — but over HTTP, a HEAD that got no answer on any
+    of its attempts (:class:`RequestFailed` without a status: a stalled or unreachable server)
+    is raised as it is, not followed by fsspec's GET, which would wait as long again. A HEAD
+    answered without a size, or with an error status (a server that does not do HEAD), is
+    left to fsspec's ``info``, which asks with a GET."""
+    if not isinstance(fs, HTTPFileSystem):
+        return dict(fs.info(path))
+    try:
+        found = sync(fs.loop, _head, fs, path)
+    except RequestFailed as e:
+        if e.status is None:
+            raise
+        found = {}
+    except Exception:  # answered, but not as info needs (404, 405, ...): fsspec asks again
+        found = {}
+    if found.get("size") is not None:
+        return {"name": path, "size": None, **found, "type": "file"}  # as fsspec's info
+    return dict(fs.info(path))
+
+
+async def _head(fs: HTTPFileSystem, path: str) -> dict[str, object]:
+    info: dict[str, object] = await _file_info(fs.encode_url(path), await fs.set_session(),
+                                               size_policy="head", **fs.kwargs)
+    return info

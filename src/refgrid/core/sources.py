@@ -35,7 +35,14 @@ from fsspec.core import url_to_fs
 
 from refgrid.core.typed import StorageOptions, Untyped
 from refgrid.core.util import gc_paused, thread_pool
-from refgrid.errors import ArgumentError, MissingExtraError, NotFoundError, ReadError, ScanError
+from refgrid.errors import (
+    NO_SUCH_FILE,
+    ArgumentError,
+    MissingExtraError,
+    NotFoundError,
+    ReadError,
+    ScanError,
+)
 
 SOURCES_KEY = "refgrid"
 """Top-level key of JSON references (and of parquet's ``.zmetadata``) holding refgrid's own
@@ -130,12 +137,13 @@ def filesystem(url: str, storage_options: StorageOptions | None = None
 
 
 def not_found(error: FileNotFoundError) -> str:
-    """``"file not found"``, or what really failed: fsspec reports any failure of an HTTP
-    ``info`` (a 503 after every retry, a timeout) as a missing file, the cause chained."""
+    """:data:`~refgrid.errors.NO_SUCH_FILE`, or what really failed: fsspec reports any
+    failure of an HTTP ``info`` (a 503 after every retry, a timeout) as a missing file, the
+    cause chained."""
     cause = error.__cause__
     if _failed(cause):
         return f"cannot read: {cause}"
-    return "file not found"
+    return NO_SUCH_FILE
 
 
 def _failed(cause: BaseException | None) -> bool:
@@ -158,7 +166,7 @@ def absent(url: str, error: FileNotFoundError) -> ScanError:
     """The error for ``url`` that fsspec or the OS reported missing: a
     :class:`~refgrid.errors.NotFoundError` when it is, else what really failed."""
     reason = not_found(error)
-    return NotFoundError(url, None, reason) if reason == "file not found" else \
+    return NotFoundError(url, None, reason) if reason == NO_SUCH_FILE else \
         ScanError(url, None, reason)
 
 
@@ -171,7 +179,9 @@ def identity_of(url: str, storage_options: StorageOptions | None = None) -> Sour
     if is_local(url):
         return stat_identity(os.stat(url.removeprefix("file://")))
     fs, path = filesystem(url, dict(storage_options or {}))
-    return identity_from_info(fs.info(path))
+    from refgrid.core.network import remote_info
+
+    return identity_from_info(remote_info(fs, path))
 
 
 def stat_identity(stat: os.stat_result) -> SourceIdentity:
@@ -441,7 +451,7 @@ class SourceCheck:
                                               identity_of(url, self.storage_options))
         except FileNotFoundError as e:
             reason = not_found(e)
-            if reason == "file not found" and url not in self.stamps:
+            if reason == NO_SUCH_FILE and url not in self.stamps:
                 return  # the read that follows names the missing file and the chunk
             raise ReadError(f"{url}: cannot check the source: {reason}") from e
         except OSError as e:

@@ -20,6 +20,7 @@ import numpy as np
 
 from refgrid.core.sources import SourceCheck, filesystem, held, is_local, not_found
 from refgrid.core.typed import Bytes, StorageOptions
+from refgrid.errors import NO_SUCH_FILE
 from refgrid.model.manifest import UNSIZED
 
 LOCAL_GAP = 16 * 2**10
@@ -152,7 +153,7 @@ def _read_whole(paths: Sequence[str], path_id: np.ndarray, members: np.ndarray,
     found = fs.cat([fs._strip_protocol(u) for u in urls], on_error="return")
     for url, path in zip(urls, (fs._strip_protocol(u) for u in urls), strict=True):
         block = found.get(path) if isinstance(found, dict) else found
-        if isinstance(block, FileNotFoundError) and not_found(block) == "file not found":
+        if isinstance(block, FileNotFoundError) and not_found(block) == NO_SUCH_FILE:
             block = None
         elif isinstance(block, BaseException):
             raise FetchError(remote[url][0], url, f"request failed: {block}", False)
@@ -198,7 +199,7 @@ def _read_remote(files: list[tuple[str, np.ndarray]], offset: np.ndarray, length
     blocks = fs.cat_ranges(paths, starts, ends, on_error="return")
     for block, (url, requests, r) in zip(blocks, served, strict=True):
         if isinstance(block, BaseException):
-            missing = isinstance(block, FileNotFoundError) and not_found(block).startswith("file")
+            missing = isinstance(block, FileNotFoundError) and not_found(block) == NO_SUCH_FILE
             reason = "source file not found" if missing else f"request failed: {block}" \
                 if not isinstance(block, FileNotFoundError) else not_found(block)
             raise FetchError(requests.first_member(r), url, reason, missing)

@@ -33,6 +33,7 @@ from refgrid.core.keys import METADATA, ZMETADATA
 from refgrid.core.sources import filesystem
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import (
+    NO_SUCH_FILE,
     ArgumentError,
     FormatError,
     GridError,
@@ -173,7 +174,7 @@ def detect_format(source: Source) -> Format:
     try:
         head = source.head(4096)
     except ScanError as e:
-        if source.is_local or e.reason != "file not found":  # a failure, not an absence
+        if source.is_local or e.reason != NO_SUCH_FILE:  # a failure, not an absence
             raise
         # a remote "directory" is a prefix: look inside
         return _directory_format(source) or _not_an_input_directory(source)
@@ -228,7 +229,7 @@ def _directory_format(source: Source) -> Format | None:
 
 def _not_an_input_directory(source: Source) -> NoReturn:
     if not source.is_local and not source.is_directory():
-        raise NotFoundError(source.url, None, "file not found")
+        raise NotFoundError(source.url, None, NO_SUCH_FILE)
     hint = ""
     if source.is_local:
         root = Path(source.url.removeprefix("file://"))

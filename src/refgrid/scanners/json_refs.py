@@ -16,7 +16,7 @@ from refgrid.core.sources import (
     stored_identities,
 )
 from refgrid.core.typed import JSONObject, StorageOptions
-from refgrid.errors import FormatError, NotFoundError
+from refgrid.errors import NO_SUCH_FILE, FormatError, NotFoundError
 from refgrid.model.virtual import VirtualGroup
 from refgrid.model.zarr_json import with_bookkeeping
 from refgrid.scanners.kerchunk import kerchunk_to_group, load_kerchunk
@@ -37,7 +37,7 @@ def load_json(source: Source) -> JSONObject:
         fs, path = source.filesystem()
         data = fs.cat_file(path)
     except FileNotFoundError:
-        raise NotFoundError(source.url, None, "reference file not found") from None
+        raise NotFoundError(source.url, None, NO_SUCH_FILE) from None
     except OSError as e:
         raise FormatError(source.url, None, f"cannot read the reference file: {e}") from e
     try:

@@ -23,7 +23,7 @@ from refgrid.codecs.pipeline import numcodec
 from refgrid.core.dtypes import STRING, recast_fill, storable
 from refgrid.core.keys import METADATA, ZARRAY, ZATTRS, ZGROUP, KeyEncoding
 from refgrid.core.typed import JSON, JSONObject, StorageOptions
-from refgrid.errors import FormatError, NotFoundError
+from refgrid.errors import NO_SUCH_FILE, FormatError, NotFoundError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import ChunkManifest, ManifestBuilder, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
@@ -70,7 +70,7 @@ def load_kerchunk(refs: str | Mapping[str, object], url: str,
                                remote_options=dict(storage_options), simple_templates=False,
                                skip_instance_cache=True)
     except FileNotFoundError as e:
-        raise NotFoundError(url, None, "reference set not found") from e
+        raise NotFoundError(url, None, NO_SUCH_FILE) from e
     except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
         raise FormatError(url, None, f"not a kerchunk reference set: {e}") from e
     return fs.references

@@ -47,7 +47,7 @@ from refgrid.core.sources import (
 )
 from refgrid.core.typed import JSONObject, StorageOptions
 from refgrid.core.util import gc_paused
-from refgrid.errors import FormatError, NotFoundError, RefgridError
+from refgrid.errors import NO_SUCH_FILE, FormatError, NotFoundError, RefgridError
 from refgrid.model.manifest import (
     MISSING,
     ChunkManifest,
@@ -256,7 +256,7 @@ def load_parquet_references(url: str, storage_options: StorageOptions) -> Parque
             raise ValueError(f"{PIECES_KEY} in kerchunk's Zarr v2 references, which have none")
     except FileNotFoundError:
         if not fs.exists(root):
-            raise NotFoundError(url, None, "file not found") from None
+            raise NotFoundError(url, None, NO_SUCH_FILE) from None
         raise FormatError(url, None, "no .zmetadata: not kerchunk parquet references (nor "
                           "an HDF5/NetCDF file)") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:

@@ -94,8 +94,9 @@ class Source:
     def remote_info(self) -> dict[str, object]:
         """fsspec's ``info`` of a remote file (one ``HEAD``), kept: the identity comes from
         it, and a file object opened on it is handed it rather than asking again."""
-        fs, path = self.filesystem()
-        return dict(fs.info(path))
+        from refgrid.core.network import remote_info
+
+        return remote_info(*self.filesystem())
 
     def has_member(self, name: str) -> bool:
         """Whether this URL is a directory (or prefix) holding a file ``name``."""

@@ -45,7 +45,7 @@ from refgrid.core.typed import StorageOptions
 from refgrid.errors import AccessError, ArgumentError, RefgridError
 from refgrid.read.regular import ViewLimits, ViewSpec
 from refgrid.read.view import Chunk, Directory, Document, View
-from refgrid.serve.catalog import Catalog, Dataset, Followed, collisions
+from refgrid.serve.catalog import Catalog, Dataset, Entry, Followed, collisions
 from refgrid.serve.dap.responses import error_response, respond, split_suffix
 from refgrid.serve.follow import Follow, Follower
 from refgrid.serve.guard import GuardedSite
@@ -62,13 +62,20 @@ from refgrid.serve.http import (
     answer,
     caching,
     dataset_of,
+    failure,
     in_pool,
     not_modified,
     reserved,
     waiting,
     written,
 )
-from refgrid.serve.pages import dataset_page, index_page, listing_page
+from refgrid.serve.pages import (
+    Unavailable,
+    dataset_page,
+    index_page,
+    listing_page,
+    unavailable_page,
+)
 
 if TYPE_CHECKING:
     from aiohttp.typedefs import Handler
@@ -315,12 +322,9 @@ async def _get(request: web.Request) -> web.StreamResponse:
     if found is None:
         raise HttpError(404, f"no dataset at /{'/'.join(parts)}")
     entry, rest = found
-    dataset = await dataset_of(request, entry)
     if not rest:
-        if not request.path.endswith("/"):
-            raise web.HTTPMovedPermanently(f"/{entry.name}/")
-        base = f"{request.scheme}://{request.host}"
-        return _html(request, dataset_page(dataset, base))
+        return await _dataset_page(request, entry)
+    dataset = await dataset_of(request, entry)
     view_name, _, params = rest[0].partition(";")
     key = "/".join(rest[1:])
     if view_name == "native":
@@ -383,20 +387,38 @@ async def _index(request: web.Request) -> web.Response:
     names = catalog.names()
     entries = [catalog.entries[n] for n in names if n in catalog.entries]
 
-    def describe() -> dict[str, Dataset | str]:
-        out: dict[str, Dataset | str] = {}
+    def describe() -> dict[str, Dataset | Unavailable]:
+        out: dict[str, Dataset | Unavailable] = {}
         for entry in entries[:request.app[SETTINGS].index_details]:
             try:
                 out[entry.name] = catalog.dataset(entry)
             except RefgridError as e:
-                out[entry.name] = str(e)
+                out[entry.name] = _unavailable(request, e)
         return out
 
     return _html(request, index_page(entries, await in_pool(request, describe)))
 
 
-def _html(request: web.Request, text: str) -> web.Response:
-    response = web.Response(text=text, content_type="text/html", headers={
+async def _dataset_page(request: web.Request, entry: Entry) -> web.Response:
+    """``/NAME/``: the dataset's page, or, for one that cannot be opened, a page saying why
+    with the status its endpoints answer."""
+    if not request.path.endswith("/"):
+        raise web.HTTPMovedPermanently(f"/{entry.name}/")
+    try:
+        dataset = await dataset_of(request, entry)
+    except RefgridError as e:
+        unavailable = _unavailable(request, e)
+        return _html(request, unavailable_page(entry, unavailable), unavailable.status)
+    return _html(request, dataset_page(dataset, f"{request.scheme}://{request.host}"))
+
+
+def _unavailable(request: web.Request, error: RefgridError) -> Unavailable:
+    status, reason, _ = answer(request, error)
+    return Unavailable(status, reason)
+
+
+def _html(request: web.Request, text: str, status: int = 200) -> web.Response:
+    response = web.Response(text=text, content_type="text/html", status=status, headers={
         "Cache-Control": "no-cache"})
     response.enable_compression()
     return response
@@ -524,9 +546,12 @@ def run(root: str, host: str = "127.0.0.1", port: int = 8000, access_log: bool =
     refused = catalog.survey(SURVEY)
     log.info("serving %d datasets under %s at http://%s:%d/%s", len(catalog.entries),
              catalog.root, host, port, f" ({len(refused)} of the first {SURVEY} checked cannot "
-             "be served: they answer 403)" if refused else "")
+             "be served: the index says why)" if refused else "")
     for name, error in refused[:5]:
-        log.warning("%s: %s", name, error)
+        found = failure(error, app[SETTINGS])
+        log.warning("%s answers %d: %s", name, found[0] if found else 500, error)
+    if len(refused) > 5:
+        log.warning("... and %d more", len(refused) - 5)
     shared = collisions(catalog.entries)
     if shared:
         log.warning("%d datasets would share a name without their suffix, so each is served "

@@ -1,15 +1,21 @@
 """The datasets under a served root: found by walking it, opened on demand, kept in an LRU,
 reopened when their files change.
 
-A dataset is a JSON reference set (``*.json``), a parquet reference set (a directory with
-``.zmetadata``), a Zarr v3 store (a directory with ``zarr.json``) or a granule's DMR++ document
-(``*.dmrpp``, read with its granule beside it) anywhere under the root; its name is its path
+A dataset is a JSON reference set (``*.json``, but not a batch's report beside its output,
+``*.report.json``), a parquet reference set (a directory with ``.zmetadata``), a Zarr v3
+store (a directory with ``zarr.json``) or a granule's DMR++ document (``*.dmrpp``, read with
+its granule beside it) anywhere under the root; its name is its path
 below the root without the suffix (``monthly/tas.json`` → ``monthly/tas``). URLs are only
 ever looked up among these names, never joined onto the root, so no URL can name a file
 outside it; files and directories whose real path (symlinks resolved) leaves the root are not
 datasets at all. Every source file a dataset's chunks name must lie under the allowed
 prefixes (the root, and those given): a dataset that names another file is refused whole,
 before anything of it is read.
+
+A dataset that cannot be opened, whatever failed, is unavailable — refused with a
+:class:`~refgrid.errors.RefgridError` saying why, until its file changes — and every other
+dataset is served as before: a failure that is no ``RefgridError`` is a bug, logged once with
+its traceback and named in the error (the service never stops for one dataset).
 
 A followed archive is never opened by the catalog: its follower, which alone writes its
 references, publishes each version when a round has written it (:meth:`Catalog.publish`).
@@ -32,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from refgrid.core.keys import METADATA, ZMETADATA
+from refgrid.core.keys import METADATA, REPORT_SUFFIX, ZMETADATA
 from refgrid.core.sources import Verify, source_count
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import AccessError, ArgumentError, RefgridError
@@ -82,7 +88,8 @@ def discover(root: Path) -> dict[str, Entry]:
             elif d.startswith("."):
                 dirs.remove(d)
         for f in files:
-            if f.endswith(".json") and f != METADATA and not f.startswith("."):
+            if f.endswith(".json") and f != METADATA and not f.startswith(".") and \
+                    not f.endswith(REPORT_SUFFIX):  # a batch's report beside its output
                 _add(found, root, here / f, "json")
             elif f.endswith(".dmrpp") and not f.startswith("."):
                 _add(found, root, here / f, "dmrpp")
@@ -325,8 +332,8 @@ class Catalog:
 
     def dataset(self, entry: Entry) -> Dataset:
         """The opened dataset (blocking: call it on a worker thread). Raises the
-        :class:`RefgridError` that made it unservable. Concurrent first requests open it
-        once: the others wait for that open (one scan, one set of views)."""
+        :class:`RefgridError` that made it unservable (whatever failed). Concurrent first
+        requests open it once: the others wait for that open (one scan, one set of views)."""
         fresh = self.fresh(entry.name)
         if fresh is not None:
             return fresh
@@ -382,13 +389,18 @@ class Catalog:
             # anything is read
             mtimes = [stamp[0] / 1e9] + [float(i["mtime"]) for i in group.sources.values()
                                          if isinstance(i.get("mtime"), int | float)]
+            opened = Dataset(entry, stamp, group, self.storage_options, max(mtimes),
+                             self.executor, self.verify,
+                             followed.concat_dim if followed is not None else None)
+            # (its native view: the documents made now)
         except RefgridError as e:
             log.warning("cannot serve %s: %s", entry.name, e)
             return Refused(entry, stamp, e)
+        except Exception as e:  # a bug, not the input's fault: this dataset alone is refused
+            log.error("cannot serve %s: internal error", entry.name, exc_info=e)  # (once)
+            return Refused(entry, stamp, _internal_error(entry.name, e))
         log.info("opened %s (%s)", entry.name, entry.kind)
-        return Dataset(entry, stamp, group, self.storage_options, max(mtimes), self.executor,
-                       self.verify, followed.concat_dim if followed is not None else None)
-
+        return opened
 
     def survey(self, limit: int) -> list[tuple[str, RefgridError]]:
         """Open the first ``limit`` datasets (by name), as a start-up check: the ones that
@@ -404,6 +416,15 @@ class Catalog:
 
 REMEDY = ("start refgrid serve with --allow-source PREFIX to allow it; in Python, "
           "make_app(root, allow_sources=[...])")
+
+
+def _internal_error(name: str, error: Exception) -> RefgridError:
+    """What a dataset that failed to open on a bug answers with, every time (its traceback
+    was logged once, when it happened), naming the bug's type and message."""
+    refused = RefgridError(f"{name}: cannot be opened: internal error "
+                           f"({type(error).__name__}: {error})")
+    refused.__cause__ = error
+    return refused
 
 
 def _close(known: Dataset | Refused | None) -> None:

@@ -17,7 +17,7 @@ from typing import TypeVar, TypeVarTuple
 
 from aiohttp import web
 
-from refgrid.errors import AccessError, ArgumentError, ReadError, RefgridError
+from refgrid.errors import AccessError, ArgumentError, NotFoundError, ReadError, RefgridError
 from refgrid.serve.catalog import Catalog, Dataset, Entry
 
 log = logging.getLogger("refgrid.serve")
@@ -183,7 +183,7 @@ def failure(error: BaseException, settings: Settings) -> tuple[int, str, dict[st
         return 403, str(error), {}
     if isinstance(error, ArgumentError):
         return 400, str(error), {}
-    if isinstance(error, ReadError):
+    if isinstance(error, ReadError | NotFoundError):  # a source unreadable, or not there
         return 502, str(error), {}
     if isinstance(error, RefgridError):
         return 500, f"cannot serve it: {error}", {}

@@ -9,6 +9,7 @@ static file server's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from html import escape
 
 from refgrid.core.reprs import (
@@ -38,14 +39,26 @@ def _page(title: str, body: str) -> str:
             f"<body>{body}</body></html>")
 
 
-def index_page(entries: Sequence[Entry], opened: dict[str, Dataset | str]) -> str:
+@dataclass(frozen=True)
+class Unavailable:
+    """A dataset that cannot be served: the status its endpoints answer, and why."""
+
+    status: int
+    reason: str
+
+    def html(self) -> str:
+        return (f'<span class="error">unavailable ({self.status}): {escape(self.reason)}'
+                "</span>")
+
+
+def index_page(entries: Sequence[Entry], opened: dict[str, Dataset | Unavailable]) -> str:
     """``/``: every dataset, with its arrays where it has been opened (or why it cannot be)."""
     rows = []
     for entry in entries:
         name = escape(entry.name)
         state = opened.get(entry.name)
-        if isinstance(state, str):
-            detail = f'<span class="error">{escape(state)}</span>'
+        if isinstance(state, Unavailable):
+            detail = state.html()
         elif state is not None:
             summary = group_summary(state.group)
             arrays = summary["arrays"]
@@ -110,6 +123,14 @@ def dataset_page(dataset: Dataset, base: str) -> str:
     parts.append("</table><h2>Chunk grids</h2>")
     parts.extend(figures)
     return _page(f"{name} · refgrid serve", "".join(parts))
+
+
+def unavailable_page(entry: Entry, unavailable: Unavailable) -> str:
+    """``/<name>/`` of a dataset that cannot be served: why, as its endpoints answer."""
+    name = escape(entry.name)
+    return _page(f"{entry.name} · refgrid serve", (
+        f"<h1>{name}</h1><p>{escape(entry.kind)} references · <a href=\"/\">all datasets"
+        f"</a></p><p>{unavailable.html()}</p>"))
 
 
 def listing_page(title: str, prefix: str, names: Sequence[str]) -> str:
