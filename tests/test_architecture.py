@@ -381,7 +381,7 @@ def test_every_public_name_imports_and_every_entry_point_resolves():
     declared = {f"scripts.{k}": v for k, v in project["scripts"].items()}
     for group, points in project["entry-points"].items():
         declared |= {f"{group}.{k}": v for k, v in points.items()}
-    assert len(declared) == 15, sorted(declared)
+    assert len(declared) == 19, sorted(declared)
     for name, target in declared.items():
         module, _, attribute = target.partition(":")
         assert callable(getattr(importlib.import_module(module), attribute)), name

@@ -411,6 +411,119 @@ def test_spacepad_round_trips_what_hdf5_stores(texts, length):
     assert spacepad_encode(decoded, length) == stored
 
 
+def test_c_strings_in_a_document_read_as_h5py_reads_them(tmp_path):
+    """#51: a document's ``pad="null_term"`` strings came back with the bytes the file holds
+    after their NUL (``b"swe\\x00et"``; h5py: ``b"swe"``): through the scan, the engine,
+    the store, the mapper and stock zarr on written references (``refgrid.nullterm``)."""
+    import zarr
+    from zarr.storage import FsspecStore
+
+    from hdf5_strings import h5py_values, write_c_strings
+
+    path = write_c_strings(tmp_path / "c_strings.h5")
+    doc = write_dmrpp(path)  # (its records left out: a Structure of a String is refused)
+    assert doc.read_text(encoding="latin-1").count('pad="null_term"') == 2
+    expected = {k: v for k, v in h5py_values(path).items() if k != "records"}
+    group = refgrid.scan(doc)
+    store = refgrid.open_store(doc)
+    mapped = zarr.open_group(refgrid.get_mapper(doc), mode="r")
+    with closed(xr.open_dataset(doc, engine="refgrid")) as ds:
+        for name, values in expected.items():
+            assert read(group[name]).tolist() == values.tolist(), name
+            assert ds[name].values.tolist() == values.tolist(), name
+            assert zarr.open_group(store, mode="r")[name][...].tolist() == values.tolist()
+            assert mapped[name][...].tolist() == values.tolist(), name
+    store.close()
+    for name, fmt in (("refs.json", "json"), ("v2.json", "kerchunk-v2")):
+        out = refgrid.write(group, tmp_path / name, format=fmt)
+        stock = zarr.open_group(FsspecStore.from_url(
+            "reference://", storage_options={"fo": str(out)}, read_only=True), mode="r",
+            zarr_format=2 if fmt == "kerchunk-v2" else 3)
+        for variable, values in expected.items():
+            assert stock[variable][...].tolist() == values.tolist(), (fmt, variable)
+
+
+UNMARKED = [  # (document, variable, h5py's path): fixed-length in the file, not said so
+    ("dmrpp__chunked_string_array.h5", "string_array", "string_array"),
+    ("dmrpp__grid_1_2d.h5", "HDFEOS_INFORMATION/StructMetadata_0",
+     "HDFEOS INFORMATION/StructMetadata.0"),
+    ("dmrpp__test32v3.nc4", "letter", "letter"),
+    ("fileout__FValue_string_sca.h5", "fill_str_sca", "fill_str_sca"),
+    ("strings__t_str_dset.h5", "scalar", "scalar"),
+]
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the DMR++ corpus is absent ({CORPUS})")
+@pytest.mark.parametrize(("data", "variable", "h5_path"), UNMARKED)
+def test_fixed_length_strings_older_documents_leave_unmarked_are_read(data, variable,
+                                                                      h5_path):
+    """#51: strings Hyrax's older documents describe without ``FixedLengthStringArray`` were
+    all refused as variable-length strings in the file's heap; 8 of 9 such in the corpus are
+    fixed-length (``|S8``, ``|S32000``, ``|S1``, ``|S29``), as their chunks' sizes show."""
+    import h5py
+
+    with h5py.File(CORPUS / data) as f:
+        expected = np.asarray(f[h5_path][()])
+    array = refgrid.scan(CORPUS / f"{data}.dmrpp", on_error="report")[variable]
+    assert read(array).tolist() == expected.tolist()
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the DMR++ corpus is absent ({CORPUS})")
+def test_strings_in_the_heap_are_refused_for_what_they_are():
+    """#51: a heap reference takes 16 bytes an element: what a 16-byte fixed-length string
+    takes too, so the variable is refused saying so (h5py: a variable-length string)."""
+    group = refgrid.scan(CORPUS / "dmrpp__chunked_scalar_string.h5.dmrpp", on_error="report")
+    [entry] = group.report
+    assert entry.variable == "scalar_big_string" and entry.action == "skipped"
+    assert "16 bytes an element" in entry.reason and "heap" in entry.reason
+
+
+def test_unmarked_strings_read_where_every_padding_reads_them_alike(tmp_path):
+    """#51: a length the chunks show, but no padding: values a C string, a null-padded or a
+    space-padded string reads alike are read; others are a named error when read, never
+    one padding's guess; compressed strings (sizes that say nothing) refused by name."""
+    import h5py
+
+    from hdf5_strings import write_c_strings
+
+    path = write_c_strings(tmp_path / "c_strings.h5")
+    with h5py.File(path, "a") as f:
+        f.create_dataset("plain", data=np.array([b"ab", b"cdef", b""], dtype="S4"))
+    group = refgrid.scan(write_dmrpp(path, string_lengths=False), on_error="report")
+    assert read(group["plain"]).tolist() == [b"ab", b"cdef", b""]
+    with pytest.raises(refgrid.ReadError, match=r"'contiguous'.*padding the source does not "
+                       "give"):
+        read(group["contiguous"])
+    [entry] = [e for e in group.report if e.variable == "strings"]
+    assert "stored compressed" in entry.reason
+
+
+@given(st.lists(st.binary(min_size=1, max_size=5), min_size=1, max_size=8),
+       st.integers(1, 6))
+def test_string_codecs_read_as_hdf5_reads_each_padding(texts, length):
+    """``refgrid.nullterm``: a C string ends at its first NUL; ``refgrid.anypad``: the bytes
+    as they are where every padding reads them alike, else a ValueError; both keep
+    what they decode as it is when encoding it again."""
+    from refgrid.codecs.pipeline import anypad_decode, byte_codec, nullterm_decode
+
+    stored = b"".join(t[:length].ljust(length, b"\0") for t in texts)
+    decoded = nullterm_decode(stored, length)
+    assert decoded == b"".join(t[:length].split(b"\0")[0].ljust(length, b"\0")
+                               for t in texts)
+    codec = byte_codec({"name": "refgrid.nullterm", "configuration": {"length": length}})
+    assert codec.encode(decoded) == decoded and codec.decode(stored, len(stored)) == decoded
+    alike = all(t[:length].rstrip(b"\0").count(b"\0") == 0 and
+                not t[:length].ljust(length, b"\0").endswith(b" ") for t in texts)
+    if alike:
+        assert anypad_decode(stored, length) == stored
+    else:
+        with pytest.raises(ValueError, match="padding the source does not give"):
+            anypad_decode(stored, length)
+    records = b"".join(b"\x01\x02" + t[:length].ljust(length, b"\0") for t in texts)
+    assert nullterm_decode(records, length + 2, [[2, length]]) == b"".join(
+        b"\x01\x02" + t[:length].split(b"\0")[0].ljust(length, b"\0") for t in texts)
+
+
 # -- what a review found ------------------------------------------------------------------------
 
 def _unwritten(tmp_path, dtype, fill=None):

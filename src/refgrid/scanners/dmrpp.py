@@ -11,9 +11,11 @@ What the document describes maps onto what the HDF5 scanner builds:
 
 - DAP4 atomic types (``byteOrder="BE"``: big-endian types, as HDF4 stores everything),
   ``Char`` as one-byte strings, enumerations as their base type, fixed-length strings
-  (``dmrpp:FixedLengthStringArray``) as bytes (space-padded ones through ``refgrid.spacepad``,
-  read as HDF5 reads them); variable-length strings held in the document
-  (``dmrpp:compact``, ``dmrpp:vlsa``) inlined;
+  (``dmrpp:FixedLengthStringArray``; in older documents, strings whose chunks show a fixed
+  length) as bytes, read as HDF5 reads them (C strings through ``refgrid.nullterm``,
+  space-padded ones through ``refgrid.spacepad``, padding unknown through
+  ``refgrid.anypad``); variable-length strings held in the document (``dmrpp:compact``,
+  ``dmrpp:vlsa``) inlined;
 - shared dimensions (``<Dimension>``) by name, anonymous ones (``<Dim size>``) as netCDF-C's
   ``phony_dim_N``;
 - layouts: chunked (chunks absent from the index read as the fill value), contiguous (one
@@ -49,7 +51,13 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from refgrid.codecs.filters import CodecJSON, UnsupportedFilter, bytes_codec, hdf5_pipeline
+from refgrid.codecs.filters import (
+    CodecJSON,
+    UnsupportedFilter,
+    bytes_codec,
+    hdf5_pipeline,
+    string_codecs,
+)
 from refgrid.core.dtypes import STRING, storable
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.typed import Attributes
@@ -68,6 +76,8 @@ from refgrid.scanners.source import HEAD_BLOCK, Source
 if TYPE_CHECKING:
     from xml.etree.ElementTree import Element
 
+    from refgrid.codecs.filters import StringPad
+
 DAP4 = ("http://xml.opendap.org/ns/DAP/4.0#", "https://xml.opendap.org/ns/DAP/4.0#")
 DMRPP = ("http://xml.opendap.org/dap/dmrpp/1.0.0#", "https://xml.opendap.org/dap/dmrpp/1.0.0#")
 """The namespaces (Hyrax has written both schemes)."""
@@ -82,6 +92,13 @@ ATOMIC = {"Byte": "u1", "UInt8": "u1", "Int8": "i1", "Int16": "i2", "UInt16": "u
           "Float64": "f8", "Char": "S1"}
 """DAP4 atomic types → numpy (byte order from the storage's ``byteOrder``)."""
 TEXT = frozenset({"String", "URL"})
+STRING_PADS: dict[str, StringPad] = {"null_term": "nullterm", "null_pad": "nullpad",
+                                     "space_pad": "spacepad"}
+"""``FixedLengthStringArray``'s ``pad`` → HDF5's string paddings (another: unknown)."""
+HEAP_REFERENCE_SIZES = frozenset({10, 12, 16, 24})
+"""Bytes an element of variable-length strings takes in a chunk (a reference into the file's
+heap: its length, 4 bytes, the heap collection's address, 2, 4, 8 or 16 bytes, the object's
+index, 4)."""
 UNSUPPORTED = {"Sequence": "DAP4 Sequence", "Opaque": "DAP4 Opaque"}
 VARIABLES = frozenset({*ATOMIC, *TEXT, "Enum", "Structure", *UNSUPPORTED})
 """The elements that are variables."""
@@ -439,28 +456,14 @@ class _Scan:
 
     def text(self, storage: dict[str, Element], name: str, dims: tuple[str, ...],
              shape: tuple[int, ...], attrs: Attributes, where: str) -> VirtualArray:
-        """Strings: fixed-length ones as bytes (as h5py reads them), variable-length ones
-        the document holds inlined as Zarr strings; others refused by name."""
+        """Strings: fixed-length ones as bytes, read as h5py reads them — their length and
+        padding as ``dmrpp:FixedLengthStringArray`` gives them, or, where the document does
+        not say (Hyrax's older ones), the length the chunks' sizes show and any padding —
+        and variable-length ones the document holds inlined as Zarr strings; others refused
+        by name."""
         fixed = storage.get("FixedLengthStringArray")
         chunks = storage.get("chunks")
-        if fixed is not None:
-            length = _count(fixed.get("string_length"), self.source.url, where)
-            dtype = np.dtype(f"S{max(1, length)}")
-            fill, exact = _fill(chunks, attrs, dtype, self.source.url, where)
-            # space-padded: read as HDF5 reads them, the padding as NULs
-            padded: tuple[CodecJSON, ...] = ({"name": "refgrid.spacepad", "configuration": {
-                "length": dtype.itemsize}},) if fixed.get("pad") == "space_pad" else ()
-            if "compact" in storage:
-                held = _inline(name, dims, dtype, shape, self.held(storage, dtype, shape, where),
-                               fill, attrs)
-                return replace(held, codecs=(*held.codecs, *padded))
-            if chunks is None:
-                raise _Skip("no storage is described (no dmrpp:chunks or compact values)")
-            codecs = self.codecs(chunks, dtype)
-            return _filled_exactly(self.stored(chunks, name, dims, shape, dtype, fill,
-                                               (codecs[0], *padded, *codecs[1:]), attrs, where),
-                                   exact)
-        if "compact" in storage or "vlsa" in storage:
+        if fixed is None and ("compact" in storage or "vlsa" in storage):
             values = self.strings(storage, shape, where)
             import numcodecs
 
@@ -470,8 +473,63 @@ class _Scan:
                 np.array(values, dtype=object))))
             return VirtualArray(name, dims, STRING, grid, built.build(), "",
                                 ({"name": "vlen-utf8"},), attrs)
-        raise _Skip("variable-length strings stored in the data file (their heap) are not "
-                    "described by the document")
+        if fixed is not None:
+            length = _count(fixed.get("string_length"), self.source.url, where)
+            pad = STRING_PADS.get(fixed.get("pad", ""), "unknown")
+        elif chunks is not None:
+            length, pad = self.string_length(chunks, shape, where), "unknown"
+        else:
+            raise _Skip("no storage is described (no dmrpp:chunks, compact or vlsa values)")
+        dtype = np.dtype(f"S{max(1, length)}")
+        fill, exact = _fill(chunks, attrs, dtype, self.source.url, where)
+        padded = string_codecs(dtype.itemsize, {pad: [(0, dtype.itemsize)]})
+        if "compact" in storage:
+            held = _inline(name, dims, dtype, shape, self.held(storage, dtype, shape, where),
+                           fill, attrs)
+            return replace(held, codecs=(*held.codecs, *padded))
+        if chunks is None:
+            raise _Skip("no storage is described (no dmrpp:chunks or compact values)")
+        codecs = self.codecs(chunks, dtype)
+        return _filled_exactly(self.stored(chunks, name, dims, shape, dtype, fill,
+                                           (codecs[0], *padded, *codecs[1:]), attrs, where),
+                               exact)
+
+    def string_length(self, chunks: Element, shape: tuple[int, ...], where: str) -> int:
+        """The length of strings a document describes without saying whether they are
+        fixed-length (Hyrax's older documents): the bytes an element takes in every stored
+        chunk, where those are a whole number and not what a reference into the file's heap
+        takes (variable-length strings, which the document does not hold); with no chunk
+        stored, the fill value's (every element reads as it)."""
+        if chunks.get("compressionType"):
+            raise _Skip("strings stored compressed, whose chunk sizes cannot tell "
+                        "fixed-length strings from references into the data file's heap "
+                        "(variable-length strings, which the document does not hold)")
+        sizes = next((c for c in chunks if _local(c.tag) == "chunkDimensionSizes"), None)
+        pieces = [self._extent(c, where)[1] for c in chunks
+                  if _local(c.tag) in ("chunk", "block")]
+        if not pieces:
+            text = chunks.get("fillValue")
+            if text is None or text == "unsupported-string":
+                raise _Skip("strings with no chunk stored and no fill value: nothing tells "
+                            "what they read as")
+            return len(text.encode())
+        if sizes is not None:
+            elements = math.prod(_count(t, self.source.url, where)
+                                 for t in (sizes.text or "").split())
+        else:
+            elements, pieces = math.prod(shape), [sum(pieces)]
+        if not elements:
+            return 1
+        if any(n % elements for n in pieces) or len({n // elements for n in pieces}) != 1:
+            raise _Skip(f"strings whose chunks ({', '.join(map(str, pieces[:4]))} bytes) hold "
+                        f"no one whole number of bytes for each of their {elements} elements")
+        length = pieces[0] // elements
+        if length in HEAP_REFERENCE_SIZES:
+            raise _Skip(f"strings of {length} bytes an element: fixed-length ones, or "
+                        "references into the data file's heap to variable-length ones the "
+                        f"document does not hold ({length} bytes with {length - 8}-byte "
+                        "addresses) — it does not say which")
+        return length
 
     def strings(self, storage: dict[str, Element], shape: tuple[int, ...],
                 where: str) -> list[str]:
