@@ -524,6 +524,36 @@ def test_string_codecs_read_as_hdf5_reads_each_padding(texts, length):
         b"\x01\x02" + t[:length].split(b"\0")[0].ljust(length, b"\0") for t in texts)
 
 
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the DMR++ corpus is absent ({CORPUS})")
+@pytest.mark.parametrize(("data", "variable"), [
+    ("fileout__multi_fvalue.h5", "test"),  # _FillValue -999 and -9999, HDF5's fill 0
+    ("dmrpp__t_special_name.h5", "data field/data.1"),  # _FillValue -999, HDF5's fill 0
+    ("fileout__t_cf_1dllzs2.h5", "temp"),
+])
+def test_the_fill_value_is_the_files_whatever_its_fill_value_attribute(data, variable,
+                                                                      tmp_path):
+    """#51: a ``_FillValue`` of two values became the fill value (a bare ``TypeError`` when
+    written); a ``_FillValue`` other than HDF5's fill value (which absent chunks read as, in
+    h5py and netCDF-C) replaced it. The attribute stays as netCDF4 shows it."""
+    import h5py
+    import netCDF4
+
+    doc = CORPUS / f"{data}.dmrpp"
+    with h5py.File(CORPUS / data) as f:
+        values, fill = f[variable][()], f[variable].fillvalue
+    with netCDF4.Dataset(CORPUS / data) as nc:
+        parent, _, name = variable.rpartition("/")
+        attribute = (nc[parent] if parent else nc)[name].getncattr("_FillValue")
+    array = refgrid.scan(doc)[variable]
+    assert read(array).tolist() == values.tolist()
+    assert array.fill_value == fill == refgrid.scan(CORPUS / data)[variable].fill_value
+    assert np.asarray(array.attrs["_FillValue"]).tolist() == np.asarray(attribute).tolist()
+    out = refgrid.write(refgrid.scan(doc), tmp_path / "refs.json")
+    with closed(xr.open_dataset(out, engine="refgrid", mask_and_scale=False,
+                                group=parent or None)) as ours:
+        assert ours[name].values.tolist() == values.tolist()
+
+
 # -- what a review found ------------------------------------------------------------------------
 
 def _unwritten(tmp_path, dtype, fill=None):

@@ -103,6 +103,10 @@ class VirtualArray(Displayed, FrozenPickle):
         if len(self.dims) != self.grid.ndim:
             raise ModelError(f"array {self.name!r}: {len(self.dims)} dimension names "
                              f"{self.dims} for a {self.grid.ndim}-dimensional grid")
+        if self.fill_value is not None and np.ndim(self.fill_value) and \
+                self.dtype.fields is None and self.dtype.kind != "V":  # (records: a tuple)
+            raise ModelError(f"array {self.name!r}: fill value {self.fill_value!r:.80} is not "
+                             f"one value of {self.dtype}")
         if self.manifest.shape != self.grid.chunk_counts:
             raise ModelError(f"array {self.name!r}: manifest of {self.manifest.shape} chunks "
                              f"for a grid of {self.grid.chunk_counts} chunks")

@@ -62,7 +62,7 @@ from refgrid.core.dtypes import STRING, storable
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.typed import Attributes
 from refgrid.core.util import import_extra
-from refgrid.errors import AccessError, FormatError, NotFoundError, ScanError
+from refgrid.errors import AccessError, FormatError, ModelError, NotFoundError, ScanError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
 from refgrid.model.manifest import MISSING, ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
@@ -252,6 +252,10 @@ class _Scan:
                     if self.options.on_error == "raise":
                         raise
                     self._problem(where, e.reason)
+                except ModelError as e:  # (what the model cannot hold: named, for it alone)
+                    if self.options.on_error == "raise":
+                        raise FormatError(self.source.url, where, str(e)) from e
+                    self._problem(where, str(e))
         return VirtualGroup(self.attributes(element, path or "/"), arrays, groups)
 
     def _problem(self, where: str, reason: str) -> None:
@@ -702,7 +706,21 @@ def _attribute(element: Element) -> object:
         return values[0] if len(values) == 1 else values
     if kind not in ATOMIC or kind == "Char":
         raise ValueError(f"attributes of type {kind or 'none'} are not kept")
-    return np.array(values, dtype=ATOMIC[kind])
+    return _numbers(values, np.dtype(ATOMIC[kind]))
+
+
+def _numbers(texts: list[str], dtype: np.dtype) -> np.ndarray:
+    """Numbers the document prints, as ``dtype``; one the type cannot hold (out of its
+    range, a fraction or text for an integer) is a ``ValueError``, never another number."""
+    try:
+        with np.errstate(all="raise"):
+            values = np.array([t.strip() for t in texts]).astype(dtype)
+    except (FloatingPointError, OverflowError) as e:
+        raise ValueError(f"{' '.join(texts)[:60]!r} is out of the range of {dtype}") from e
+    if dtype.kind == "f" and any(np.isinf(v) and "inf" not in t.lower()
+                                 for v, t in zip(values, texts, strict=True)):
+        raise ValueError(f"{' '.join(texts)[:60]!r} is out of the range of {dtype}")
+    return values
 
 
 def _local(tag: str) -> str:
@@ -728,32 +746,70 @@ def _filled_exactly(array: VirtualArray, exact: bool) -> VirtualArray:
     document does not give exactly (refused: they would read as another number)."""
     if not exact and bool(np.any(array.manifest.path_id == MISSING)):
         raise _Skip("chunks the index lacks read as its fill value, which the document gives "
-                    "only to 6 digits or not at all (no _FillValue)")
+                    "only to 6 digits or not at all (no fillValue, no _FillValue of one value)")
     return array
 
 
 def _fill(chunks: Element | None, attrs: Attributes, dtype: np.dtype, url: str,
           where: str) -> tuple[object, bool]:
-    """The value absent chunks read as, and whether it is exactly the file's: the variable's
-    ``_FillValue`` (exact), else the storage's ``fillValue`` — which Hyrax prints to 6
-    significant digits, so a longer float is exact only where it is a value such printing
-    names (netCDF's default fills, a type's extremes) — else zero, not known to be the
-    file's (a netCDF-4 file's is netCDF's default)."""
+    """The value absent chunks read as, and whether it is exactly the file's: the storage's
+    ``fillValue`` (HDF5's fill value, which h5py and netCDF-C read there) — which Hyrax
+    prints to 6 significant digits, so a longer float is exact only where it is a value
+    such printing names (netCDF's default fills, a type's extremes) or where the variable's
+    ``_FillValue``, one value of its type, prints as it (netCDF-C makes them one) —; with no
+    ``fillValue``, that ``_FillValue`` (exact); else zero, not known to be the file's (a
+    netCDF-4 file's is netCDF's default). A ``_FillValue`` of other shapes (none, or two
+    values) is an attribute only, as netCDF4 and h5py show it."""
     text = chunks.get("fillValue") if chunks is not None else None
     try:
         if dtype.kind == "S":
-            known = text is not None and text != "unsupported-string"
-            return (str(text).encode() if known else b""), known or "_FillValue" in attrs
-        if "_FillValue" in attrs and dtype.fields is None:
-            return np.asarray(attrs["_FillValue"]).astype(dtype.newbyteorder("="))[()], True
-        if text is None:
-            return (np.zeros((), dtype)[()] if dtype.fields is not None else
-                    np.zeros((), dtype.newbyteorder("="))[()]), False
+            return _text_fill(text, attrs.get("_FillValue"), dtype)
         if dtype.fields is not None:  # a record: its members' values in turn, flattened
-            return _record_fill(text.split(), dtype)
-        return _number(text, dtype.newbyteorder("="))
+            return _record_fill(text.split(), dtype) if text is not None else \
+                (np.zeros((), dtype)[()], False)
+        native = dtype.newbyteorder("=")
+        declared = _one_value(attrs.get("_FillValue"), native)
+        if text is None:
+            return (declared, True) if declared is not None else (np.zeros((), native)[()],
+                                                                  False)
+        printed, exact = _number(text, native)
+        if declared is not None and not exact and _printed(declared) == _printed(printed):
+            return declared, True
+        return printed, exact
     except (ValueError, OverflowError, TypeError) as e:
         raise FormatError(url, where, f"fill value {text!r} is not a {dtype}: {e}") from e
+
+
+def _text_fill(text: str | None, declared: object, dtype: np.dtype) -> tuple[bytes, bool]:
+    """The fill value of fixed-length strings: the printed one, else a ``_FillValue`` that
+    is one string; at most the strings' length."""
+    if text is not None and text != "unsupported-string":
+        value, exact = text.encode(), True
+    elif isinstance(declared, str):
+        value, exact = declared.encode(), True
+    else:
+        return b"", False
+    if len(value) > dtype.itemsize:
+        raise ValueError(f"{len(value)} bytes where the strings hold {dtype.itemsize}")
+    return value, exact
+
+
+def _one_value(value: object, dtype: np.dtype) -> np.number | None:
+    """``value`` as a scalar of ``dtype`` where it is one number that type holds exactly,
+    else None (no value, several, text, or one the type would change)."""
+    array = np.asarray(value) if value is not None else np.zeros(0)
+    if array.size != 1 or array.dtype.kind not in "iuf":
+        return None
+    one = array.reshape(-1)[0]
+    with np.errstate(all="ignore"):
+        cast = np.array([one]).astype(dtype)[0]
+    same = cast == one or (dtype.kind == "f" and np.isnan(cast) and np.isnan(one))
+    return cast if same else None
+
+
+def _printed(value: str | float | np.number) -> str:
+    """A number as Hyrax prints a fill value."""
+    return f"{float(value):.{PRINTED_DIGITS}g}"
 
 
 PRINTED_DIGITS = 6
@@ -764,20 +820,20 @@ NETCDF_FILLS = {"i1": -127, "u1": 255, "i2": -32767, "u2": 65535, "i4": -2147483
 """netCDF's default fill values (``NC_FILL_*``)."""
 
 
-def _number(text: str, dtype: np.dtype) -> tuple[object, bool]:
+def _number(text: str, dtype: np.dtype) -> tuple[np.number, bool]:
     """A number the document prints, and whether it is exactly the value it was printed
     from (see :func:`_fill`)."""
-    value = np.asarray(text.strip()).astype(dtype)[()]
+    value = _numbers([text], dtype)[0]
     digits = len(text.strip().lstrip("+-").split("e")[0].split("E")[0].replace(".", "")
                  .lstrip("0"))
     if digits < PRINTED_DIGITS:
         return value, True
-    shown = f"{float(text):.{PRINTED_DIGITS}g}"
+    shown = _printed(text)
     extremes = (np.finfo(dtype).max, -np.finfo(dtype).max) if dtype.kind == "f" else \
         (np.iinfo(dtype).max, np.iinfo(dtype).min)
     for candidate in (NETCDF_FILLS.get(dtype.str[1:]), *extremes):
-        if candidate is not None and f"{float(candidate):.{PRINTED_DIGITS}g}" == shown:
-            return np.asarray(candidate).astype(dtype)[()], True
+        if candidate is not None and _printed(candidate) == shown:
+            return np.array([candidate]).astype(dtype)[0], True
     return value, dtype.kind in "iu" and "e" not in text.lower()
 
 
