@@ -273,8 +273,8 @@ def test_groups_are_opened_from_one_scan(monkeypatch):
 
     source = FIXTURES / "groups" / next(p.name for p in (FIXTURES / "groups").iterdir())
     calls = []
-    real = backend.scan
-    monkeypatch.setattr(backend, "scan", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = backend.scan_with
+    monkeypatch.setattr(backend, "scan_with", lambda *a, **k: calls.append(a) or real(*a, **k))
     tree = xr.open_datatree(source, engine="refgrid")
     assert len(calls) == 1
     expected = closed(xr.open_datatree(source, engine="netcdf4"))

@@ -238,6 +238,77 @@ def test_a_batch_of_documents_reads_one_document_per_granule(granules, tmp_path)
             np.testing.assert_array_equal(ours["tas"].values, expected["tas"].values)
 
 
+def _with_blob(granules, root: Path) -> tuple[list[Path], list[Path]]:
+    """The granules and their documents in ``root``, each document describing one more
+    variable refgrid cannot represent (an HDF5 opaque type: DAP4 ``Opaque``)."""
+    files, docs = granules
+    root.mkdir()
+    for f, d in zip(files, docs, strict=True):
+        shutil.copy(f, root / f.name)
+        (root / d.name).write_text(d.read_text("latin-1").replace(
+            "</Dataset>", '  <Opaque name="blob"/>\n</Dataset>'), encoding="latin-1")
+    return [root / f.name for f in files], [root / d.name for d in docs]
+
+
+def test_a_dropped_variable_is_not_scanned_so_it_stops_nothing(granules, tmp_path):
+    """#51: a granule with one variable refgrid cannot represent could not be opened,
+    combined or batch-converted even with that variable dropped (it was scanned first, then
+    dropped); the engine takes ``on_error=`` as ``scan`` does."""
+    from click.testing import CliRunner
+
+    from refgrid.cli import main
+
+    files, docs = _with_blob(granules, tmp_path / "g")
+    with pytest.raises(refgrid.ScanError, match="'blob': DAP4 Opaque"):
+        refgrid.scan(docs[0])
+    group = refgrid.scan(docs[0], drop_variables="blob")
+    assert "blob" not in group.arrays and not group.report
+    with pytest.raises(refgrid.ArgumentError, match="holds no variable or group nope"):
+        refgrid.scan(docs[0], drop_variables=["blob", "nope"])
+    with closed(xr.open_dataset(files[0])) as expected:
+        for options in ({"drop_variables": ["blob"]}, {"on_error": "report"}):
+            with closed(xr.open_dataset(docs[0], engine="refgrid", **options)) as ours:
+                assert "blob" not in ours.variables
+                xr.testing.assert_identical(ours[["tas", "pr"]].load(),
+                                            expected[["tas", "pr"]].load())
+    with pytest.raises(refgrid.ArgumentError, match="on_error must be 'raise' or 'report'"):
+        xr.open_dataset(docs[0], engine="refgrid", on_error="skip")
+    combined = refgrid.combine([str(d) for d in docs], "time", drop_variables=["blob"])
+    result = refgrid.batch([str(d) for d in docs], tmp_path / "out.parq", progress=False,
+                           scheduler="synchronous", drop_variables=["blob"])
+    assert not result.failed, result.failed
+    refgrid.write(combined, tmp_path / "c.json")
+    for out in (tmp_path / "c.json", tmp_path / "out.parq"):
+        with closed(xr.open_dataset(out, engine="refgrid")) as ours, \
+                _expected(files) as expected:
+            np.testing.assert_array_equal(ours["tas"].values, expected["tas"].values)
+    cli = CliRunner().invoke(main, ["scan", str(docs[0]), "-o", str(tmp_path / "s.json"),
+                                    "--drop-variables", "blob"])
+    assert cli.exit_code == 0, cli.output
+
+
+def test_dropping_a_variable_leaves_the_others_dimension_names_as_they_are(tmp_path):
+    """Unnamed dimensions are named ``phony_dim_N`` in the order met, as netCDF-C names
+    them: a dropped variable, though not scanned, still takes its names (the HDF5 and DMR++
+    scanners alike)."""
+    import h5py
+
+    path = tmp_path / "phony.h5"
+    with h5py.File(path, "w") as f:
+        f["first"] = np.arange(3, dtype="i4")
+        f["second"] = np.arange(12, dtype="i4").reshape(4, 3)
+        f["third"] = np.arange(5, dtype="i4")
+    for source in (path, write_dmrpp(path)):
+        whole = refgrid.scan(source)
+        dropped = refgrid.scan(source, drop_variables="first")
+        assert "first" not in dropped.arrays and not dropped.report
+        for name in ("second", "third"):
+            assert dropped[name].dims == whole[name].dims, (source, name)
+        with closed(xr.open_dataset(source, engine="refgrid",
+                                    drop_variables=["first"])) as ours:
+            assert ours["second"].dims == whole["second"].dims
+
+
 # -- hostile documents -------------------------------------------------------------------------
 
 HEAD = ('<?xml version="1.0" encoding="ISO-8859-1"?>\n')

@@ -31,12 +31,13 @@ coordinate, re-encoded times; :func:`in_pieces`): an append rewrites the last pi
 length."""
 
 Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict",
-                 "duplicate", "re-encoded", "filled"]
+                 "duplicate", "re-encoded", "filled", "dropped"]
 """What was done with something plain references cannot express (``attribute-conflict``:
 combine kept the first file's value of an attribute that differs between files;
 ``re-encoded``: combine wrote times that files encode in other units in the first file's;
 ``duplicate``: a file named more than once was combined once; ``filled``: a variable absent
-from some files reads as its fill value there)."""
+from some files reads as its fill value there; ``dropped``: a scan left a variable unscanned
+as ``drop_variables`` asked, a note :func:`~refgrid.model.choose.choose` takes off)."""
 
 
 @dataclass(frozen=True)

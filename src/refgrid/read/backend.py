@@ -20,7 +20,7 @@ from xarray.backends import BackendEntrypoint
 if TYPE_CHECKING:
     from xarray import Dataset, DataTree
 
-    from refgrid.scanners import Input
+    from refgrid.scanners import Input, OnError
 
 
 class RefgridBackendEntrypoint(BackendEntrypoint):
@@ -30,7 +30,8 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "storage_options",
                                "mask_and_scale", "decode_times", "decode_timedelta",
                                "use_cftime", "concat_characters", "decode_coords",
-                               "auto_complex", "allowed_sources", "verify_sources")
+                               "auto_complex", "allowed_sources", "verify_sources",
+                               "on_error")
 
     def guess_can_open(self, filename_or_obj: object) -> bool:
         """refgrid's own outputs, by their first bytes (JSON references and parquet's
@@ -55,18 +56,23 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         auto_complex: bool | None = None,
         allowed_sources: Sequence[str] | None = None,
         verify_sources: bool = True,
+        on_error: OnError = "raise",
     ) -> Dataset:
         """``auto_complex`` is accepted for netCDF4-engine compatibility: refgrid always
         reads HDF5 complex compounds (``r``/``i`` members) as complex numbers.
         ``allowed_sources``: prefixes the files named by references must lie under (see
         :func:`refgrid.scan`). ``verify_sources``: check each source file's size,
         modification time or ETag against the references' record before reading it (once
-        per file), so a changed source is an error rather than other data."""
+        per file), so a changed source is an error rather than other data. ``on_error``:
+        as :func:`refgrid.scan` takes it — ``"report"`` leaves out a variable refgrid cannot
+        read (``refgrid.scan(x, on_error="report").report`` says why) rather than failing
+        the open. ``drop_variables`` are left unscanned, so a variable refgrid cannot read
+        stops nothing once dropped."""
         from refgrid.read.dataset import OpenArgs, open_groups
 
         args = OpenArgs(drop_variables, group, storage_options, mask_and_scale, decode_times,
                         decode_timedelta, use_cftime, concat_characters, decode_coords,
-                        allowed_sources, verify_sources)
+                        allowed_sources, verify_sources, on_error)
         return open_groups(filename_or_obj, args, subgroups=False)["/"]
 
     def open_groups_as_dict(  # type: ignore[override]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import math
 import posixpath
 import re
@@ -243,6 +244,11 @@ class _Scan:
             where = f"{path}/{name}".lstrip("/")
             if tag == "Group":
                 groups[name] = self.group(child, f"{path}/{name}")
+            elif tag in VARIABLES and self.options.drops(where):
+                with contextlib.suppress(FormatError):  # unscanned, its axes named all the
+                    self.dimensions(child, path, where)  # same (see ScanOptions.dropped)
+                self.report.append(ReportEntry(self.source.url, where, "dropped",
+                                               "drop_variables"))
             elif tag in VARIABLES:
                 try:
                     arrays[name] = self.array(child, tag, name, path, where)

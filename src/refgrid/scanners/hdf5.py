@@ -12,6 +12,7 @@ their unlimited dimension padded with fill values.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Callable, Iterable
@@ -134,6 +135,9 @@ class _FileScan:
                     unlimited.append(name)
                 if isinstance(obj, h5py.Dataset) and not _is_hidden_dimension(obj):
                     shown = name.removeprefix(NON_COORD_PREFIX)  # netCDF-C's rename, undone
+                    if self.options.drops(f"{path}/{shown}".lstrip("/")):
+                        self._dropped(obj, shown, f"{path}/{shown}".lstrip("/"))
+                        continue
                     arrays[shown] = self.array(obj, shown, where)
             except _Skip as e:
                 self.report.append(ReportEntry(self.source.url, where, "skipped", str(e)))
@@ -158,6 +162,15 @@ class _FileScan:
         if self.options.on_error == "raise":
             raise ScanError(self.source.url, where, reason)
         self.report.append(ReportEntry(self.source.url, where, "skipped", reason))
+
+    def _dropped(self, d: h5py.Dataset, name: str, where: str) -> None:
+        """A variable ``drop_variables`` names: noted, not scanned — but its unnamed axes
+        still named, so the other variables' phony dimensions are named as netCDF-C names
+        them (a dimension list it cannot read names none)."""
+        with contextlib.suppress(Exception):  # (damage there is no one's concern: dropped)
+            if d.shape is not None:
+                self.dimensions(d, name)
+        self.report.append(ReportEntry(self.source.url, where, "dropped", "drop_variables"))
 
     # -- dimensions -----------------------------------------------------------------------
 
