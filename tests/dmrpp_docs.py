@@ -21,8 +21,14 @@ TYPES = {"i1": "Int8", "u1": "UInt8", "i2": "Int16", "u2": "UInt16", "i4": "Int3
          "u4": "UInt32", "i8": "Int64", "u8": "UInt64", "f4": "Float32", "f8": "Float64"}
 
 
-def write_dmrpp(data: Path, href: str | None = None) -> Path:
-    """``data``'s DMR++ beside it (``NAME.dmrpp``), its href relative as Hyrax's are."""
+PADS = {0: "null_term", 1: "null_pad", 2: "space_pad"}
+"""HDF5's string paddings as ``dmrpp:FixedLengthStringArray`` names them."""
+
+
+def write_dmrpp(data: Path, href: str | None = None, string_lengths: bool = True) -> Path:
+    """``data``'s DMR++ beside it (``NAME.dmrpp``), its href relative as Hyrax's are:
+    numbers, and fixed-length strings with their length and padding — not given where
+    ``string_lengths`` is false, as Hyrax's older documents leave them out."""
     import h5py
 
     lines = ['<?xml version="1.0" encoding="ISO-8859-1"?>',
@@ -35,15 +41,21 @@ def write_dmrpp(data: Path, href: str | None = None) -> Path:
                 if isinstance(d, h5py.Dataset) and d.attrs.get("CLASS") == b"DIMENSION_SCALE"}
         lines += [f'  <Dimension name={quoteattr(n)} size="{n_}"/>' for n, n_ in dims.items()]
         for name, d in f.items():
-            if not isinstance(d, h5py.Dataset) or d.dtype.kind not in "iuf" or \
+            if not isinstance(d, h5py.Dataset) or d.dtype.kind not in "iufS" or \
                     d.attrs.get("NAME", b"").startswith(b"This is a netCDF dimension"):
                 continue
-            lines.append(f"  <{TYPES[d.dtype.str[1:]]} name={quoteattr(name)}>")
+            kind = "String" if d.dtype.kind == "S" else TYPES[d.dtype.str[1:]]
+            lines.append(f"  <{kind} name={quoteattr(name)}>")
             for scale in _scales(d, name, dims):
-                lines.append(f'    <Dim name="/{scale}"/>')
+                lines.append(f'    <Dim name="/{scale}"/>' if isinstance(scale, str) else
+                             f'    <Dim size="{scale}"/>')
             lines += list(_attributes(d))
             lines += list(_storage(d))
-            lines.append(f"  </{TYPES[d.dtype.str[1:]]}>")
+            if d.dtype.kind == "S" and string_lengths:
+                pad = PADS[d.id.get_type().get_strpad()]
+                lines.append(f'    <dmrpp:FixedLengthStringArray string_length='
+                             f'"{d.dtype.itemsize}" pad="{pad}"/>')
+            lines.append(f"  </{kind}>")
         lines += list(_attributes(f, "  "))
     lines.append("</Dataset>")
     out = data.with_name(data.name + ".dmrpp")
@@ -51,10 +63,12 @@ def write_dmrpp(data: Path, href: str | None = None) -> Path:
     return out
 
 
-def _scales(d, name: str, dims: dict[str, int]) -> list[str]:
+def _scales(d, name: str, dims: dict[str, int]) -> list[str | int]:
+    """Each axis's dimension: its scale's name, or (none attached) its length."""
     if name in dims:
         return [name]
-    return [d.dims[k][0].name.rsplit("/", 1)[-1] for k in range(d.ndim)]
+    return [d.dims[k][0].name.rsplit("/", 1)[-1] if len(d.dims[k]) else d.shape[k]
+            for k in range(d.ndim)]
 
 
 def _attributes(obj, indent: str = "    ") -> Iterator[str]:
@@ -82,7 +96,8 @@ def _storage(d) -> Iterator[str]:
     head = '    <dmrpp:chunks'
     if kinds:
         head += f' compressionType="{kinds}"' + (f' deflateLevel="{levels}"' if levels else "")
-    head += f' fillValue="{d.fillvalue.item()!r}" byteOrder="LE">'
+    fill = d.fillvalue.decode() if isinstance(d.fillvalue, bytes) else repr(d.fillvalue.item())
+    head += f' fillValue={quoteattr(fill)} byteOrder="LE">'
     yield head
     if d.chunks is None:
         offset, size = d.id.get_offset(), d.id.get_storage_size()

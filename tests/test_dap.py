@@ -1305,3 +1305,24 @@ def test_a_64_bit_fill_held_as_an_array_is_checked_in_dap2():
     text = das(DapDataset.of("f", VirtualGroup({}, {"v_i8": odd})))
     assert "_FillValue" not in text.split("refgrid_dap2_omitted")[0]
     assert '"_FillValue 1152921504606846976: no exact DAP2 Float64"' in text
+
+
+def test_c_strings_are_served_as_hdf5_reads_them(tmp_path):
+    """#51: a C string's bytes after its NUL went out in DAP2 and DAP4 responses (pydap read
+    ``b"swe\\x00et"`` where h5py reads ``b"swe"``; netCDF-C stops at the NUL itself)."""
+    from hdf5_strings import h5py_values, write_c_strings
+
+    (tmp_path / "src").mkdir()
+    path = write_c_strings(tmp_path / "src" / "c_strings.h5")
+    expected = h5py_values(path)
+    refgrid.write(refgrid.scan(path), tmp_path / "root" / "c.json")
+    for served in start_refgrid_serve(tmp_path / "root", allow_sources=(str(tmp_path),)):
+        url = f"{served.url}/dap/c"
+        client = _pydap()
+        for protocol in MODES:
+            ds = client.open_url(url, protocol=protocol)
+            for name in ("strings", "contiguous"):
+                got = np.asarray(ds[name][...]).tolist()
+                assert got == expected[name].tolist(), (protocol, name)
+        with netCDF4.Dataset(f"{url}#mode=dap4") as ds:
+            assert list(ds["strings"][...]) == [v.decode() for v in expected["strings"]]

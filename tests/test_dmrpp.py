@@ -238,6 +238,77 @@ def test_a_batch_of_documents_reads_one_document_per_granule(granules, tmp_path)
             np.testing.assert_array_equal(ours["tas"].values, expected["tas"].values)
 
 
+def _with_blob(granules, root: Path) -> tuple[list[Path], list[Path]]:
+    """The granules and their documents in ``root``, each document describing one more
+    variable refgrid cannot represent (an HDF5 opaque type: DAP4 ``Opaque``)."""
+    files, docs = granules
+    root.mkdir()
+    for f, d in zip(files, docs, strict=True):
+        shutil.copy(f, root / f.name)
+        (root / d.name).write_text(d.read_text("latin-1").replace(
+            "</Dataset>", '  <Opaque name="blob"/>\n</Dataset>'), encoding="latin-1")
+    return [root / f.name for f in files], [root / d.name for d in docs]
+
+
+def test_a_dropped_variable_is_not_scanned_so_it_stops_nothing(granules, tmp_path):
+    """#51: a granule with one variable refgrid cannot represent could not be opened,
+    combined or batch-converted even with that variable dropped (it was scanned first, then
+    dropped); the engine takes ``on_error=`` as ``scan`` does."""
+    from click.testing import CliRunner
+
+    from refgrid.cli import main
+
+    files, docs = _with_blob(granules, tmp_path / "g")
+    with pytest.raises(refgrid.ScanError, match="'blob': DAP4 Opaque"):
+        refgrid.scan(docs[0])
+    group = refgrid.scan(docs[0], drop_variables="blob")
+    assert "blob" not in group.arrays and not group.report
+    with pytest.raises(refgrid.ArgumentError, match="holds no variable or group nope"):
+        refgrid.scan(docs[0], drop_variables=["blob", "nope"])
+    with closed(xr.open_dataset(files[0])) as expected:
+        for options in ({"drop_variables": ["blob"]}, {"on_error": "report"}):
+            with closed(xr.open_dataset(docs[0], engine="refgrid", **options)) as ours:
+                assert "blob" not in ours.variables
+                xr.testing.assert_identical(ours[["tas", "pr"]].load(),
+                                            expected[["tas", "pr"]].load())
+    with pytest.raises(refgrid.ArgumentError, match="on_error must be 'raise' or 'report'"):
+        xr.open_dataset(docs[0], engine="refgrid", on_error="skip")
+    combined = refgrid.combine([str(d) for d in docs], "time", drop_variables=["blob"])
+    result = refgrid.batch([str(d) for d in docs], tmp_path / "out.parq", progress=False,
+                           scheduler="synchronous", drop_variables=["blob"])
+    assert not result.failed, result.failed
+    refgrid.write(combined, tmp_path / "c.json")
+    for out in (tmp_path / "c.json", tmp_path / "out.parq"):
+        with closed(xr.open_dataset(out, engine="refgrid")) as ours, \
+                _expected(files) as expected:
+            np.testing.assert_array_equal(ours["tas"].values, expected["tas"].values)
+    cli = CliRunner().invoke(main, ["scan", str(docs[0]), "-o", str(tmp_path / "s.json"),
+                                    "--drop-variables", "blob"])
+    assert cli.exit_code == 0, cli.output
+
+
+def test_dropping_a_variable_leaves_the_others_dimension_names_as_they_are(tmp_path):
+    """Unnamed dimensions are named ``phony_dim_N`` in the order met, as netCDF-C names
+    them: a dropped variable, though not scanned, still takes its names (the HDF5 and DMR++
+    scanners alike)."""
+    import h5py
+
+    path = tmp_path / "phony.h5"
+    with h5py.File(path, "w") as f:
+        f["first"] = np.arange(3, dtype="i4")
+        f["second"] = np.arange(12, dtype="i4").reshape(4, 3)
+        f["third"] = np.arange(5, dtype="i4")
+    for source in (path, write_dmrpp(path)):
+        whole = refgrid.scan(source)
+        dropped = refgrid.scan(source, drop_variables="first")
+        assert "first" not in dropped.arrays and not dropped.report
+        for name in ("second", "third"):
+            assert dropped[name].dims == whole[name].dims, (source, name)
+        with closed(xr.open_dataset(source, engine="refgrid",
+                                    drop_variables=["first"])) as ours:
+            assert ours["second"].dims == whole["second"].dims
+
+
 # -- hostile documents -------------------------------------------------------------------------
 
 HEAD = ('<?xml version="1.0" encoding="ISO-8859-1"?>\n')
@@ -409,6 +480,149 @@ def test_spacepad_round_trips_what_hdf5_stores(texts, length):
     decoded = spacepad_decode(stored, length)
     assert decoded == b"".join(t[:length].ljust(length, b"\0") for t in texts)
     assert spacepad_encode(decoded, length) == stored
+
+
+def test_c_strings_in_a_document_read_as_h5py_reads_them(tmp_path):
+    """#51: a document's ``pad="null_term"`` strings came back with the bytes the file holds
+    after their NUL (``b"swe\\x00et"``; h5py: ``b"swe"``): through the scan, the engine,
+    the store, the mapper and stock zarr on written references (``refgrid.nullterm``)."""
+    import zarr
+    from zarr.storage import FsspecStore
+
+    from hdf5_strings import h5py_values, write_c_strings
+
+    path = write_c_strings(tmp_path / "c_strings.h5")
+    doc = write_dmrpp(path)  # (its records left out: a Structure of a String is refused)
+    assert doc.read_text(encoding="latin-1").count('pad="null_term"') == 2
+    expected = {k: v for k, v in h5py_values(path).items() if k != "records"}
+    group = refgrid.scan(doc)
+    store = refgrid.open_store(doc)
+    mapped = zarr.open_group(refgrid.get_mapper(doc), mode="r")
+    with closed(xr.open_dataset(doc, engine="refgrid")) as ds:
+        for name, values in expected.items():
+            assert read(group[name]).tolist() == values.tolist(), name
+            assert ds[name].values.tolist() == values.tolist(), name
+            assert zarr.open_group(store, mode="r")[name][...].tolist() == values.tolist()
+            assert mapped[name][...].tolist() == values.tolist(), name
+    store.close()
+    for name, fmt in (("refs.json", "json"), ("v2.json", "kerchunk-v2")):
+        out = refgrid.write(group, tmp_path / name, format=fmt)
+        stock = zarr.open_group(FsspecStore.from_url(
+            "reference://", storage_options={"fo": str(out)}, read_only=True), mode="r",
+            zarr_format=2 if fmt == "kerchunk-v2" else 3)
+        for variable, values in expected.items():
+            assert stock[variable][...].tolist() == values.tolist(), (fmt, variable)
+
+
+UNMARKED = [  # (document, variable, h5py's path): fixed-length in the file, not said so
+    ("dmrpp__chunked_string_array.h5", "string_array", "string_array"),
+    ("dmrpp__grid_1_2d.h5", "HDFEOS_INFORMATION/StructMetadata_0",
+     "HDFEOS INFORMATION/StructMetadata.0"),
+    ("dmrpp__test32v3.nc4", "letter", "letter"),
+    ("fileout__FValue_string_sca.h5", "fill_str_sca", "fill_str_sca"),
+    ("strings__t_str_dset.h5", "scalar", "scalar"),
+]
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the DMR++ corpus is absent ({CORPUS})")
+@pytest.mark.parametrize(("data", "variable", "h5_path"), UNMARKED)
+def test_fixed_length_strings_older_documents_leave_unmarked_are_read(data, variable,
+                                                                      h5_path):
+    """#51: strings Hyrax's older documents describe without ``FixedLengthStringArray`` were
+    all refused as variable-length strings in the file's heap; 8 of 9 such in the corpus are
+    fixed-length (``|S8``, ``|S32000``, ``|S1``, ``|S29``), as their chunks' sizes show."""
+    import h5py
+
+    with h5py.File(CORPUS / data) as f:
+        expected = np.asarray(f[h5_path][()])
+    array = refgrid.scan(CORPUS / f"{data}.dmrpp", on_error="report")[variable]
+    assert read(array).tolist() == expected.tolist()
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the DMR++ corpus is absent ({CORPUS})")
+def test_strings_in_the_heap_are_refused_for_what_they_are():
+    """#51: a heap reference takes 16 bytes an element: what a 16-byte fixed-length string
+    takes too, so the variable is refused saying so (h5py: a variable-length string)."""
+    group = refgrid.scan(CORPUS / "dmrpp__chunked_scalar_string.h5.dmrpp", on_error="report")
+    [entry] = group.report
+    assert entry.variable == "scalar_big_string" and entry.action == "skipped"
+    assert "16 bytes an element" in entry.reason and "heap" in entry.reason
+
+
+def test_unmarked_strings_read_where_every_padding_reads_them_alike(tmp_path):
+    """#51: a length the chunks show, but no padding: values a C string, a null-padded or a
+    space-padded string reads alike are read; others are a named error when read, never
+    one padding's guess; compressed strings (sizes that say nothing) refused by name."""
+    import h5py
+
+    from hdf5_strings import write_c_strings
+
+    path = write_c_strings(tmp_path / "c_strings.h5")
+    with h5py.File(path, "a") as f:
+        f.create_dataset("plain", data=np.array([b"ab", b"cdef", b""], dtype="S4"))
+    group = refgrid.scan(write_dmrpp(path, string_lengths=False), on_error="report")
+    assert read(group["plain"]).tolist() == [b"ab", b"cdef", b""]
+    with pytest.raises(refgrid.ReadError, match=r"'contiguous'.*padding the source does not "
+                       "give"):
+        read(group["contiguous"])
+    [entry] = [e for e in group.report if e.variable == "strings"]
+    assert "stored compressed" in entry.reason
+
+
+@given(st.lists(st.binary(min_size=1, max_size=5), min_size=1, max_size=8),
+       st.integers(1, 6))
+def test_string_codecs_read_as_hdf5_reads_each_padding(texts, length):
+    """``refgrid.nullterm``: a C string ends at its first NUL; ``refgrid.anypad``: the bytes
+    as they are where every padding reads them alike, else a ValueError; both keep
+    what they decode as it is when encoding it again."""
+    from refgrid.codecs.pipeline import anypad_decode, byte_codec, nullterm_decode
+
+    stored = b"".join(t[:length].ljust(length, b"\0") for t in texts)
+    decoded = nullterm_decode(stored, length)
+    assert decoded == b"".join(t[:length].split(b"\0")[0].ljust(length, b"\0")
+                               for t in texts)
+    codec = byte_codec({"name": "refgrid.nullterm", "configuration": {"length": length}})
+    assert codec.encode(decoded) == decoded and codec.decode(stored, len(stored)) == decoded
+    alike = all(t[:length].rstrip(b"\0").count(b"\0") == 0 and
+                not t[:length].ljust(length, b"\0").endswith(b" ") for t in texts)
+    if alike:
+        assert anypad_decode(stored, length) == stored
+    else:
+        with pytest.raises(ValueError, match="padding the source does not give"):
+            anypad_decode(stored, length)
+    records = b"".join(b"\x01\x02" + t[:length].ljust(length, b"\0") for t in texts)
+    assert nullterm_decode(records, length + 2, [[2, length]]) == b"".join(
+        b"\x01\x02" + t[:length].split(b"\0")[0].ljust(length, b"\0") for t in texts)
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the DMR++ corpus is absent ({CORPUS})")
+@pytest.mark.parametrize(("data", "variable"), [
+    ("fileout__multi_fvalue.h5", "test"),  # _FillValue -999 and -9999, HDF5's fill 0
+    ("dmrpp__t_special_name.h5", "data field/data.1"),  # _FillValue -999, HDF5's fill 0
+    ("fileout__t_cf_1dllzs2.h5", "temp"),
+])
+def test_the_fill_value_is_the_files_whatever_its_fill_value_attribute(data, variable,
+                                                                      tmp_path):
+    """#51: a ``_FillValue`` of two values became the fill value (a bare ``TypeError`` when
+    written); a ``_FillValue`` other than HDF5's fill value (which absent chunks read as, in
+    h5py and netCDF-C) replaced it. The attribute stays as netCDF4 shows it."""
+    import h5py
+    import netCDF4
+
+    doc = CORPUS / f"{data}.dmrpp"
+    with h5py.File(CORPUS / data) as f:
+        values, fill = f[variable][()], f[variable].fillvalue
+    with netCDF4.Dataset(CORPUS / data) as nc:
+        parent, _, name = variable.rpartition("/")
+        attribute = (nc[parent] if parent else nc)[name].getncattr("_FillValue")
+    array = refgrid.scan(doc)[variable]
+    assert read(array).tolist() == values.tolist()
+    assert array.fill_value == fill == refgrid.scan(CORPUS / data)[variable].fill_value
+    assert np.asarray(array.attrs["_FillValue"]).tolist() == np.asarray(attribute).tolist()
+    out = refgrid.write(refgrid.scan(doc), tmp_path / "refs.json")
+    with closed(xr.open_dataset(out, engine="refgrid", mask_and_scale=False,
+                                group=parent or None)) as ours:
+        assert ours[name].values.tolist() == values.tolist()
 
 
 # -- what a review found ------------------------------------------------------------------------

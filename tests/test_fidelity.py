@@ -20,6 +20,7 @@ import zarr
 
 import refgrid
 from helpers import closed
+from refgrid.core.dtypes import original_dtype
 from refgrid.grid.json_forms import parse_chunk_grid
 
 
@@ -147,6 +148,67 @@ def test_space_padded_strings_are_stripped_as_hdf5_strips_them(tmp_path):
         expected = f["names"][()]
     assert list(expected) == [b"ab", b"cdef", b"g"]
     np.testing.assert_array_equal(_open(path)["names"].values, expected)
+
+
+def _as_records(values: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Records stock zarr gives as raw bytes (nested, array members), viewed as h5py's."""
+    return values.view(expected.dtype) if values.dtype.kind == "V" and \
+        expected.dtype.fields is not None and values.dtype.fields is None else values
+
+
+def _strings_everywhere(path: Path) -> None:
+    """Every dataset of ``path`` as h5py and h5netcdf read it, through the scan, the engine,
+    ``open_store`` and ``get_mapper`` (stock zarr over refgrid's stores)."""
+    import h5netcdf
+
+    from hdf5_strings import h5py_values, same_strings
+    from refgrid.read.array import read
+
+    expected = h5py_values(path)
+    with h5netcdf.File(path, "r", phony_dims="sort") as f:
+        for name, values in expected.items():
+            assert same_strings(f.variables[name][...], values), name
+    group = refgrid.scan(path)
+    ds = _open(path)
+    store = refgrid.open_store(path)
+    stored = zarr.open_group(store, mode="r")
+    mapped = zarr.open_group(refgrid.get_mapper(path), mode="r")
+    for name, values in expected.items():
+        array = group[name]
+        assert isinstance(array, refgrid.VirtualArray)
+        ours = read(array)
+        assert same_strings(ours.view(original_dtype(array.attrs, ours.dtype)), values), name
+        assert same_strings(ds[name].values, values), name
+        assert same_strings(_as_records(stored[name][...], values), values), name
+        assert same_strings(_as_records(mapped[name][...], values), values), name
+    store.close()
+
+
+def test_c_strings_end_at_their_nul_as_hdf5_reads_them(tmp_path):
+    """#51: C strings (``H5T_STR_NULLTERM``) came back with the bytes the file holds after
+    their NUL (``b"swe\\x00et"`` where h5py and h5netcdf read ``b"swe"``), chunked or
+    contiguous, alone or a compound's member; they stay byte ranges of the file."""
+    from hdf5_strings import write_c_strings
+
+    path = write_c_strings(tmp_path / "c_strings.h5")
+    with h5py.File(path) as f:
+        assert f["strings"][()].tolist() == [b"swe", b"ab", b"abcdef", b"x", b""]
+    _strings_everywhere(path)
+    assert not refgrid.scan(path)["strings"].manifest.inline  # referenced, decoded on read
+    chars = tmp_path / "chars.nc"  # netCDF's char: C strings of one byte, read as stored
+    with netCDF4.Dataset(chars, "w") as nc:
+        nc.createDimension("n", 3)
+        nc.createVariable("c", "S1", ("n",))[:] = np.array([b"a", b"", b"c"])
+    assert refgrid.scan(chars)["c"].codecs == ({"name": "bytes"},)  # (no refgrid codec)
+
+
+def test_string_members_and_elements_read_as_hdf5_reads_them(tmp_path):
+    """#51: C strings as array elements and members of compounds stored as raw bytes kept
+    the bytes after their NUL, space-padded members their spaces; compounds with string
+    members were refused by a numpy warning (h5py's metadata on their type)."""
+    from hdf5_strings import write_string_members
+
+    _strings_everywhere(write_string_members(tmp_path / "members.h5"))
 
 
 @pytest.mark.parametrize("order", ["<", ">"])

@@ -6,6 +6,10 @@
   with a RefgridError.
 * References: refgrid JSON, kerchunk JSON and parquet reference sets, mutated structurally
   (values replaced by odd JSON) and byte-wise, are scanned and every array read.
+* Fill values: DMR++ documents and HDF5 files whose ``_FillValue`` and fill value have odd
+  shapes and types (none, several values, text, numbers the type cannot hold) are scanned,
+  written and read: the fill value is one the variable's type holds exactly, or the
+  variable is refused by name.
 
 Every case must end within a time bound and without anything but a RefgridError. CI runs a
 few hundred cases; ``REFGRID_FUZZ_EXAMPLES=1000000`` runs a long campaign, and
@@ -39,7 +43,8 @@ EXAMPLES = int(os.environ.get("REFGRID_FUZZ_EXAMPLES", "250"))
 SECONDS_PER_CASE = 5.0
 ORACLE_SECONDS = 2.0
 """netCDF-C loops forever on some mutants: after this long it counts as refusing."""
-OUTCOMES: dict[str, Counter[str]] = {"netcdf3": Counter(), "references": Counter()}
+OUTCOMES: dict[str, Counter[str]] = {"netcdf3": Counter(), "references": Counter(),
+                                     "fill values": Counter()}
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 phases=[Phase.explicit, Phase.generate],  # a failure is reported as found
                 suppress_health_check=list(HealthCheck))
@@ -294,3 +299,138 @@ def test_reference_mutants_read_or_raise_refgrid_errors(reference_seeds, tmp_pat
         outcome = _exercise(path)
     _within_bounds(start)
     _count("references", f"{kind}: {outcome}")
+
+
+# -- fill values of odd shapes and types ------------------------------------------------------
+
+DAP4_TYPES = {"Int8": "i1", "UInt8": "u1", "Int16": "<i2", "UInt16": "<u2", "Int32": "<i4",
+              "UInt32": "<u4", "Int64": "<i8", "UInt64": "<u8", "Float32": "<f4",
+              "Float64": "<f8", "String": "S3"}
+NUMBER_TEXTS = st.one_of(
+    st.integers(-(2**65), 2**65).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.floats(width=32).map(lambda v: f"{v:.6g}"),
+    st.sampled_from(["nan", "-inf", "1e39", "1e400", "9.96921e+36", "-3.40282e+38", "", " 5",
+                     "0x10", "1 2", "unsupported-string", "abcd", "-0"]))
+"""What a document may print for a number (``fillValue``, ``<Value>``)."""
+
+
+def _fill_document(path: Path, kind: str, attribute: tuple[str, list[str]] | None,
+                   printed: str | None) -> Path:
+    """A DMR++ document of one variable ``v`` of 4 elements in chunks of 2, the second
+    absent (it reads as the fill value), over the 64-byte file ``path``."""
+    from xml.sax.saxutils import escape, quoteattr
+
+    dtype = np.dtype(DAP4_TYPES[kind])
+    held = "" if attribute is None else (
+        f'<Attribute name="_FillValue" type="{attribute[0]}">'
+        + "".join(f"<Value>{escape(v)}</Value>" for v in attribute[1]) + "</Attribute>")
+    fill = "" if printed is None else f" fillValue={quoteattr(printed)}"
+    strings = '<dmrpp:FixedLengthStringArray string_length="3" pad="null_pad"/>' \
+        if kind == "String" else ""
+    doc = path.with_name(path.name + ".dmrpp")
+    doc.write_text(
+        '<?xml version="1.0" encoding="ISO-8859-1"?>\n<Dataset xmlns="http://xml.opendap.org/'
+        'ns/DAP/4.0#" xmlns:dmrpp="http://xml.opendap.org/dap/dmrpp/1.0.0#" name="x" '
+        f'dmrpp:href="data/{path.name}"><{kind} name="v"><Dim size="4"/>{held}'
+        f'<dmrpp:chunks{fill} byteOrder="LE"><dmrpp:chunkDimensionSizes>2'
+        f'</dmrpp:chunkDimensionSizes><dmrpp:chunk offset="0" nBytes="{2 * dtype.itemsize}" '
+        f'chunkPositionInArray="[0]"/></dmrpp:chunks>{strings}</{kind}></Dataset>',
+        encoding="latin-1")
+    return doc
+
+
+def _written_and_read(group: refgrid.VirtualGroup, out: Path) -> None:
+    """Every array's fill value one of its type (the same after writing), the group written
+    and read back."""
+    from refgrid.core.dtypes import zarr_fill_value
+
+    refgrid.write(group, out)
+    again = refgrid.scan(out)
+    for path, node in group.walk():
+        if isinstance(node, refgrid.VirtualArray):
+            zarr_fill_value(node.dtype, node.fill_value)
+            assert np.ndim(node.fill_value) == 0, (path, node.fill_value)
+            values = read(node)
+            if node.fill_value is not None and node.dtype.kind != "S":
+                expected = np.asarray(node.fill_value).astype(node.value_dtype)
+                assert np.array_equal(values[2:], np.full(2, expected), equal_nan=True)
+            assert np.array_equal(read(again[path]), values, equal_nan=values.dtype.kind == "f")
+
+
+@FUZZ
+@given(kind=st.sampled_from(sorted(DAP4_TYPES)),
+       attribute=st.none() | st.tuples(st.sampled_from([*DAP4_TYPES, "String"]),
+                                       st.lists(NUMBER_TEXTS, max_size=3)),
+       printed=st.none() | NUMBER_TEXTS)
+def test_dmrpp_fill_values_of_any_shape_are_exact_or_refused_by_name(tmp_path_factory, kind,
+                                                                     attribute, printed):
+    """#51: a ``_FillValue`` of two values reached ``zarr_fill_value`` as an array (a bare
+    ``TypeError`` when written). Whatever a document holds: a fill value the variable's
+    type holds exactly, which writing keeps and absent chunks read as; or the variable
+    refused, naming it (the report, or a RefgridError)."""
+    work = tmp_path_factory.getbasetemp() / "fill"
+    work.mkdir(exist_ok=True)
+    data = work / "x"
+    data.write_bytes(bytes(range(64)))
+    doc = _fill_document(data, kind, attribute, printed)
+    start = time.perf_counter()
+    try:
+        group = refgrid.scan(doc, on_error="report")
+    except refgrid.RefgridError as e:
+        assert "'v'" in str(e) or str(doc) in str(e), e
+        _count("fill values", "document refused")
+        return
+    if "v" not in group.arrays:
+        assert [e.variable for e in group.report if e.action == "skipped"] == ["v"], \
+            group.report
+        _count("fill values", "refused")
+        return
+    array = group["v"]  # (its second chunk absent: its fill value is exact, or it is refused)
+    if printed is None and array.dtype.kind != "S":  # then the one _FillValue given
+        assert attribute is not None and len(attribute[1]) == 1, attribute
+        value = float(array.fill_value)  # type: ignore[arg-type]
+        assert value == float(attribute[1][0]) or np.isnan(value), (value, attribute)
+    _written_and_read(group, work / "fill.json")
+    _within_bounds(start)
+    _count("fill values", "read")
+
+
+HDF5_FILLS = st.one_of(st.integers(-(2**40), 2**40), st.floats(width=32), st.none())
+
+
+@FUZZ
+@given(dtype=st.sampled_from(["i1", "<u2", "<i4", ">i8", "<f4", ">f8", "S3"]),
+       fill=HDF5_FILLS,
+       attribute=st.none() | st.lists(st.integers(-300, 300), max_size=3) |
+       st.lists(st.floats(allow_nan=True), max_size=3) | st.just("text"))
+def test_hdf5_fill_values_of_any_shape_are_exact_or_refused_by_name(tmp_path_factory, dtype,
+                                                                    fill, attribute):
+    """The HDF5 scanner's fill value is HDF5's own, one value of the type, whatever the
+    ``_FillValue`` attribute holds (several values, text, another type): written and read
+    as h5py reads absent chunks."""
+    import h5py
+
+    work = tmp_path_factory.getbasetemp() / "hdf5-fill"
+    work.mkdir(exist_ok=True)
+    path = work / "f.h5"
+    kind = np.dtype(dtype)
+    with np.errstate(all="ignore"):
+        held = None if fill is None else np.asarray(
+            fill if kind.kind != "S" else str(fill)[:3].encode()).astype(kind)[()]
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("v", shape=(4,), chunks=(2,), dtype=kind, fillvalue=held)
+        d[:2] = np.zeros(2, kind)
+        if attribute is not None:
+            d.attrs["_FillValue"] = attribute
+    with h5py.File(path) as f:
+        expected = f["v"][()]
+    group = refgrid.scan(path, on_error="report")
+    if "v" not in group.arrays:
+        assert [e.variable for e in group.report if e.action == "skipped"] == ["v"], \
+            group.report
+        _count("fill values", "hdf5 refused")
+        return
+    assert np.array_equal(read(group["v"]), expected, equal_nan=kind.kind == "f")
+    _written_and_read(group, work / "fill.json")
+    _count("fill values", "hdf5 read")

@@ -12,7 +12,6 @@ import hashlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
 
 import numpy as np
 
@@ -85,15 +84,14 @@ def _scan_one(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned |
 
 
 def _scanned(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned:
-    from refgrid.scanners import scan
+    from refgrid.scanners import ScanOptions, scan_with
     from refgrid.scanners.source import Source
 
     recorded = known if known is not None else Source.of(url, job.storage_options).identity
     with _fetched_whole(url, recorded, job):
-        # scan's **storage_options would be checked against its other keywords
-        group = scan(url, allowed_sources=job.allowed_sources, data_url=job.data_url,
-                     **cast("dict[str, Any]", job.storage_options))
-        named = job.shape.named(group)
+        options = ScanOptions(data_url=job.data_url, dropped=job.shape.drop_variables)
+        group = scan_with(url, options, job.allowed_sources, job.storage_options)
+        named = job.shape.named(group)  # (those dropped unscanned among them)
         group = job.shape.shaped(group, url, job.concat_dim, job.storage_options)
         group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
         record = dumps(group, _digests(group, job))

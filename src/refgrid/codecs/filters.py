@@ -3,7 +3,8 @@
 An HDF5 pipeline (data → shuffle → deflate → fletcher32) becomes the Zarr v3 codec list
 ``[bytes, numcodecs.shuffle, numcodecs.zlib, numcodecs.fletcher32]``. zarr ships ``numcodecs.*``
 codecs for the common filters; the ones it lacks (lzf, szip, HDF5-framed lz4, bitshuffle with
-HDF5 framing, HDF5's shuffle of odd lengths) are ``refgrid.*`` codecs, implemented in
+HDF5 framing, HDF5's shuffle of odd lengths, and fixed-length strings read as HDF5 reads them:
+:func:`string_codecs`) are ``refgrid.*`` codecs, implemented in
 :mod:`refgrid.codecs.pipeline` and registered with zarr by :mod:`refgrid.codecs.zarr_v3`.
 This module only describes codecs; nothing here encodes or decodes bytes.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 
@@ -129,6 +130,39 @@ def hdf5_pipeline(filters: Sequence[tuple[int, Sequence[int]]], dtype: np.dtype)
             codec = {**codec, "name": "refgrid.shuffle"}
         codecs.append(codec)
     return codecs
+
+
+StringPad = Literal["nullterm", "nullpad", "spacepad", "unknown"]
+"""How fixed-length strings are padded (HDF5's ``H5T_STR_*``; unknown: the source does not
+say, as old DMR++ documents do not)."""
+STRING_CODECS: Mapping[StringPad, str] = {"nullterm": "refgrid.nullterm",
+                                          "spacepad": "refgrid.spacepad",
+                                          "unknown": "refgrid.anypad"}
+"""The codec that reads strings of each padding as HDF5 reads them (null-padded strings are
+read as they are stored)."""
+
+
+def string_codecs(itemsize: int, strings: Mapping[StringPad, Sequence[tuple[int, int]]]
+                  ) -> tuple[CodecJSON, ...]:
+    """The bytes→bytes codecs, decoded right after the array→bytes codec, that make an
+    element of ``itemsize`` bytes read as HDF5 reads it, where ``strings`` lie in it
+    (``(offset, length)`` by padding): numpy would show the bytes after a C string's NUL and
+    a space-padded string's spaces, which HDF5 does not. Strings that fill the element one
+    after another (a string, an array of strings) are described by their length alone; C
+    strings of one byte (netCDF's ``char``) read as stored, and need none."""
+    codecs: list[CodecJSON] = []
+    for pad, found in strings.items():
+        places = [p for p in found if p[1] > 1 or pad != "nullterm"]  # (one byte: as stored)
+        if pad not in STRING_CODECS or not places:
+            continue
+        size = int(places[0][1])
+        tiled = size and itemsize % size == 0 and [(int(o), int(n)) for o, n in places] == [
+            (k * size, size) for k in range(itemsize // size)]  # (an array of strings)
+        config: dict[str, Any] = {"length": size if tiled else itemsize}
+        if not tiled:
+            config["strings"] = [[int(o), int(n)] for o, n in places]
+        codecs.append({"name": STRING_CODECS[pad], "configuration": config})
+    return tuple(codecs)
 
 
 def bytes_codec(dtype: np.dtype) -> CodecJSON:

@@ -1,9 +1,9 @@
 """numcodecs codecs for refgrid's HDF5 codecs, as Zarr v2 metadata names them.
 
 Classic kerchunk output (:mod:`refgrid.writers.kerchunk_v2`) names ``refgrid.lzf``,
-``refgrid.szip``, ``refgrid.lz4h5``, ``refgrid.bitshuffle``, ``refgrid.shuffle`` and
-``refgrid.spacepad`` in
-``.zarray``; numcodecs finds these classes through the ``numcodecs.codecs`` entry points in
+``refgrid.szip``, ``refgrid.lz4h5``, ``refgrid.bitshuffle``, ``refgrid.shuffle`` and the string
+codecs ``refgrid.spacepad``, ``refgrid.nullterm``, ``refgrid.anypad`` in ``.zarray``;
+numcodecs finds these classes through the ``numcodecs.codecs`` entry points in
 ``pyproject.toml``, so stock zarr (v2 mode) and kerchunk read them with refgrid installed and
 nothing imported. A v2 codec is not told the chunk's size, so the writer records it
 (``nbytes``): HDF5's filters need it to decode.
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 SIZED = ("refgrid.lzf", "refgrid.szip", "refgrid.lz4h5", "refgrid.bitshuffle",
-         "refgrid.shuffle", "refgrid.spacepad")
+         "refgrid.shuffle", "refgrid.spacepad", "refgrid.nullterm", "refgrid.anypad")
 """refgrid's codec names; their v2 configuration adds the decoded chunk size ``nbytes``."""
 
 
@@ -51,4 +51,4 @@ def _codec_class(codec_id: str) -> type[_SizedCodec]:
     return type(codec_id.removeprefix("refgrid.").title(), (_SizedCodec,), {"codec_id": codec_id})
 
 
-Lzf, Szip, Lz4H5, Bitshuffle, Shuffle, Spacepad = map(_codec_class, SIZED)
+Lzf, Szip, Lz4H5, Bitshuffle, Shuffle, Spacepad, Nullterm, Anypad = map(_codec_class, SIZED)

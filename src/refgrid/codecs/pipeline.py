@@ -1,7 +1,8 @@
 """Chunk bytes ↔ values: the byte-level codecs refgrid implements and one chunk's pipeline.
 
 The ``refgrid.*`` codecs (HDF5's lzf, szip, HDF5-framed lz4, bitshuffle with its block
-framing, HDF5's shuffle, and space-padded strings read null-padded) are implemented over
+framing, HDF5's shuffle, and fixed-length strings read as HDF5 reads them: space-padded,
+C strings, strings of unknown padding) are implemented over
 imagecodecs and numpy; every other bytes→bytes codec is
 numcodecs'. :class:`ChunkCodec` runs a whole codec list over one chunk — what scanners and
 combine need to re-encode or inspect a few chunks. The reader decodes in batches with
@@ -130,23 +131,60 @@ def bitshuffle_encode(data: bytes, config: BitshuffleConfig) -> bytes:
     return bytes(out)
 
 
-def spacepad_decode(data: Bytes, length: int) -> bytes:
-    """Fixed-length strings stored space-padded, as HDF5 reads them: each element's trailing
+Places = Sequence[Sequence[int]] | None
+"""Where the strings lie in each element of a string codec's ``length`` bytes: ``[offset,
+length]`` pairs (a compound's string members); None: the element is one string."""
+
+
+def spacepad_decode(data: Bytes, length: int, places: Places = None) -> bytes:
+    """Fixed-length strings stored space-padded, as HDF5 reads them: each string's trailing
     spaces become NULs (numpy's ``S`` type then ends the string there, as h5py shows it)."""
-    return _padding_swapped(data, length, 0x20, 0)
+    return _each_string(data, length, places, lambda s: np.where(_trailing(s, 0x20), 0, s))
 
 
-def spacepad_encode(data: bytes, length: int) -> bytes:
-    return _padding_swapped(data, length, 0, 0x20)
+def spacepad_encode(data: bytes, length: int, places: Places = None) -> bytes:
+    return _each_string(data, length, places, lambda s: np.where(_trailing(s, 0), 0x20, s))
 
 
-def _padding_swapped(data: Bytes, length: int, old: int, new: int) -> bytes:
-    """Each ``length``-byte element's trailing run of byte ``old`` made ``new``."""
-    raw = np.frombuffer(data, np.uint8)
-    n = len(raw) // length
-    body = raw[:n * length].reshape(n, length)
-    trailing = np.flip(np.cumprod(np.flip(body == old, axis=1), axis=1), axis=1).astype(bool)
-    return np.where(trailing, new, body).astype(np.uint8).tobytes() + bytes(raw[n * length:])
+def nullterm_decode(data: Bytes, length: int, places: Places = None) -> bytes:
+    """C strings (``H5T_STR_NULLTERM``) as HDF5 reads them: each string ends at its first
+    NUL, whatever bytes the file holds after it (they read as NULs)."""
+    return _each_string(data, length, places,
+                        lambda s: np.where(np.logical_or.accumulate(s == 0, axis=1), 0, s))
+
+
+def anypad_decode(data: Bytes, length: int, places: Places = None) -> bytes:
+    """Fixed-length strings whose padding the source does not give (C strings, null- or
+    space-padded): the bytes as they are where every padding reads them alike — no byte but
+    NUL after a NUL, no space last — and a ``ValueError`` where they would not."""
+    def check(s: np.ndarray) -> np.ndarray:
+        after_nul = np.logical_or.accumulate(s == 0, axis=1) & (s != 0)
+        if after_nul.any() or (s[:, -1:] == 0x20).any():
+            raise ValueError("fixed-length strings whose padding the source does not give "
+                             "read differently as C strings, null-padded or space-padded "
+                             "ones (bytes after a NUL, or a space last): refused")
+        return s
+    return _each_string(data, length, places, check)
+
+
+def _trailing(strings: np.ndarray, byte: int) -> np.ndarray:
+    """Where each row of ``strings`` ends in a run of ``byte``."""
+    ends = np.flip(strings == byte, axis=1)
+    return np.flip(np.logical_and.accumulate(ends, axis=1), axis=1)
+
+
+def _each_string(data: Bytes, length: int, places: Places,
+                 change: Callable[[np.ndarray], np.ndarray]) -> bytes:
+    """``data`` with ``change`` applied to the strings of each ``length``-byte element (a
+    ``(elements, string length)`` array of bytes at a time); a trailing part element
+    stays as it is."""
+    out = np.frombuffer(data, np.uint8).copy()
+    n = len(out) // length
+    body = out[:n * length].reshape(n, length)
+    for offset, size in places if places is not None else ((0, length),):
+        if size:
+            body[:, offset:offset + size] = change(body[:, offset:offset + size])
+    return out.tobytes()
 
 
 def hdf5_shuffle_decode(data: Bytes, elementsize: int) -> bytes:
@@ -181,6 +219,21 @@ class ByteCodec:
     encode: Callable[[bytes], bytes]
 
 
+def _unchanged(data: bytes, length: int, places: Places = None) -> bytes:
+    return data
+
+
+STRING_CODECS: dict[str, tuple[Callable[[Bytes, int, Places], bytes],
+                               Callable[[bytes, int, Places], bytes]]] = {
+    "refgrid.spacepad": (spacepad_decode, spacepad_encode),
+    "refgrid.nullterm": (nullterm_decode, _unchanged),
+    "refgrid.anypad": (anypad_decode, _unchanged),
+}
+"""Fixed-length strings read as HDF5 reads them (:func:`refgrid.codecs.filters.string_codecs`):
+decoding and encoding (what decoding gives is stored as it is: a C string ended by NULs,
+strings no padding reads otherwise)."""
+
+
 ZARR_V3_COMPRESSORS: dict[str, Callable[[Mapping[str, object]], numcodecs.abc.Codec]] = {
     "zstd": lambda c: numcodecs.Zstd(level=c.get("level", 0)),
     "gzip": lambda c: numcodecs.GZip(level=c.get("level", 5)),
@@ -211,10 +264,11 @@ def _byte_codec(codec_json: str) -> ByteCodec:
         size = int(config["elementsize"])
         return ByteCodec(lambda d, n: hdf5_shuffle_decode(d, size),
                          lambda d: hdf5_shuffle_encode(d, size))
-    if name == "refgrid.spacepad":
-        length = int(config["length"])
-        return ByteCodec(lambda d, n: spacepad_decode(d, length)[:n],
-                         lambda d: spacepad_encode(d, length))
+    if name in STRING_CODECS:
+        length, places = int(config["length"]), config.get("strings")
+        decode, encode = STRING_CODECS[name]
+        return ByteCodec(lambda d, n: decode(d, length, places)[:n],
+                         lambda d: encode(d, length, places))
     if name == "refgrid.bitshuffle":
         return ByteCodec(lambda d, n: bitshuffle_decode(d, config, n),
                          lambda d: bitshuffle_encode(d, config))

@@ -1,7 +1,9 @@
 """Zarr v3 codecs for the HDF5 filters zarr lacks: ``refgrid.lzf``, ``refgrid.szip``,
 ``refgrid.lz4h5``, ``refgrid.bitshuffle``, ``refgrid.shuffle`` (HDF5's shuffle, which also
-accepts lengths that are not a multiple of the element size) and ``refgrid.spacepad``
-(fixed-length strings stored space-padded, read as HDF5 reads them).
+accepts lengths that are not a multiple of the element size), and fixed-length strings read
+as HDF5 reads them: ``refgrid.spacepad`` (space-padded), ``refgrid.nullterm`` (C strings,
+which end at their first NUL) and ``refgrid.anypad`` (padding unknown: read where every
+padding reads them alike).
 
 They are registered through the ``zarr.codecs`` entry points in ``pyproject.toml``, so stock
 zarr opens refgrid's references without the user importing anything.
@@ -89,3 +91,11 @@ class Shuffle(_RefgridCodec):
 
 class Spacepad(_RefgridCodec):
     codec_name = "refgrid.spacepad"
+
+
+class Nullterm(_RefgridCodec):
+    codec_name = "refgrid.nullterm"
+
+
+class Anypad(_RefgridCodec):
+    codec_name = "refgrid.anypad"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal, cast
+from typing import Literal
 
 from refgrid.combining.concat import (
     Combine,
@@ -113,7 +113,7 @@ def combine(
     check_policies(policies)
     shape = FileShape.of(variables, drop_variables, time_from, time_units, calendar,
                          stack_dim, stack_by)
-    scanned, named, report = _scanned(groups, storage_options)
+    scanned, named, report = _scanned(groups, storage_options, shape.drop_variables)
     if not scanned:
         raise CombineError("nothing to combine: no groups given")
     labels = list(sources) if sources is not None else named or [
@@ -221,11 +221,12 @@ def _files(labels: Sequence[str]) -> str:
     return labels[0] if len(labels) == 1 else f"{labels[0]} and {len(labels) - 1} more"
 
 
-def _scanned(items: Sources, storage_options: dict[str, object] | None
-             ) -> tuple[list[VirtualGroup], list[str] | None, list[ReportEntry]]:
-    """The groups to combine, their names (None: groups as given), and the report of files
-    named more than once."""
-    from refgrid.scanners import scan
+def _scanned(items: Sources, storage_options: dict[str, object] | None,
+             dropped: tuple[str, ...]) -> tuple[list[VirtualGroup], list[str] | None,
+                                                list[ReportEntry]]:
+    """The groups to combine (files scanned with the ``dropped`` variables left unscanned),
+    their names (None: groups as given), and the report of files named more than once."""
+    from refgrid.scanners import ScanOptions, scan_with
 
     listed = [items] if isinstance(items, str | os.PathLike) else list(items)
     groups = [x for x in listed if isinstance(x, VirtualGroup)]
@@ -240,8 +241,7 @@ def _scanned(items: Sources, storage_options: dict[str, object] | None
     found, twice = expand_counting(paths, storage_options)
     report = [ReportEntry(url, "", "duplicate", f"named {n} times: combined once")
               for url, n in twice.items()]
-    # scan's **storage_options would be checked against its other keywords
-    return [scan(url, **cast("dict[str, Any]", storage_options or {}))
+    return [scan_with(url, ScanOptions(dropped=dropped), None, storage_options or {})
             for url in found], list(found), report
 
 

@@ -155,7 +155,10 @@ def zarr_data_type(dtype: np.dtype) -> DTypeSpec_V3:
 
 
 def zarr_fill_value(dtype: np.dtype, value: object) -> ZarrJSON:
-    """The ``fill_value`` JSON for ``value`` (the type's default when ``None``)."""
+    """The ``fill_value`` JSON for ``value`` (the type's default when ``None``). A value
+    ``dtype`` does not hold as it is — not one value, text for a number, a fraction or a
+    number out of range for an integer, a finite number a float type overflows, more bytes
+    than its strings hold — is a ``ValueError`` saying so, never another fill value."""
     zdtype = zarr_dtype(dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -165,9 +168,34 @@ def zarr_fill_value(dtype: np.dtype, value: object) -> ZarrJSON:
             value = np.zeros((), dtype)[()]
         elif dtype.kind in "fc" and isinstance(value, float) and math.isnan(value):
             value = dtype.type(value)
-        out = zdtype.to_json_scalar(zdtype.cast_scalar(value) if dtype.kind not in "OTV"
-                                    else value, zarr_format=3)
+        if dtype.kind in "OTV":
+            out = zdtype.to_json_scalar(value, zarr_format=3)
+        else:
+            out = zdtype.to_json_scalar(_held(dtype, zdtype, value), zarr_format=3)
     return list(out) if isinstance(out, tuple) else out
+
+
+def _held(dtype: np.dtype, zdtype: ZarrDType, value: object) -> object:
+    """``value`` as zarr's scalar of ``dtype``, where that is the same value (see
+    :func:`zarr_fill_value`)."""
+    try:
+        if np.ndim(value):  # (zarr would take the first of several)
+            raise ValueError("not one value")
+        scalar = zdtype.cast_scalar(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"fill value {value!r:.80} is not a {dtype}: {e}") from e
+    number = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+    changed = (dtype.kind in "iu" and number and scalar != value) or \
+        (dtype.kind == "b" and number and value not in (0, 1)) or \
+        (dtype.kind == "f" and number and bool(np.isinf(scalar)) and
+         not np.isinf(value)) or \
+        (dtype.kind == "S" and isinstance(value, bytes | str) and
+         len(value.encode() if isinstance(value, str) else value.rstrip(b"\0")) >
+         dtype.itemsize)
+    if changed:
+        raise ValueError(f"fill value {value!r:.80} is not a {dtype}: it would read as "
+                         f"{scalar!r:.80}")
+    return scalar
 
 
 ATTRIBUTE_TYPES_ATTR = "_refgrid_attribute_types"

@@ -3,9 +3,12 @@
 Choosing comes before anything compares files: one odd variable (a ``Projection`` that
 differs per granule, a diagnostic added one year) otherwise refuses a whole archive. A name
 is a variable's path (``"tas"``, ``"sub/tas"``) or a group's (dropping a group drops what it
-holds). ``variables=`` keeps what the chosen variables need to be read as xarray reads them:
-the coordinate variables of their dimensions and the variables their CF attributes name
-(``coordinates``, ``bounds``, ``climatology``, ``grid_mapping``), and those variables' own.
+holds). Scanners leave dropped variables unscanned where they can (a variable refgrid cannot
+read then stops nothing), noting each in the report as ``dropped``: choosing counts those
+names as held and takes the notes off. ``variables=`` keeps what the chosen variables need
+to be read as xarray reads them: the coordinate variables of their dimensions and the
+variables their CF attributes name (``coordinates``, ``bounds``, ``climatology``,
+``grid_mapping``), and those variables' own.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def choose(group: VirtualGroup, variables: Sequence[str] | None,
     naming ``where`` (a scan of one file); a combine checks names against all its files."""
     if variables is None and not drop_variables:
         return group
-    paths = {path for path, _ in group.walk()}
+    paths = held_names(group)
     named = [*(variables or ()), *(drop_variables or ())]
     _check_names(named)
     if strict:
@@ -54,9 +57,11 @@ def choose(group: VirtualGroup, variables: Sequence[str] | None,
 
 
 def held_names(group: VirtualGroup) -> set[str]:
-    """Every variable and group path ``group`` holds (a combine's names are checked
-    against the union over its files)."""
-    return {path for path, _ in group.walk()}
+    """Every variable and group path ``group`` holds, those its scan dropped unscanned
+    included (noted ``dropped`` in its report); a combine's names are checked against the
+    union over its files."""
+    return {path for path, _ in group.walk()} | {
+        e.variable for e in group.report if e.action == "dropped"}
 
 
 def unknown_names(names: Collection[str], held: Collection[str]) -> list[str]:

@@ -31,14 +31,15 @@ coordinate, re-encoded times; :func:`in_pieces`): an append rewrites the last pi
 length."""
 
 Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict",
-                 "duplicate", "re-encoded", "filled", "from-name", "own-time"]
+                 "duplicate", "re-encoded", "filled", "from-name", "own-time", "dropped"]
 """What was done with something plain references cannot express (``attribute-conflict``:
 combine kept the first file's value of an attribute that differs between files;
 ``re-encoded``: combine wrote times that files encode in other units in the first file's;
 ``duplicate``: a file named more than once was combined once; ``filled``: a variable absent
 from some files reads as its fill value there; ``from-name``: files without a time took the
 date their name gives, ``own-time``: files with one kept it, checked against their name —
-``time_from``)."""
+``time_from``; ``dropped``: a scan left a variable unscanned as ``drop_variables`` asked, a
+note :func:`~refgrid.model.choose.choose` takes off)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,10 @@ class VirtualArray(Displayed, FrozenPickle):
         if len(self.dims) != self.grid.ndim:
             raise ModelError(f"array {self.name!r}: {len(self.dims)} dimension names "
                              f"{self.dims} for a {self.grid.ndim}-dimensional grid")
+        if self.fill_value is not None and np.ndim(self.fill_value) and \
+                self.dtype.fields is None and self.dtype.kind != "V":  # (records: a tuple)
+            raise ModelError(f"array {self.name!r}: fill value {self.fill_value!r:.80} is not "
+                             f"one value of {self.dtype}")
         if self.manifest.shape != self.grid.chunk_counts:
             raise ModelError(f"array {self.name!r}: manifest of {self.manifest.shape} chunks "
                              f"for a grid of {self.grid.chunk_counts} chunks")

@@ -36,7 +36,7 @@ from refgrid.core.keys import (
     document_key,
 )
 from refgrid.core.typed import JSON, Attributes
-from refgrid.errors import FormatError, RefgridError
+from refgrid.errors import FormatError, ModelError, RefgridError
 from refgrid.grid.json_forms import ChunkGridJSON, emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import GridForm, RectilinearGrid
 from refgrid.model.manifest import ChunkManifest
@@ -115,6 +115,10 @@ def dimension_names(array: VirtualArray) -> list[str | None] | None:
 def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDocument:
     """The ``zarr.json`` of one array: regular grid when possible, rectilinear otherwise."""
     names = dimension_names(array)
+    try:
+        fill = zarr_fill_value(array.dtype, array.fill_value)
+    except ValueError as e:
+        raise ModelError(f"array {array.name!r}: {e}") from e
     doc: ArrayDocument = {
         "zarr_format": 3,
         "node_type": "array",
@@ -122,7 +126,7 @@ def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDo
         "data_type": zarr_data_type(array.dtype),
         "chunk_grid": emit_chunk_grid(array.grid, grid_form),
         "chunk_key_encoding": key_encoding(array).to_json(),
-        "fill_value": zarr_fill_value(array.dtype, array.fill_value),
+        "fill_value": fill,
         "codecs": [c.copy() for c in array.codecs],
         "attributes": zarr_attributes(split_bookkeeping(array.attrs)[0], array.value_dtype),
         "storage_transformers": [],

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from xarray import Dataset, DataTree
 
     from refgrid.core.sources import Verify
-    from refgrid.scanners import Input
+    from refgrid.scanners import Input, OnError
 
 
 class RefgridBackendEntrypoint(BackendEntrypoint):
@@ -31,7 +31,8 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "storage_options",
                                "mask_and_scale", "decode_times", "decode_timedelta",
                                "use_cftime", "concat_characters", "decode_coords",
-                               "auto_complex", "allowed_sources", "verify_sources")
+                               "auto_complex", "allowed_sources", "verify_sources",
+                               "on_error")
 
     def guess_can_open(self, filename_or_obj: object) -> bool:
         """refgrid's own outputs, by their first bytes (JSON references and parquet's
@@ -56,6 +57,7 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         auto_complex: bool | None = None,
         allowed_sources: Sequence[str] | None = None,
         verify_sources: Verify = True,
+        on_error: OnError = "raise",
     ) -> Dataset:
         """``auto_complex`` is accepted for netCDF4-engine compatibility: refgrid always
         reads HDF5 complex compounds (``r``/``i`` members) as complex numbers.
@@ -65,12 +67,16 @@ class RefgridBackendEntrypoint(BackendEntrypoint):
         per file), and every local read after it (the file read still the one checked), so
         a changed source is an error rather than other data; ``"strict"`` also notices a
         local rewrite whose modification time was put back (the change time, from the
-        first read on; a ``chmod`` counts as a change)."""
+        first read on; a ``chmod`` counts as a change). ``on_error``: as
+        :func:`refgrid.scan` takes it — ``"report"`` leaves out a variable refgrid cannot
+        read (``refgrid.scan(x, on_error="report").report`` says why) rather than failing
+        the open. ``drop_variables`` are left unscanned, so a variable refgrid cannot read
+        stops nothing once dropped."""
         from refgrid.read.dataset import OpenArgs, open_groups
 
         args = OpenArgs(drop_variables, group, storage_options, mask_and_scale, decode_times,
                         decode_timedelta, use_cftime, concat_characters, decode_coords,
-                        allowed_sources, verify_sources)
+                        allowed_sources, verify_sources, on_error)
         return open_groups(filename_or_obj, args, subgroups=False)["/"]
 
     def open_groups_as_dict(  # type: ignore[override]

@@ -29,7 +29,7 @@ from refgrid.core.sources import SourceCheck, Verify, source_check
 from refgrid.errors import ArgumentError, FormatError, GroupError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.read.array import Reader
-from refgrid.scanners import Input, scan
+from refgrid.scanners import Input, OnError, ScanOptions, scan_with
 
 
 class RefgridBackendArray(BackendArray):
@@ -117,20 +117,30 @@ class OpenArgs(NamedTuple):
     decode_coords: bool = True
     allowed_sources: Sequence[str] | None = None
     verify_sources: Verify = True
+    on_error: OnError = "raise"
 
     def decoding(self) -> dict[str, Any]:
         return {k: v for k, v in self._asdict().items() if k not in DATASET_ARGS}
 
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        """The paths of ``drop_variables``, which are named in ``group``."""
+        names = [self.drop_variables] if isinstance(self.drop_variables, str) else \
+            list(self.drop_variables or ())
+        base = self.group.strip("/") if isinstance(self.group, str) else ""
+        return tuple(f"{base}/{n}".strip("/") if isinstance(n, str) else n for n in names)
+
 
 DATASET_ARGS = frozenset({"drop_variables", "group", "storage_options", "allowed_sources",
-                          "verify_sources"})
+                          "verify_sources", "on_error"})
 
 
 def open_groups(source: Input, args: OpenArgs, subgroups: bool) -> dict[str, Dataset]:
     """The Dataset of ``args.group`` (key ``/``) and, with ``subgroups``, of every group
-    below it (``/sub``, ...), from one scan of ``source``."""
-    options: dict[str, Any] = args.storage_options or {}  # scan's **storage_options: untyped
-    scanned = scan(source, allowed_sources=args.allowed_sources, **options)
+    below it (``/sub``, ...), from one scan of ``source``, the variables ``drop_variables``
+    names in ``group`` left unscanned (as xarray's, names it does not hold are no error)."""
+    options = ScanOptions(on_error=args.on_error, dropped=args.dropped)
+    scanned = scan_with(source, options, args.allowed_sources, args.storage_options or {})
     check = source_check(scanned.sources, args.storage_options, args.verify_sources)
     root = _group(scanned, args.group, source)
     base = args.group.strip("/") if args.group else ""

@@ -121,10 +121,26 @@ def scan(
 
     ``variables``: keep only these variables (paths such as ``"sub/tas"``) and what they are
     read with (their dimensions' coordinates, bounds, auxiliary coordinates, grid mappings);
-    ``drop_variables``: leave these out. A name the input does not hold is an error.
+    ``drop_variables``: leave these out — unscanned, so a variable refgrid cannot read is no
+    error once dropped. A name the input does not hold is an error.
     """
     options = ScanOptions(on_error, inline_threshold, fallback_inline_limit,
-                          contiguous_chunk_bytes, None, data_url)
+                          contiguous_chunk_bytes, None, data_url, tuple(
+                              _names(drop_variables) or ()))
+    group = scan_with(source, options, allowed_sources, storage_options)
+    where = "<references>" if isinstance(source, Mapping) else os.fspath(source)
+    return choose(group, _names(variables), _names(drop_variables), where)
+
+
+def scan_with(source: Input, options: ScanOptions, allowed_sources: Sequence[str] | None,
+              storage_options: Mapping[str, object]) -> VirtualGroup:
+    """What :func:`scan` does before it chooses variables: ``source`` scanned with
+    ``options``, the variables it drops (:attr:`ScanOptions.dropped`) noted in the report as
+    ``dropped`` and never scanned — so a variable refgrid cannot read stops nothing once
+    dropped —, for the caller's :func:`~refgrid.model.choose.choose` to check against the
+    names it was given (each file, or all of a combine's) and take off."""
+    if options.on_error not in ("raise", "report"):
+        raise ArgumentError(f"on_error must be 'raise' or 'report', not {options.on_error!r}")
     if not isinstance(source, Mapping | str | os.PathLike):
         raise ArgumentError(f"refgrid reads a path, a URL or a dict of references, not a "
                             f"{type(source).__name__}")
@@ -151,7 +167,7 @@ def scan(
             None if isinstance(source, Mapping) else where)
         if kind in REFERENCE_FORMATS and prefixes is not None:
             group = check_sources(group, prefixes, where)
-        return choose(group, _names(variables), _names(drop_variables), where)
+        return group
     except (ModelError, GridError) as e:  # name the input they came from
         raise FormatError(where, None, str(e)) from e
     except RefgridError:
@@ -253,4 +269,4 @@ def _exists(url: str, storage_options: StorageOptions) -> bool:
         return True
 
 
-__all__ = ["Format", "Input", "OnError", "ScanOptions", "detect_format", "scan"]
+__all__ = ["Format", "Input", "OnError", "ScanOptions", "detect_format", "scan", "scan_with"]

@@ -11,9 +11,11 @@ What the document describes maps onto what the HDF5 scanner builds:
 
 - DAP4 atomic types (``byteOrder="BE"``: big-endian types, as HDF4 stores everything),
   ``Char`` as one-byte strings, enumerations as their base type, fixed-length strings
-  (``dmrpp:FixedLengthStringArray``) as bytes (space-padded ones through ``refgrid.spacepad``,
-  read as HDF5 reads them); variable-length strings held in the document
-  (``dmrpp:compact``, ``dmrpp:vlsa``) inlined;
+  (``dmrpp:FixedLengthStringArray``; in older documents, strings whose chunks show a fixed
+  length) as bytes, read as HDF5 reads them (C strings through ``refgrid.nullterm``,
+  space-padded ones through ``refgrid.spacepad``, padding unknown through
+  ``refgrid.anypad``); variable-length strings held in the document (``dmrpp:compact``,
+  ``dmrpp:vlsa``) inlined;
 - shared dimensions (``<Dimension>``) by name, anonymous ones (``<Dim size>``) as netCDF-C's
   ``phony_dim_N``;
 - layouts: chunked (chunks absent from the index read as the fill value), contiguous (one
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import math
 import posixpath
 import re
@@ -49,12 +52,18 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from refgrid.codecs.filters import CodecJSON, UnsupportedFilter, bytes_codec, hdf5_pipeline
+from refgrid.codecs.filters import (
+    CodecJSON,
+    UnsupportedFilter,
+    bytes_codec,
+    hdf5_pipeline,
+    string_codecs,
+)
 from refgrid.core.dtypes import STRING, recast_fill, storable
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.typed import Attributes
 from refgrid.core.util import import_extra
-from refgrid.errors import AccessError, FormatError, NotFoundError, ScanError
+from refgrid.errors import AccessError, FormatError, ModelError, NotFoundError, ScanError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
 from refgrid.model.manifest import MISSING, ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
@@ -67,6 +76,8 @@ from refgrid.scanners.source import HEAD_BLOCK, Source
 
 if TYPE_CHECKING:
     from xml.etree.ElementTree import Element
+
+    from refgrid.codecs.filters import StringPad
 
 DAP4 = ("http://xml.opendap.org/ns/DAP/4.0#", "https://xml.opendap.org/ns/DAP/4.0#")
 DMRPP = ("http://xml.opendap.org/dap/dmrpp/1.0.0#", "https://xml.opendap.org/dap/dmrpp/1.0.0#")
@@ -82,6 +93,13 @@ ATOMIC = {"Byte": "u1", "UInt8": "u1", "Int8": "i1", "Int16": "i2", "UInt16": "u
           "Float64": "f8", "Char": "S1"}
 """DAP4 atomic types → numpy (byte order from the storage's ``byteOrder``)."""
 TEXT = frozenset({"String", "URL"})
+STRING_PADS: dict[str, StringPad] = {"null_term": "nullterm", "null_pad": "nullpad",
+                                     "space_pad": "spacepad"}
+"""``FixedLengthStringArray``'s ``pad`` → HDF5's string paddings (another: unknown)."""
+HEAP_REFERENCE_SIZES = frozenset({10, 12, 16, 24})
+"""Bytes an element of variable-length strings takes in a chunk (a reference into the file's
+heap: its length, 4 bytes, the heap collection's address, 2, 4, 8 or 16 bytes, the object's
+index, 4)."""
 UNSUPPORTED = {"Sequence": "DAP4 Sequence", "Opaque": "DAP4 Opaque"}
 VARIABLES = frozenset({*ATOMIC, *TEXT, "Enum", "Structure", *UNSUPPORTED})
 """The elements that are variables."""
@@ -226,6 +244,11 @@ class _Scan:
             where = f"{path}/{name}".lstrip("/")
             if tag == "Group":
                 groups[name] = self.group(child, f"{path}/{name}")
+            elif tag in VARIABLES and self.options.drops(where):
+                with contextlib.suppress(FormatError):  # unscanned, its axes named all the
+                    self.dimensions(child, path, where)  # same (see ScanOptions.dropped)
+                self.report.append(ReportEntry(self.source.url, where, "dropped",
+                                               "drop_variables"))
             elif tag in VARIABLES:
                 try:
                     arrays[name] = self.array(child, tag, name, path, where)
@@ -235,6 +258,10 @@ class _Scan:
                     if self.options.on_error == "raise":
                         raise
                     self._problem(where, e.reason)
+                except ModelError as e:  # (what the model cannot hold: named, for it alone)
+                    if self.options.on_error == "raise":
+                        raise FormatError(self.source.url, where, str(e)) from e
+                    self._problem(where, str(e))
         return VirtualGroup(self.attributes(element, path or "/"), arrays, groups)
 
     def _problem(self, where: str, reason: str) -> None:
@@ -437,28 +464,14 @@ class _Scan:
 
     def text(self, storage: dict[str, Element], name: str, dims: tuple[str, ...],
              shape: tuple[int, ...], attrs: Attributes, where: str) -> VirtualArray:
-        """Strings: fixed-length ones as bytes (as h5py reads them), variable-length ones
-        the document holds inlined as Zarr strings; others refused by name."""
+        """Strings: fixed-length ones as bytes, read as h5py reads them — their length and
+        padding as ``dmrpp:FixedLengthStringArray`` gives them, or, where the document does
+        not say (Hyrax's older ones), the length the chunks' sizes show and any padding —
+        and variable-length ones the document holds inlined as Zarr strings; others refused
+        by name."""
         fixed = storage.get("FixedLengthStringArray")
         chunks = storage.get("chunks")
-        if fixed is not None:
-            length = _count(fixed.get("string_length"), self.source.url, where)
-            dtype = np.dtype(f"S{max(1, length)}")
-            fill, exact = _fill(chunks, attrs, dtype, self.source.url, where)
-            # space-padded: read as HDF5 reads them, the padding as NULs
-            padded: tuple[CodecJSON, ...] = ({"name": "refgrid.spacepad", "configuration": {
-                "length": dtype.itemsize}},) if fixed.get("pad") == "space_pad" else ()
-            if "compact" in storage:
-                held = _inline(name, dims, dtype, shape, self.held(storage, dtype, shape, where),
-                               fill, attrs)
-                return replace(held, codecs=(*held.codecs, *padded))
-            if chunks is None:
-                raise _Skip("no storage is described (no dmrpp:chunks or compact values)")
-            codecs = self.codecs(chunks, dtype)
-            return _filled_exactly(self.stored(chunks, name, dims, shape, dtype, fill,
-                                               (codecs[0], *padded, *codecs[1:]), attrs, where),
-                                   exact)
-        if "compact" in storage or "vlsa" in storage:
+        if fixed is None and ("compact" in storage or "vlsa" in storage):
             values = self.strings(storage, shape, where)
             import numcodecs
 
@@ -468,8 +481,63 @@ class _Scan:
                 np.array(values, dtype=object))))
             return VirtualArray(name, dims, STRING, grid, built.build(), "",
                                 ({"name": "vlen-utf8"},), attrs)
-        raise _Skip("variable-length strings stored in the data file (their heap) are not "
-                    "described by the document")
+        if fixed is not None:
+            length = _count(fixed.get("string_length"), self.source.url, where)
+            pad = STRING_PADS.get(fixed.get("pad", ""), "unknown")
+        elif chunks is not None:
+            length, pad = self.string_length(chunks, shape, where), "unknown"
+        else:
+            raise _Skip("no storage is described (no dmrpp:chunks, compact or vlsa values)")
+        dtype = np.dtype(f"S{max(1, length)}")
+        fill, exact = _fill(chunks, attrs, dtype, self.source.url, where)
+        padded = string_codecs(dtype.itemsize, {pad: [(0, dtype.itemsize)]})
+        if "compact" in storage:
+            held = _inline(name, dims, dtype, shape, self.held(storage, dtype, shape, where),
+                           fill, attrs)
+            return replace(held, codecs=(*held.codecs, *padded))
+        if chunks is None:
+            raise _Skip("no storage is described (no dmrpp:chunks or compact values)")
+        codecs = self.codecs(chunks, dtype)
+        return _filled_exactly(self.stored(chunks, name, dims, shape, dtype, fill,
+                                           (codecs[0], *padded, *codecs[1:]), attrs, where),
+                               exact)
+
+    def string_length(self, chunks: Element, shape: tuple[int, ...], where: str) -> int:
+        """The length of strings a document describes without saying whether they are
+        fixed-length (Hyrax's older documents): the bytes an element takes in every stored
+        chunk, where those are a whole number and not what a reference into the file's heap
+        takes (variable-length strings, which the document does not hold); with no chunk
+        stored, the fill value's (every element reads as it)."""
+        if chunks.get("compressionType"):
+            raise _Skip("strings stored compressed, whose chunk sizes cannot tell "
+                        "fixed-length strings from references into the data file's heap "
+                        "(variable-length strings, which the document does not hold)")
+        sizes = next((c for c in chunks if _local(c.tag) == "chunkDimensionSizes"), None)
+        pieces = [self._extent(c, where)[1] for c in chunks
+                  if _local(c.tag) in ("chunk", "block")]
+        if not pieces:
+            text = chunks.get("fillValue")
+            if text is None or text == "unsupported-string":
+                raise _Skip("strings with no chunk stored and no fill value: nothing tells "
+                            "what they read as")
+            return len(text.encode())
+        if sizes is not None:
+            elements = math.prod(_count(t, self.source.url, where)
+                                 for t in (sizes.text or "").split())
+        else:
+            elements, pieces = math.prod(shape), [sum(pieces)]
+        if not elements:
+            return 1
+        if any(n % elements for n in pieces) or len({n // elements for n in pieces}) != 1:
+            raise _Skip(f"strings whose chunks ({', '.join(map(str, pieces[:4]))} bytes) hold "
+                        f"no one whole number of bytes for each of their {elements} elements")
+        length = pieces[0] // elements
+        if length in HEAP_REFERENCE_SIZES:
+            raise _Skip(f"strings of {length} bytes an element: fixed-length ones, or "
+                        "references into the data file's heap to variable-length ones the "
+                        f"document does not hold ({length} bytes with {length - 8}-byte "
+                        "addresses) — it does not say which")
+        return length
 
     def strings(self, storage: dict[str, Element], shape: tuple[int, ...],
                 where: str) -> list[str]:
@@ -642,7 +710,21 @@ def _attribute(element: Element) -> object:
         return values[0] if len(values) == 1 else values
     if kind not in ATOMIC or kind == "Char":
         raise ValueError(f"attributes of type {kind or 'none'} are not kept")
-    return np.array(values, dtype=ATOMIC[kind])
+    return _numbers(values, np.dtype(ATOMIC[kind]))
+
+
+def _numbers(texts: list[str], dtype: np.dtype) -> np.ndarray:
+    """Numbers the document prints, as ``dtype``; one the type cannot hold (out of its
+    range, a fraction or text for an integer) is a ``ValueError``, never another number."""
+    try:
+        with np.errstate(all="raise"):
+            values = np.array([t.strip() for t in texts]).astype(dtype)
+    except (FloatingPointError, OverflowError) as e:
+        raise ValueError(f"{' '.join(texts)[:60]!r} is out of the range of {dtype}") from e
+    if dtype.kind == "f" and any(np.isinf(v) and "inf" not in t.lower()
+                                 for v, t in zip(values, texts, strict=True)):
+        raise ValueError(f"{' '.join(texts)[:60]!r} is out of the range of {dtype}")
+    return values
 
 
 def _local(tag: str) -> str:
@@ -668,32 +750,70 @@ def _filled_exactly(array: VirtualArray, exact: bool) -> VirtualArray:
     document does not give exactly (refused: they would read as another number)."""
     if not exact and bool(np.any(array.manifest.path_id == MISSING)):
         raise _Skip("chunks the index lacks read as its fill value, which the document gives "
-                    "only to 6 digits or not at all (no _FillValue)")
+                    "only to 6 digits or not at all (no fillValue, no _FillValue of one value)")
     return array
 
 
 def _fill(chunks: Element | None, attrs: Attributes, dtype: np.dtype, url: str,
           where: str) -> tuple[object, bool]:
-    """The value absent chunks read as, and whether it is exactly the file's: the variable's
-    ``_FillValue`` (exact), else the storage's ``fillValue`` — which Hyrax prints to 6
-    significant digits, so a longer float is exact only where it is a value such printing
-    names (netCDF's default fills, a type's extremes) — else zero, not known to be the
-    file's (a netCDF-4 file's is netCDF's default)."""
+    """The value absent chunks read as, and whether it is exactly the file's: the storage's
+    ``fillValue`` (HDF5's fill value, which h5py and netCDF-C read there) — which Hyrax
+    prints to 6 significant digits, so a longer float is exact only where it is a value
+    such printing names (netCDF's default fills, a type's extremes) or where the variable's
+    ``_FillValue``, one value of its type, prints as it (netCDF-C makes them one) —; with no
+    ``fillValue``, that ``_FillValue`` (exact); else zero, not known to be the file's (a
+    netCDF-4 file's is netCDF's default). A ``_FillValue`` of other shapes (none, or two
+    values) is an attribute only, as netCDF4 and h5py show it."""
     text = chunks.get("fillValue") if chunks is not None else None
     try:
         if dtype.kind == "S":
-            known = text is not None and text != "unsupported-string"
-            return (str(text).encode() if known else b""), known or "_FillValue" in attrs
-        if "_FillValue" in attrs and dtype.fields is None:
-            return np.asarray(attrs["_FillValue"]).astype(dtype.newbyteorder("="))[()], True
-        if text is None:
-            return (np.zeros((), dtype)[()] if dtype.fields is not None else
-                    np.zeros((), dtype.newbyteorder("="))[()]), False
+            return _text_fill(text, attrs.get("_FillValue"), dtype)
         if dtype.fields is not None:  # a record: its members' values in turn, flattened
-            return _record_fill(text.split(), dtype)
-        return _number(text, dtype.newbyteorder("="))
+            return _record_fill(text.split(), dtype) if text is not None else \
+                (np.zeros((), dtype)[()], False)
+        native = dtype.newbyteorder("=")
+        declared = _one_value(attrs.get("_FillValue"), native)
+        if text is None:
+            return (declared, True) if declared is not None else (np.zeros((), native)[()],
+                                                                  False)
+        printed, exact = _number(text, native)
+        if declared is not None and not exact and _printed(declared) == _printed(printed):
+            return declared, True
+        return printed, exact
     except (ValueError, OverflowError, TypeError) as e:
         raise FormatError(url, where, f"fill value {text!r} is not a {dtype}: {e}") from e
+
+
+def _text_fill(text: str | None, declared: object, dtype: np.dtype) -> tuple[bytes, bool]:
+    """The fill value of fixed-length strings: the printed one, else a ``_FillValue`` that
+    is one string; at most the strings' length."""
+    if text is not None and text != "unsupported-string":
+        value, exact = text.encode(), True
+    elif isinstance(declared, str):
+        value, exact = declared.encode(), True
+    else:
+        return b"", False
+    if len(value) > dtype.itemsize:
+        raise ValueError(f"{len(value)} bytes where the strings hold {dtype.itemsize}")
+    return value, exact
+
+
+def _one_value(value: object, dtype: np.dtype) -> np.number | None:
+    """``value`` as a scalar of ``dtype`` where it is one number that type holds exactly,
+    else None (no value, several, text, or one the type would change)."""
+    array = np.asarray(value) if value is not None else np.zeros(0)
+    if array.size != 1 or array.dtype.kind not in "iuf":
+        return None
+    one = array.reshape(-1)[0]
+    with np.errstate(all="ignore"):
+        cast = np.array([one]).astype(dtype)[0]
+    same = cast == one or (dtype.kind == "f" and np.isnan(cast) and np.isnan(one))
+    return cast if same else None
+
+
+def _printed(value: str | float | np.number) -> str:
+    """A number as Hyrax prints a fill value."""
+    return f"{float(value):.{PRINTED_DIGITS}g}"
 
 
 PRINTED_DIGITS = 6
@@ -704,20 +824,20 @@ NETCDF_FILLS = {"i1": -127, "u1": 255, "i2": -32767, "u2": 65535, "i4": -2147483
 """netCDF's default fill values (``NC_FILL_*``)."""
 
 
-def _number(text: str, dtype: np.dtype) -> tuple[object, bool]:
+def _number(text: str, dtype: np.dtype) -> tuple[np.number, bool]:
     """A number the document prints, and whether it is exactly the value it was printed
     from (see :func:`_fill`)."""
-    value = np.asarray(text.strip()).astype(dtype)[()]
+    value = _numbers([text], dtype)[0]
     digits = len(text.strip().lstrip("+-").split("e")[0].split("E")[0].replace(".", "")
                  .lstrip("0"))
     if digits < PRINTED_DIGITS:
         return value, True
-    shown = f"{float(text):.{PRINTED_DIGITS}g}"
+    shown = _printed(text)
     extremes = (np.finfo(dtype).max, -np.finfo(dtype).max) if dtype.kind == "f" else \
         (np.iinfo(dtype).max, np.iinfo(dtype).min)
     for candidate in (NETCDF_FILLS.get(dtype.str[1:]), *extremes):
-        if candidate is not None and f"{float(candidate):.{PRINTED_DIGITS}g}" == shown:
-            return np.asarray(candidate).astype(dtype)[()], True
+        if candidate is not None and _printed(candidate) == shown:
+            return np.array([candidate]).astype(dtype)[0], True
     return value, dtype.kind in "iu" and "e" not in text.lower()
 
 

@@ -1,15 +1,18 @@
 """HDF5 and NetCDF4 files → :class:`~refgrid.model.virtual.VirtualGroup`, through h5py.
 
 Chunk positions come from ``DatasetID.chunk_iter`` (one pass over the chunk index, any index
-type). What cannot be a byte-range reference is inlined and reported: compact layouts, chunks
-that HDF5 stored with a filter skipped (``filter_mask``), variable-length data, and data behind
-filters without a Zarr codec (decoded through h5py). NetCDF semantics are applied on top:
-dimension names from dimension scales (or netCDF-C style phony names), hidden bookkeeping
-attributes, and variables shorter than their unlimited dimension padded with fill values.
+type). What cannot be a byte-range reference is inlined and reported: compact layouts,
+chunks that HDF5 stored with a filter skipped (``filter_mask``), variable-length data, and
+data behind filters without a Zarr codec (decoded through h5py). Fixed-length strings read
+as HDF5 reads them, through string codecs (C strings end at their NUL, space-padded ones
+lose the spaces). NetCDF semantics are applied on top: dimension names from dimension scales
+(or netCDF-C style phony names), hidden bookkeeping attributes, and variables shorter than
+their unlimited dimension padded with fill values.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Callable, Iterable
@@ -23,7 +26,14 @@ import hdf5plugin  # noqa: F401  (registers plugin filters with h5py for decoded
 import numcodecs
 import numpy as np
 
-from refgrid.codecs.filters import CodecJSON, UnsupportedFilter, bytes_codec, hdf5_pipeline
+from refgrid.codecs.filters import (
+    CodecJSON,
+    StringPad,
+    UnsupportedFilter,
+    bytes_codec,
+    hdf5_pipeline,
+    string_codecs,
+)
 from refgrid.codecs.pipeline import decode_chunk, encode_chunk
 from refgrid.core.dtypes import (
     ENCODING_ATTR,
@@ -125,6 +135,9 @@ class _FileScan:
                     unlimited.append(name)
                 if isinstance(obj, h5py.Dataset) and not _is_hidden_dimension(obj):
                     shown = name.removeprefix(NON_COORD_PREFIX)  # netCDF-C's rename, undone
+                    if self.options.drops(f"{path}/{shown}".lstrip("/")):
+                        self._dropped(obj, shown, f"{path}/{shown}".lstrip("/"))
+                        continue
                     arrays[shown] = self.array(obj, shown, where)
             except _Skip as e:
                 self.report.append(ReportEntry(self.source.url, where, "skipped", str(e)))
@@ -149,6 +162,15 @@ class _FileScan:
         if self.options.on_error == "raise":
             raise ScanError(self.source.url, where, reason)
         self.report.append(ReportEntry(self.source.url, where, "skipped", reason))
+
+    def _dropped(self, d: h5py.Dataset, name: str, where: str) -> None:
+        """A variable ``drop_variables`` names: noted, not scanned — but its unnamed axes
+        still named, so the other variables' phony dimensions are named as netCDF-C names
+        them (a dimension list it cannot read names none)."""
+        with contextlib.suppress(Exception):  # (damage there is no one's concern: dropped)
+            if d.shape is not None:
+                self.dimensions(d, name)
+        self.report.append(ReportEntry(self.source.url, where, "dropped", "drop_variables"))
 
     # -- dimensions -----------------------------------------------------------------------
 
@@ -239,7 +261,7 @@ class _FileScan:
             dtype = np.dtype(dtype.str)
         attrs[ENCODING_ATTR] = encoding
         if d.shape is None:  # null dataspace: no elements at all, a zero-size array
-            dtype = storable(dtype)[0] if vlen is None else STRING
+            dtype = storable(_bare(dtype))[0] if vlen is None else STRING
             codec = bytes_codec(dtype) if vlen is None else {"name": "vlen-utf8"}
             return VirtualArray(name, (self.phony.name(0, []),), dtype,
                                 RectilinearGrid.regular([0], [1]), ChunkManifest.empty((0,)),
@@ -250,7 +272,7 @@ class _FileScan:
         if dtype.subdtype is not None:  # H5T_ARRAY: each element an array of its own
             raw = self._fixed(d, name, where, dims, np.dtype(f"V{dtype.itemsize}"), attrs)
             return self._subarray(_pad(raw, dim_lengths, d), *dtype.subdtype)
-        stored, extra = storable(dtype)
+        stored, extra = storable(_bare(dtype))
         if extra:
             self.report.append(ReportEntry(self.source.url, where, "encoded",
                                            f"compound type {dtype} is stored as raw bytes; the "
@@ -264,15 +286,12 @@ class _FileScan:
         layout = dcpl.get_layout()
         fill = _fill_value(d, dtype)
         shape = d.shape
-        base = (bytes_codec(dtype),)
+        strings = string_codecs(dtype.itemsize, _string_places(d.id.get_type()))
+        base = (bytes_codec(dtype), *strings)
         if layout == h5py.h5d.VIRTUAL:
             raise _Skip("virtual datasets (VDS) are not supported")
         if dcpl.get_external_count():
             raise _Skip("data in external raw files is not supported")
-        if dtype.kind == "S" and d.id.get_type().get_class() == h5py.h5t.STRING and \
-                d.id.get_type().get_strpad() == h5py.h5t.STR_SPACEPAD:
-            return self._decoded_fallback(d, name, where, dims, dtype, fill, attrs,
-                                          "space-padded strings (read stripped, as HDF5 does)")
         if layout == h5py.h5d.COMPACT:
             grid = RectilinearGrid.regular(shape, _one_chunk(shape))
             data = d[()] if d.size else np.zeros(shape, dtype)
@@ -282,7 +301,8 @@ class _FileScan:
             return self._contiguous(d, name, dims, dtype, fill, base, attrs)
         try:
             filters = [dcpl.get_filter(i)[::2] for i in range(dcpl.get_nfilters())]
-            codecs = tuple(hdf5_pipeline([f[:2] for f in filters], dtype))
+            head, *compressors = hdf5_pipeline([f[:2] for f in filters], dtype)
+            codecs = (head, *strings, *compressors)
         except UnsupportedFilter as e:
             return self._decoded_fallback(d, name, where, dims, dtype, fill, attrs, str(e))
         grid = RectilinearGrid.regular(shape, d.chunks)
@@ -526,6 +546,49 @@ def _holds(dtype: np.dtype, test: Callable[[np.dtype], object]) -> bool:
     if dtype.fields is None:
         return dtype.subdtype is not None and bool(test(dtype.subdtype[0]))
     return any(bool(test(f[0])) or _holds(f[0], test) for f in dtype.fields.values())
+
+
+STRING_PADS: dict[int, StringPad] = {h5py.h5t.STR_NULLTERM: "nullterm",
+                                     h5py.h5t.STR_NULLPAD: "nullpad",
+                                     h5py.h5t.STR_SPACEPAD: "spacepad"}
+
+
+def _string_places(tid: h5py.h5t.TypeID, offset: int = 0
+                   ) -> dict[StringPad, list[tuple[int, int]]]:
+    """Where an HDF5 type's fixed-length strings lie in each element — the type itself, a
+    compound's members, an array type's elements, nested — by their padding: the bytes
+    after a C string's NUL and a space-padded string's trailing spaces are not what HDF5
+    reads (:func:`~refgrid.codecs.filters.string_codecs`)."""
+    places: dict[StringPad, list[tuple[int, int]]] = {}
+    kind = tid.get_class()
+    if kind == h5py.h5t.STRING and not tid.is_variable_str():
+        places[STRING_PADS.get(tid.get_strpad(), "unknown")] = [(offset, tid.get_size())]
+    elif kind == h5py.h5t.COMPOUND:
+        for k in range(tid.get_nmembers()):
+            member = _string_places(tid.get_member_type(k), offset + tid.get_member_offset(k))
+            for pad, found in member.items():
+                places.setdefault(pad, []).extend(found)
+    elif kind == h5py.h5t.ARRAY:
+        base = tid.get_super()
+        element = _string_places(base)
+        size = base.get_size()
+        for k in range(math.prod(tid.get_array_dims())):
+            for pad, found in element.items():
+                places.setdefault(pad, []).extend((offset + k * size + o, n) for o, n in found)
+    return places
+
+
+def _bare(dtype: np.dtype) -> np.dtype:
+    """``dtype`` without the metadata h5py gives its members (a string's encoding, an
+    enum's members), which numpy's record descriptions cannot hold and warn about."""
+    if dtype.fields is not None and dtype.names is not None:
+        return np.dtype({"names": list(dtype.names),
+                         "formats": [_bare(dtype.fields[n][0]) for n in dtype.names],
+                         "offsets": [dtype.fields[n][1] for n in dtype.names],
+                         "itemsize": dtype.itemsize})
+    if dtype.subdtype is not None:
+        return np.dtype((_bare(dtype.subdtype[0]), dtype.subdtype[1]))
+    return np.dtype(dtype.str) if dtype.metadata else dtype
 
 
 def _fill_value(d: h5py.Dataset, dtype: np.dtype) -> Fill:

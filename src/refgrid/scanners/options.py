@@ -29,3 +29,14 @@ class ScanOptions:
     """DMR++ input: where the granule is, where the document names it by a relative path or
     Hyrax's placeholder (a URL, or a template whose ``{name}`` is the document's name
     without ``.dmrpp``); default: the file beside the document."""
+    dropped: tuple[str, ...] = ()
+    """Variables and groups (paths) not scanned — ``drop_variables`` —, each variable noted
+    in the report as ``dropped`` (for :func:`~refgrid.model.choose.choose` to check its
+    name and take the note off). The HDF5 and DMR++ scanners still name a dropped
+    variable's unnamed dimensions, so the others' ``phony_dim_N`` stay as netCDF-C names
+    them; other formats drop after reading their (cheap) metadata."""
+
+    def drops(self, path: str) -> bool:
+        """Whether ``path`` is dropped: named, or in a group named."""
+        return any(isinstance(n, str) and n.strip("/") and (  # (others: choose refuses them)
+            path == n.strip("/") or path.startswith(n.strip("/") + "/")) for n in self.dropped)
