@@ -106,7 +106,8 @@ def test_serve_without_allow_source_says_which_datasets_answer_403_and_the_flag(
     finally:
         process.kill()
     assert status == 403 and "--allow-source" in body, body
-    assert "(1 of the first 200 checked cannot be served: they answer 403)" in err, err
+    assert "(1 of the first 200 checked cannot be served: the index says why)" in err, err
+    assert "january answers 403: " in err, err  # (each with the status it answers)
     assert "allow them with --allow-source PREFIX" in err, err
 
 

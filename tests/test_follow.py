@@ -12,6 +12,7 @@ import os
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.error import HTTPError
 
 import pytest
@@ -22,6 +23,7 @@ from servers import start_refgrid_serve
 
 pytest.importorskip("aiohttp")
 
+from refgrid import VirtualGroup
 from refgrid.errors import ArgumentError
 from refgrid.serve.follow import Follow, seconds
 
@@ -115,16 +117,18 @@ def test_chunks_keep_their_etags_across_appends_and_caches_revalidate(service, a
 
 def test_a_version_that_cannot_be_served_is_said_and_published_again(tmp_path, archive):
     from refgrid.errors import FormatError
+    from refgrid.serve.catalog import stamp_of
     from refgrid.serve.follow import Follower
 
     follower = Follower(Follow("tas", str(archive / "tas_*.nc"), older_than=0,
                                scheduler="synchronous"), tmp_path / "state")
     calls: list[int] = []
 
-    def publish() -> None:
+    def publish() -> SimpleNamespace:  # (a version the catalog would serve, as it says it)
         calls.append(len(calls))
         if len(calls) == 1:
             raise FormatError("tas", None, "cannot be opened (a test's)")
+        return SimpleNamespace(stamp=stamp_of(follower.output), group=VirtualGroup())
 
     follower.on_version = publish
     first = follower.round()

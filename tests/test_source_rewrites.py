@@ -108,6 +108,18 @@ def test_a_file_renamed_over_the_source_with_its_size_and_mtime_is_another_file(
             mapper[:]
 
 
+@pytest.mark.parametrize("how", ["removed", "renamed over"])
+def test_a_descriptor_kept_open_on_a_file_no_longer_there_reads_nothing(refs, how):
+    """The store keeps the file open: once it is removed, or another renamed over it, that
+    descriptor still reads the old file — never served as the source any more."""
+    out, source, b = refs
+    array = zarr.open_array(refgrid.open_store(out), path="v", mode="r")
+    np.testing.assert_array_equal(array[:512], np.arange(512))
+    source.unlink() if how == "removed" else _renamed_over(source, source.read_bytes())
+    with pytest.raises(refgrid.ReadError, match="removed, or another file put in its place"):
+        array[:512]
+
+
 def test_what_the_identity_cannot_see_and_the_strict_check_does(refs):
     """A rewrite in place of the same size with the modification time put back keeps size,
     mtime and inode: invisible to the default check (documented), refused by

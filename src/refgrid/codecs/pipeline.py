@@ -223,7 +223,7 @@ def _unchanged(data: bytes, length: int, places: Places = None) -> bytes:
     return data
 
 
-STRING_CODECS: dict[str, tuple[Callable[[Bytes, int, Places], bytes],
+STRING_CODERS: dict[str, tuple[Callable[[Bytes, int, Places], bytes],
                                Callable[[bytes, int, Places], bytes]]] = {
     "refgrid.spacepad": (spacepad_decode, spacepad_encode),
     "refgrid.nullterm": (nullterm_decode, _unchanged),
@@ -264,9 +264,9 @@ def _byte_codec(codec_json: str) -> ByteCodec:
         size = int(config["elementsize"])
         return ByteCodec(lambda d, n: hdf5_shuffle_decode(d, size),
                          lambda d: hdf5_shuffle_encode(d, size))
-    if name in STRING_CODECS:
+    if name in STRING_CODERS:
         length, places = int(config["length"]), config.get("strings")
-        decode, encode = STRING_CODECS[name]
+        decode, encode = STRING_CODERS[name]
         return ByteCodec(lambda d, n: decode(d, length, places)[:n],
                          lambda d: encode(d, length, places))
     if name == "refgrid.bitshuffle":

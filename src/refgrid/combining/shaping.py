@@ -146,6 +146,7 @@ class FileShape:
         if self.time_from is None:
             return group
         parts = NamePattern.parse(self.time_from).date_parts(url)
+        date = date_of(parts, url, cf.calendar_name(self.calendar))  # (a date it can be)
         own = group.arrays.get(dim)
         along = [node for _, node in group.walk() if isinstance(node, VirtualArray)
                  and dim in node.dims]
@@ -162,7 +163,6 @@ class FileShape:
             raise CombineError(f"{url}: has {' or '.join(map(str, lengths))} steps along "
                                f"{dim!r} and no {dim!r} coordinate: the one date its name "
                                "gives cannot be their time")
-        date = date_of(parts, url, cf.calendar_name(self.calendar))
         raw = _encoded([date], self.units, self.calendar, url)
         coordinate = _inline(dim, raw.dtype, {"units": self.units, "calendar": self.calendar},
                              raw.tobytes(), 1, bytes_codec(raw.dtype), 0)

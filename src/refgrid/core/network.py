@@ -138,27 +138,29 @@ def with_defaults(url: str, storage_options: StorageOptions) -> dict[str, object
 
 
 def remote_info(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, object]:
-    """fsspec's ``info`` of a remote file — but over HTTP, a HEAD that got no answer on any
-    of its attempts (:class:`RequestFailed` without a status: a stalled or unreachable server)
-    is raised as it is, not followed by fsspec's GET, which would wait as long again. A HEAD
-    answered without a size, or with an error status (a server that does not do HEAD), is
-    left to fsspec's ``info``, which asks with a GET."""
+    """fsspec's ``info`` of a remote file — over HTTP asked as fsspec asks it (a HEAD, then
+    a GET where the HEAD gave no size or an answer such as 404 or 405 from a server that does
+    not do HEAD), each request once: a request that failed on every attempt
+    (:class:`RequestFailed`: a stalled or unreachable server, a 5xx) is raised as it is, not
+    asked again by GET, which would wait as long again."""
     if not isinstance(fs, HTTPFileSystem):
         return dict(fs.info(path))
-    try:
-        found = sync(fs.loop, _head, fs, path)
-    except RequestFailed as e:
-        if e.status is None:
+    info: dict[str, object] = {}
+    for policy in ("head", "get"):
+        try:
+            info.update(sync(fs.loop, _asked, fs, path, policy))
+        except RequestFailed:
             raise
-        found = {}
-    except Exception:  # answered, but not as info needs (404, 405, ...): fsspec asks again
-        found = {}
-    if found.get("size") is not None:
-        return {"name": path, "size": None, **found, "type": "file"}  # as fsspec's info
-    return dict(fs.info(path))
+        except Exception as e:  # answered, but not as info needs
+            if policy == "get":
+                raise FileNotFoundError(path) from e  # (as fsspec's info says it)
+            continue
+        if info.get("size") is not None:
+            break
+    return {"name": path, "size": None, **info, "type": "file"}  # (as fsspec's info)
 
 
-async def _head(fs: HTTPFileSystem, path: str) -> dict[str, object]:
+async def _asked(fs: HTTPFileSystem, path: str, policy: str) -> dict[str, object]:
     info: dict[str, object] = await _file_info(fs.encode_url(path), await fs.set_session(),
-                                               size_policy="head", **fs.kwargs)
+                                               size_policy=policy, **fs.kwargs)
     return info

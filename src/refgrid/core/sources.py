@@ -389,6 +389,9 @@ class SourceCheck:
         self.stamps: dict[str, Stamp] = {}
         """Each local source as the first check in this process saw it (kept when checks
         are forgotten: a file put in its place later is another file)."""
+        self.confirmed: dict[str, tuple[object, ...]] = {}
+        """Each local source's ``stat`` as last found to be the recorded version (a read's
+        ``fstat`` that equals it needs no other question)."""
         self.lock = threading.Lock()
 
     def __getstate__(self) -> _CheckState:
@@ -430,9 +433,10 @@ class SourceCheck:
     def confirm(self, url: str, fd: int) -> None:
         """After a read of local ``url`` through ``fd``: the bytes read are the recorded
         version's, or a :class:`ReadError` says what changed."""
-        if url not in self.recorded:
-            return
-        changed = self._difference(url, os.fstat(fd))
+        stat = os.fstat(fd)
+        if self.confirmed.get(url) == self._key(stat) or url not in self.recorded:
+            return  # (every read after the first: one tuple compared)
+        changed = self._difference(url, stat)
         if changed:
             raise ReadError(f"{url}: the source changed while it was read ({changed}); scan "
                             "it again, or pass verify_sources=False to read it anyway")
@@ -460,19 +464,28 @@ class SourceCheck:
             raise ReadError(f"{url}: the source changed since it was scanned ({changed}); "
                             "scan it again, or pass verify_sources=False to read it anyway")
 
+    def _key(self, stat: os.stat_result) -> tuple[object, ...]:
+        return (stat.st_size, stat.st_mtime, stat.st_dev, stat.st_ino, stat.st_nlink > 0,
+                *((stat.st_ctime_ns,) if self.strict else ()))
+
     def _difference(self, url: str, stat: os.stat_result) -> str:
         """How the local file ``stat`` describes differs from the recorded version and
         from the file first seen (``""``: it is the same)."""
         changed = identity_difference(self.recorded[url], stat_identity(stat))
         if changed:
             return changed
+        if not stat.st_nlink:  # (a descriptor kept open on a file no longer there)
+            return "it was removed, or another file put in its place, since it was opened"
         stamp = (stat.st_dev, stat.st_ino, *((stat.st_ctime_ns,) if self.strict else ()))
         with self.lock:
             first = self.stamps.setdefault(url, stamp)
         if first[:2] != stamp[:2]:
             return "another file was put in its place"
-        return "" if first == stamp else "its status changed (ctime: written to, its " \
-            "modification time set back, or its permissions or links changed)"
+        if first != stamp:
+            return "its status changed (ctime: written to, its modification time set " \
+                "back, or its permissions or links changed)"
+        self.confirmed[url] = self._key(stat)
+        return ""
 
 
 _held: dict[str, tuple[bytes, SourceIdentity]] = {}

@@ -384,19 +384,21 @@ def _spec(request: web.Request, params: str,
 
 async def _index(request: web.Request) -> web.Response:
     catalog = request.app[CATALOG]
-    names = catalog.names()
-    entries = [catalog.entries[n] for n in names if n in catalog.entries]
 
-    def describe() -> dict[str, Dataset | Unavailable]:
-        out: dict[str, Dataset | Unavailable] = {}
+    def page() -> str:
+        """The index, made on a worker thread (walking the root, opening datasets and
+        counting their sources read files)."""
+        names = catalog.names()
+        entries = [catalog.entries[n] for n in names if n in catalog.entries]
+        described: dict[str, Dataset | Unavailable] = {}
         for entry in entries[:request.app[SETTINGS].index_details]:
             try:
-                out[entry.name] = catalog.dataset(entry)
+                described[entry.name] = catalog.dataset(entry)
             except RefgridError as e:
-                out[entry.name] = _unavailable(request, e)
-        return out
+                described[entry.name] = _unavailable(request, e)
+        return index_page(entries, described)
 
-    return _html(request, index_page(entries, await in_pool(request, describe)))
+    return _html(request, await in_pool(request, page))
 
 
 async def _dataset_page(request: web.Request, entry: Entry) -> web.Response:
@@ -409,7 +411,8 @@ async def _dataset_page(request: web.Request, entry: Entry) -> web.Response:
     except RefgridError as e:
         unavailable = _unavailable(request, e)
         return _html(request, unavailable_page(entry, unavailable), unavailable.status)
-    return _html(request, dataset_page(dataset, f"{request.scheme}://{request.host}"))
+    return _html(request, await in_pool(request, dataset_page, dataset,  # (its sources
+                                        f"{request.scheme}://{request.host}"))  # counted)
 
 
 def _unavailable(request: web.Request, error: RefgridError) -> Unavailable:
@@ -437,8 +440,8 @@ async def _serve(request: web.Request, dataset: Dataset, view: View, segment: st
         return _metadata(request, dataset, found.text)
     if isinstance(found, Directory):
         return _listing(request, dataset, segment, key, found)
-    size = await in_pool(request, _chunk_bytes, view, found)  # (a page of references, maybe)
-    async with reserved(request, size):  # (until it is sent)
+    size = await waiting(request, in_pool(request, _chunk_bytes, view, found))  # (a page of
+    async with reserved(request, size):  # references, maybe) (held until it is sent)
         data = (await waiting(request, view.aread([found])))[0]
         if data is None:
             raise HttpError(404, f"{dataset.entry.name}/{segment}: chunk {key!r} is absent "
@@ -453,13 +456,15 @@ async def _serve(request: web.Request, dataset: Dataset, view: View, segment: st
 
 
 def _chunk_bytes(view: View, chunk: Chunk) -> int:
-    """The bytes a chunk's body holds: its stored length where the view knows it, else its
-    decoded size (what a view assembling, unpacking or cropping it makes at most)."""
+    """The bytes a chunk's body holds: its stored length where the view knows it, else at
+    most its decoded size (a view assembling, unpacking or cropping it makes values of up
+    to 8 bytes from packed ones)."""
     size = view.size(chunk)
     if size is not None:
         return size
     array = view.arrays[chunk.array]
-    return math.prod(array.grid.encoded_chunk_shape(chunk.coords)) * array.dtype.itemsize
+    return math.prod(array.grid.encoded_chunk_shape(chunk.coords)) * \
+        max(array.dtype.itemsize, 8)
 
 
 # -- responses -------------------------------------------------------------------------------

@@ -36,10 +36,10 @@ from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from refgrid.core.keys import METADATA, REPORT_SUFFIX, ZMETADATA
-from refgrid.core.sources import Verify, source_count
+from refgrid.core.sources import SourceCheck, Verify
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import AccessError, ArgumentError, RefgridError
 from refgrid.model.virtual import VirtualGroup
@@ -63,7 +63,7 @@ class Entry:
     kind: Kind
 
 
-def _stamp(path: Path) -> tuple[int, int, int]:
+def stamp_of(path: Path) -> tuple[int, int, int]:
     """What changes when a dataset's file is rewritten (atomically or in place)."""
     target = path / (ZMETADATA if (path / ZMETADATA).exists() else METADATA) \
         if path.is_dir() else path
@@ -135,6 +135,9 @@ class Followed:
     concat_dim: str
 
 
+V = TypeVar("V", NativeView, RegularView)
+
+
 @dataclass
 class Dataset:
     """One opened dataset: its model and the views made of it so far."""
@@ -159,11 +162,19 @@ class Dataset:
     """The dataset as OPeNDAP describes it (made when first asked for)."""
     checked: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    checks: list[SourceCheck] = field(default_factory=list)
+    """Its views' source checks (read without :attr:`lock`, which a view's making holds:
+    the event loop asks them to check again)."""
 
     def __post_init__(self) -> None:
-        self.native = NativeView(self.group, self.storage_options, self.verify,
-                                 executor=self.executor, inline_reads=False,
-                                 growing=self.growing)
+        self.native = self._made(NativeView(self.group, self.storage_options, self.verify,
+                                            executor=self.executor, inline_reads=False,
+                                            growing=self.growing))
+
+    def _made(self, view: V) -> V:
+        if view.check is not None:
+            self.checks.append(view.check)
+        return view
 
     def close(self) -> None:
         """Give back the files its views hold open (reads under way finish first)."""
@@ -172,10 +183,10 @@ class Dataset:
 
     def recheck_sources(self) -> None:
         """Check each source's identity again at its next read: a long-running service must
-        notice a source rewritten since its first read, not serve its new bytes."""
-        for check in (v.check for v in self._views()):
-            if check is not None:
-                check.forget()
+        notice a source rewritten, replaced or removed since its first read (no system call,
+        no lock a view's making holds: the event loop asks)."""
+        for check in tuple(self.checks):
+            check.forget()
 
     def _views(self) -> list[NativeView | RegularView]:
         """The views made so far (a request may be making another: hence the lock)."""
@@ -186,9 +197,9 @@ class Dataset:
     def unpacked_view(self) -> NativeView:
         with self.lock:
             if self.unpacked is None:
-                self.unpacked = NativeView(self.group, self.storage_options, self.verify,
-                                           unpack=True, executor=self.executor,
-                                           inline_reads=False, growing=self.growing)
+                self.unpacked = self._made(NativeView(
+                    self.group, self.storage_options, self.verify, unpack=True,
+                    executor=self.executor, inline_reads=False, growing=self.growing))
             return self.unpacked
 
     def dap_dataset(self) -> DapDataset:
@@ -203,12 +214,9 @@ class Dataset:
         with self.lock:
             view = self.regular.get(spec)
             if view is None:
-                view = self.regular[spec] = RegularView(self.group, spec,
-                                                        self.storage_options, self.verify,
-                                                        limits=limits,
-                                                        executor=self.executor,
-                                                        inline_reads=False,
-                                                        growing=self.growing)
+                view = self.regular[spec] = self._made(RegularView(
+                    self.group, spec, self.storage_options, self.verify, limits=limits,
+                    executor=self.executor, inline_reads=False, growing=self.growing))
             return view
 
 
@@ -286,15 +294,14 @@ class Catalog:
         for known in opened:
             _close(known)
 
-    def publish(self, name: str) -> int:
+    def publish(self, name: str) -> Dataset:
         """Serve the followed archive ``name`` as its references now are (blocking: its
-        follower calls it when a round has written a version). Requests under way finish on
-        the version they started on. A version that cannot be served raises the
-        :class:`RefgridError` saying why, and the one before it stays served. Returns the
-        number of files the version served holds."""
+        follower calls it when a round has written a version), and return it. Requests
+        under way finish on the version they started on. A version that cannot be served
+        raises the :class:`RefgridError` saying why, and the one before it stays served."""
         followed = self.followed[name]
         entry = Entry(name, followed.path, "parquet")
-        opened = self._open(entry, _stamp(followed.path))
+        opened = self._open(entry, stamp_of(followed.path))
         if isinstance(opened, Refused):
             raise opened.error
         with self.lock:
@@ -302,7 +309,7 @@ class Catalog:
             self.versions[name] = opened
             self.entries[name] = entry
         _close(before)
-        return source_count(opened.group.sources)
+        return opened
 
     def split(self, parts: list[str]) -> tuple[Entry, list[str]] | None:
         """The dataset a URL path (split at ``/``) starts with, and the rest of the path."""
@@ -353,7 +360,7 @@ class Catalog:
         if fresh is not None:
             return fresh
         try:
-            stamp = _stamp(entry.path)
+            stamp = stamp_of(entry.path)
         except OSError:
             with self.lock:
                 _close(self.opened.pop(entry.name, None))
@@ -423,7 +430,7 @@ def _internal_error(name: str, error: Exception) -> RefgridError:
     was logged once, when it happened), naming the bug's type and message."""
     refused = RefgridError(f"{name}: cannot be opened: internal error "
                            f"({type(error).__name__}: {error})")
-    refused.__cause__ = error
+    refused.__cause__ = error.with_traceback(None)  # (logged: its frames go)
     return refused
 
 
@@ -435,6 +442,6 @@ def _close(known: Dataset | Refused | None) -> None:
 
 
 def _served(known: Dataset | Refused) -> Dataset:
-    if isinstance(known, Refused):
-        raise known.error
+    if isinstance(known, Refused):  # (each raise would add its frames to one traceback)
+        raise known.error.with_traceback(None)
     return known

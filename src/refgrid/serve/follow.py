@@ -7,8 +7,8 @@ over the rest into parquet references kept in the service's state directory: new
 files are scanned in worker processes with batch's per-file deadline, and files after the
 archive's end are appended at the cost of what they add (:mod:`refgrid.archive.extend`). When a
 round has written a new version, the follower publishes it (``on_version``: the catalog opens
-it, on the round's thread, and serves NAME from it from then on); nothing reads the references
-while a round writes them. A file that fails is reported in the status and tried again on the
+it, on the round's thread, and serves NAME from it from then on); this service reads no
+references while its round writes them. A file that fails is reported in the status and tried again on the
 next round; it never holds back the others. A restarted service finds its state (the references
 and the batch's work directory) and scans nothing it had scanned. ``POST /NAME/refresh`` (with
 the token given at start-up) runs a round now; ``GET /NAME/status`` tells how the archive
@@ -16,7 +16,9 @@ stands: its ``files`` are those of the version served, never the round's own cou
 
 One process follows an archive's state at a time (an exclusive lock on ``NAME.lock`` in the
 state directory): another service started on the same state serves the versions the first
-one writes, publishing each as it appears, and says so in its status.
+one writes, publishing each as it appears (it may open one while the first writes the next:
+record files an append writes again keep their bytes, and a version caught half written is a
+digest error, published at its next round), and says so in its status.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from refgrid.core.inputs import expand, is_pattern
-from refgrid.core.keys import ZMETADATA
+from refgrid.core.sources import source_count
 from refgrid.core.typed import JSON, JSONObject, StorageOptions
 from refgrid.errors import ArgumentError, RefgridError
+from refgrid.serve.catalog import Dataset, stamp_of
 
 log = logging.getLogger("refgrid.serve")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
@@ -145,22 +148,26 @@ class Follower:
         self.wake = asyncio.Event()
         self.lock = threading.Lock()
         """Held by a round (a refresh during one waits for the next)."""
-        self.on_version: Callable[[], int] | None = None
+        self.on_version: Callable[[], Dataset] | None = None
         """Called on the round's thread when the references hold a version not yet served
-        (a new one, or the one a restarted service finds): the number of files it serves;
-        raises if it cannot be served."""
-        self.served: tuple[int, int] | None = None
-        """The references' stamp (``.zmetadata``'s inode and modification time) served."""
+        (a new one, or the one a restarted service finds): the version now served; raises
+        if it cannot be served."""
+        self.served: tuple[int, int, int] | None = None
+        """The stamp of the references served (:func:`~refgrid.serve.catalog.stamp_of`)."""
         self.lock_file: int | None = None
         """This process's lock on the archive's state, once it holds it."""
         self.owner: str | None = None
         """Who else follows it (another process holds the lock), if anyone."""
+        self.closing = False
+        """The service ends: no round starts, and the lock goes once the one under way ends."""
 
     def round(self) -> Status:
         """List, scan what is new or changed, publish (blocking: run it on a thread). The
         status is replaced whole when the round ends: ``GET /NAME/status`` never shows a
         round half done."""
         with self.lock:
+            if self.closing:
+                return self.status
             status = replace(self.status, rounds=self.status.rounds + 1,
                              last_round=time.time())
             try:
@@ -170,11 +177,15 @@ class Follower:
                 else:
                     if self.served is None:  # a restarted service serves its state first
                         self._publish(status)
-                    if self._round(status) or self._stamp() != self.served:
-                        self._publish(status)
+                    files = self._round(status)
+                    if files is not None or self._stamp() != self.served:
+                        self._publish(status, files)
             except Exception as e:  # a bug, not the archive's: said, and the next round tries
                 log.exception("following %s: the round failed", self.follow.name)
                 status.error = f"the round failed: {type(e).__name__}: {e}"
+            finally:
+                if self.closing:  # (closed while this round wrote: the lock goes now)
+                    self._unlock()
             self.status = status
             return status
 
@@ -200,36 +211,46 @@ class Follower:
         return True
 
     def close(self) -> None:
-        """Let another service follow the archive (the lock is given back)."""
+        """Let another service follow the archive: the lock is given back now, or when the
+        round under way ends (on its daemon thread: the service does not wait for it), so
+        two never write the state at once."""
+        self.closing = True
+        if self.lock.acquire(blocking=False):
+            try:
+                self._unlock()
+            finally:
+                self.lock.release()
+
+    def _unlock(self) -> None:
         if self.lock_file is not None:
             os.close(self.lock_file)
             self.lock_file = None
 
-    def _stamp(self) -> tuple[int, int] | None:
+    def _stamp(self) -> tuple[int, int, int] | None:
         """Which version the references hold now (None: none yet)."""
         try:
-            found = os.stat(self.output / ZMETADATA)
+            return stamp_of(self.output)
         except OSError:
             return None
-        return found.st_ino, found.st_mtime_ns
 
-    def _publish(self, status: Status) -> None:
+    def _publish(self, status: Status, files: int | None = None) -> None:
         """Hand the references as they now are to :attr:`on_version`; one that cannot be
         served is said in the status and handed again after the next round. The status's
-        ``files`` are the version's that is served."""
-        stamp = self._stamp()
-        if self.on_version is None or stamp is None:
+        ``files`` are those of the version served: ``files`` where the round that wrote it
+        counted them, else counted in its sources (a version another service wrote)."""
+        if self.on_version is None or self._stamp() is None:
             return
         try:
-            status.files = self.on_version()
-            self.served = stamp
+            version = self.on_version()
+            status.files = files if files is not None else source_count(version.group.sources)
+            self.served = version.stamp
         except RefgridError as e:
             self.served = None
             status.error = f"the new version cannot be served (the one before it stays " \
                            f"served): {e}"
 
-    def _round(self, status: Status) -> bool:
-        """One round; whether it wrote a new version of the references."""
+    def _round(self, status: Status) -> int | None:
+        """One round; the archive's files if it wrote a new version of the references."""
         from refgrid.archive import batch
 
         try:
@@ -237,13 +258,13 @@ class Follower:
         except RefgridError as e:  # no file yet is no error
             status.error = None if "no file matches" in str(e) else str(e)
             status.waiting = 0
-            return False
+            return None
         settled = status.last_round - self.follow.older_than  # modified before: written
         ready = {url: ident for url, ident in listed.items()
                  if ident is None or float(ident.get("mtime", 0)) <= settled}
         status.waiting = len(listed) - len(ready)
         if not ready:
-            return False
+            return None
         self.output.parent.mkdir(parents=True, exist_ok=True)
         try:
             result = batch(list(ready), self.output, concat_dim=self.follow.concat_dim,
@@ -253,10 +274,11 @@ class Follower:
         except RefgridError as e:
             status.error = str(e)
             log.warning("following %s: %s", self.follow.name, e)
-            return False
+            return None
         status.error = None
         status.failed = [{"url": f.url, "error": f.error, "message": f.message}
                          for f in result.failed]
+        files = result.files - len(result.failed)
         status.update = result.update
         if result.update is not None and not result.update.startswith("unchanged"):
             status.last_update = time.time()
@@ -264,8 +286,8 @@ class Follower:
                          default=None)
             status.lag = None if newest is None else round(status.last_update - newest, 3)
             log.info("following %s: %s", self.follow.name, result.update)
-            return True
-        return False
+            return files
+        return None
 
     async def run(self) -> None:
         """Rounds every ``every`` seconds, or at once when woken (a refresh), until

@@ -91,20 +91,18 @@ def _group(element: ET.Element, group: DapGroup, chosen: Mapping[str, Projection
 
 def netcdf_c_misreads(dataset: DapDataset, paths: Collection[str]) -> list[str]:
     """The attributes of the DMR of the variables at ``paths`` netCDF-C's DAP4 client would
-    read other
-    than they are, each as ``variable.name (why)`` (a group's as ``/group.name``; the root
-    group's are in every DMR): Float32 values its double narrowing changes
+    read other than they are, each as ``variable.name (why)`` (a group's as ``/group.name``;
+    the root group's are in every DMR): Float32 values its double narrowing changes
     (:func:`netcdf_c_float32`) and texts holding characters it garbles
     (:data:`NETCDF_C_GARBLES`)."""
-    chosen = paths
     out = []
     groups = [dataset.root]
     while groups:
         group = groups.pop(0)
-        if group is dataset.root or any(v.path in chosen for v in group.walk()):
+        if group is dataset.root or any(v.path in paths for v in group.walk()):
             out += [f"/{group.path}.{k} ({why})" for k, v in group.attrs.items()
                     if (why := _misread(v)) is not None]
-        out += [f"{v.path}.{k} ({why})" for v in group.variables if v.path in chosen
+        out += [f"{v.path}.{k} ({why})" for v in group.variables if v.path in paths
                 for k, value in v.attrs.items() if (why := _misread(value)) is not None]
         groups += group.groups
     return out

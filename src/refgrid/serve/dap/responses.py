@@ -217,11 +217,12 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
         try:
             first = await anext(pieces)  # (a failure here is still an error status)
         except BaseException:
+            await pieces.aclose()
             share.close()
             raise
-        await response.prepare(request)
-        share.started = True
-        try:
+        try:  # (from here, whatever happens, its pieces close and its share goes back)
+            await response.prepare(request)
+            share.started = True
             await _write(request, response, first[0])
             share.give(first[1])
             async for piece, charge in pieces:
