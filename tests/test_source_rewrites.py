@@ -112,7 +112,7 @@ def test_a_file_renamed_over_the_source_with_its_size_and_mtime_is_another_file(
 def test_a_descriptor_kept_open_on_a_file_no_longer_there_reads_nothing(refs, how):
     """The store keeps the file open: once it is removed, or another renamed over it, that
     descriptor still reads the old file — never served as the source any more."""
-    out, source, b = refs
+    out, source, _ = refs
     array = zarr.open_array(refgrid.open_store(out), path="v", mode="r")
     np.testing.assert_array_equal(array[:512], np.arange(512))
     source.unlink() if how == "removed" else _renamed_over(source, source.read_bytes())

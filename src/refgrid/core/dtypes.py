@@ -179,7 +179,7 @@ def _held(dtype: np.dtype, zdtype: ZarrDType, value: object) -> object:
     """``value`` as zarr's scalar of ``dtype``, where that is the same value (see
     :func:`zarr_fill_value`)."""
     try:
-        if np.ndim(value):  # (zarr would take the first of several)
+        if np.ndim(cast("npt.ArrayLike", value)):  # (zarr would take the first of several)
             raise ValueError("not one value")
         scalar = zdtype.cast_scalar(value)
     except (TypeError, ValueError, OverflowError) as e:
@@ -188,7 +188,7 @@ def _held(dtype: np.dtype, zdtype: ZarrDType, value: object) -> object:
     changed = (dtype.kind in "iu" and number and scalar != value) or \
         (dtype.kind == "b" and number and value not in (0, 1)) or \
         (dtype.kind == "f" and number and bool(np.isinf(scalar)) and
-         not np.isinf(value)) or \
+         not np.isinf(cast(float, value))) or \
         (dtype.kind == "S" and isinstance(value, bytes | str) and
          len(value.encode() if isinstance(value, str) else value.rstrip(b"\0")) >
          dtype.itemsize)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from refgrid.core.util import FrozenPickle
 from refgrid.errors import GridError, ModelError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import INLINE, ChunkManifest, ManifestBuilder
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 INLINE_PIECE = 4096
 """Elements along its first dimension per chunk of an array refgrid stores inline (a concat
@@ -106,7 +109,7 @@ class VirtualArray(Displayed, FrozenPickle):
         if len(self.dims) != self.grid.ndim:
             raise ModelError(f"array {self.name!r}: {len(self.dims)} dimension names "
                              f"{self.dims} for a {self.grid.ndim}-dimensional grid")
-        if self.fill_value is not None and np.ndim(self.fill_value) and \
+        if self.fill_value is not None and np.ndim(cast("ArrayLike", self.fill_value)) and \
                 self.dtype.fields is None and self.dtype.kind != "V":  # (records: a tuple)
             raise ModelError(f"array {self.name!r}: fill value {self.fill_value!r:.80} is not "
                              f"one value of {self.dtype}")

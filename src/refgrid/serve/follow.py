@@ -2,17 +2,17 @@
 
 ``refgrid serve ROOT --follow NAME=PATTERN`` lists PATTERN every ``every`` seconds (local,
 ``s3://`` and ``http(s)://`` listings, as ``refgrid batch`` lists sources), leaves alone the
-files modified less than ``older_than`` seconds ago (still being written), and runs a batch
-over the rest into parquet references kept in the service's state directory: new and changed
-files are scanned in worker processes with batch's per-file deadline, and files after the
-archive's end are appended at the cost of what they add (:mod:`refgrid.archive.extend`). When a
-round has written a new version, the follower publishes it (``on_version``: the catalog opens
-it, on the round's thread, and serves NAME from it from then on); this service reads no
-references while its round writes them. A file that fails is reported in the status and tried again on the
-next round; it never holds back the others. A restarted service finds its state (the references
-and the batch's work directory) and scans nothing it had scanned. ``POST /NAME/refresh`` (with
-the token given at start-up) runs a round now; ``GET /NAME/status`` tells how the archive
-stands: its ``files`` are those of the version served, never the round's own count.
+files modified less than ``older_than`` seconds ago (still being written), and runs a batch over
+the rest into parquet references kept in the service's state directory: new and changed files
+are scanned in worker processes with batch's per-file deadline, and files after the archive's
+end are appended at the cost of what they add (:mod:`refgrid.archive.extend`). When a round has
+written a new version, the follower publishes it (``on_version``: the catalog opens it, on the
+round's thread, and serves NAME from it from then on); this service reads no references while
+its round writes them. A file that fails is reported in the status and tried again on the next
+round; it never holds back the others. A restarted service finds its state (the references and
+the batch's work directory) and scans nothing it had scanned. ``POST /NAME/refresh`` (with the
+token given at start-up) runs a round now; ``GET /NAME/status`` tells how the archive stands:
+its ``files`` are those of the version served, never the round's own count.
 
 One process follows an archive's state at a time (an exclusive lock on ``NAME.lock`` in the
 state directory): another service started on the same state serves the versions the first
