@@ -14,7 +14,7 @@ A combine runs in stages, each a module:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -26,7 +26,8 @@ from refgrid.combining.concat import (
     some,
     with_inline_coordinates,
 )
-from refgrid.combining.shaping import FileShape, data_variables
+from refgrid.combining.shaping import data_variables
+from refgrid.combining.spec import CombineSpec, Missing
 from refgrid.core.inputs import expand_counting
 from refgrid.core.names import Value
 from refgrid.errors import ArgumentError, CombineError
@@ -36,10 +37,6 @@ from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
 Sources = Sequence[VirtualGroup | str | os.PathLike[str]] | str | os.PathLike[str]
 """What :func:`combine` takes: scanned groups, or what the CLI takes — paths, URLs, glob
 patterns and ``@list`` files — scanned here."""
-Missing = Literal["error", "fill"]
-CHOICES = {"overlap": ("error", "allow"), "others": ("identical", "stack"),
-           "codecs": ("error", "recode"), "missing": ("error", "fill")}
-"""The policies' values, checked once at the front."""
 
 
 def combine(
@@ -109,10 +106,22 @@ def combine(
     array's values where one is known without reading (batch workers compute them where
     they scan): arrays whose digests are equal are identical and are not read.
     """
-    policies = {"overlap": overlap, "others": others, "codecs": codecs, "missing": missing}
-    check_policies(policies)
-    shape = FileShape.of(variables, drop_variables, time_from, time_units, calendar,
-                         stack_dim, stack_by)
+    spec = CombineSpec.of(concat_dim, overlap=overlap, others=others, codecs=codecs,
+                          missing=missing, merge=merge, variables=variables,
+                          drop_variables=drop_variables, stack_dim=stack_dim,
+                          stack_by=stack_by, time_from=time_from, time_units=time_units,
+                          calendar=calendar)
+    return combine_with(groups, spec, sources=sources, storage_options=storage_options,
+                        fingerprint=fingerprint)
+
+
+def combine_with(groups: Sources, spec: CombineSpec, *, sources: Sequence[str] | None = None,
+                 storage_options: dict[str, object] | None = None,
+                 fingerprint: Callable[[VirtualArray], str | None] | None = None
+                 ) -> VirtualGroup:
+    """:func:`combine`, its settings one :class:`CombineSpec` (what the CLI and
+    ``serve --follow`` make)."""
+    shape = spec.shape
     scanned, named, report = _scanned(groups, storage_options, shape.drop_variables)
     if not scanned:
         raise CombineError("nothing to combine: no groups given")
@@ -120,24 +129,22 @@ def combine(
         label_of(g, k) for k, g in enumerate(scanned)]
     if len(labels) != len(scanned):
         raise CombineError(f"{len(labels)} source names for {len(scanned)} groups")
-    _check_chosen(shape, scanned)
-    shaped = [shape.shaped(g, lab, concat_dim, storage_options)
+    _check_chosen(spec, scanned)
+    shaped = [shape.shaped(g, lab, spec.concat_dim, storage_options)
               for g, lab in zip(scanned, labels, strict=True)]
-    options = {**policies, "storage_options": storage_options, "fingerprint": fingerprint}
-    parts = partition(shaped, labels, shape, concat_dim, merge)
+    parts = partition(shaped, labels, spec)
     results, values, named_parts = [], [], []
     for value, sets in parts.items():
-        combined = [concatenated(members, names, concat_dim, **options)  # type: ignore[arg-type]
-                    for members, names in sets]
+        combined = [concatenated(members, names, spec, storage_options=storage_options,
+                                 fingerprint=fingerprint) for members, names in sets]
         set_labels = [_files(names) for _, names in sets]
         results.append(combined[0] if len(combined) == 1 else
                        merged_sets(combined, set_labels, storage_options, fingerprint))
         values.append(value)
         named_parts.append(f"{sum(len(names) for _, names in sets)} files")
-    if shape.stack_dim is None:
-        root = results[0]
-    else:
-        root = stack(results, values, shape.stack_dim, named_parts, **options)  # type: ignore[arg-type]
+    root = results[0] if spec.stack_dim is None else stack(
+        results, values, named_parts, spec, storage_options=storage_options,
+        fingerprint=fingerprint)
     return replace(root, report=once_per_variable((*report, *root.report)))
 
 
@@ -165,16 +172,17 @@ def merged_sets(groups: list[VirtualGroup], labels: list[str],
     return merged(groups, labels, storage_options or {}, fingerprint or (lambda a: None))
 
 
-def stack(groups: list[VirtualGroup], values: list[Value], dim: str, labels: list[str], *,
-          storage_options: dict[str, object] | None = None,
-          fingerprint: Callable[[VirtualArray], str | None] | None = None,
-          **policies: str) -> VirtualGroup:
-    """Combined datasets, one per value, stacked along the new dimension ``dim``."""
+def stack(groups: list[VirtualGroup], values: list[Value], labels: list[str],
+          spec: CombineSpec, *, storage_options: dict[str, object] | None = None,
+          fingerprint: Callable[[VirtualArray], str | None] | None = None) -> VirtualGroup:
+    """Combined datasets, one per value, stacked along ``spec``'s new dimension (its
+    members' coordinates must agree: no overlap, no per-member copies)."""
     from refgrid.combining.sets import stacked
 
-    job = Combine(dim, "error", "identical", policies.get("codecs", "error"),
-                  storage_options or {}, fingerprint or (lambda a: None),
-                  missing=policies.get("missing", "error"), stacking=True)
+    dim = spec.stack_dim
+    assert dim is not None  # (a spec that stacks)
+    job = Combine(CombineSpec(dim, codecs=spec.codecs, missing=spec.missing),
+                  storage_options or {}, fingerprint or (lambda a: None), stacking=True)
     return stacked(groups, values, dim, labels, job)
 
 
@@ -182,30 +190,23 @@ Parts = dict[Value | None, list[tuple[list[VirtualGroup], list[str]]]]
 """Files partitioned: by stack value (None: no stacking), then into file sets."""
 
 
-def partition(groups: Sequence[VirtualGroup], labels: Sequence[str], shape: FileShape,
-              dim: str, merge: bool) -> Parts:
+def partition(groups: Sequence[VirtualGroup], labels: Sequence[str],
+              spec: CombineSpec) -> Parts:
     """``groups`` by their value along the stacking dimension (in order of appearance),
     then — merging — into file sets by the data variables they hold."""
     parts: dict[Value | None, dict[frozenset[str], tuple[list[VirtualGroup], list[str]]]] = {}
     for g, lab in zip(groups, labels, strict=True):
-        value = shape.stack_value(g, lab) if shape.stack_dim is not None else None
-        key = data_variables(g, dim) if merge else frozenset()
+        value = spec.shape.stack_value(g, lab) if spec.stack_dim is not None else None
+        key = data_variables(g, spec.concat_dim) if spec.merge else frozenset()
         members, names = parts.setdefault(value, {}).setdefault(key, ([], []))
         members.append(g)
         names.append(lab)
     return {value: list(sets.values()) for value, sets in parts.items()}
 
 
-def check_policies(policies: Mapping[str, str]) -> None:
-    for name, value in policies.items():
-        if value not in CHOICES[name]:
-            raise ArgumentError(f"{name} must be one of "
-                                f"{', '.join(repr(c) for c in CHOICES[name])}, not {value!r}")
-
-
-def _check_chosen(shape: FileShape, groups: Sequence[VirtualGroup]) -> None:
+def _check_chosen(spec: CombineSpec, groups: Sequence[VirtualGroup]) -> None:
     """A chosen name that none of the files holds is a typo, not a choice."""
-    named = [*(shape.variables or ()), *shape.drop_variables]
+    named = [*(spec.shape.variables or ()), *spec.shape.drop_variables]
     if not named:
         return
     held: set[str] = set()
@@ -245,4 +246,5 @@ def _scanned(items: Sources, storage_options: dict[str, object] | None,
             for url in found], list(found), report
 
 
-__all__ = ["combine", "merge", "some", "with_inline_coordinates"]
+__all__ = ["CombineSpec", "combine", "combine_with", "merge", "some",
+           "with_inline_coordinates"]

@@ -32,7 +32,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from refgrid.codecs.filters import CodecJSON, bytes_codec
+from refgrid.codecs.filters import CodecJSON
+from refgrid.combining.arrays import brief, inlined, with_leading_axis
+from refgrid.combining.spec import CombineSpec
 from refgrid.core import cf
 from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, reader_attrs
 from refgrid.core.typed import Attributes, Untyped
@@ -43,11 +45,9 @@ from refgrid.model.virtual import (
     ReportEntry,
     VirtualArray,
     VirtualGroup,
-    in_pieces,
-    piece_length,
     same_value,
 )
-from refgrid.model.zarr_json import DIMENSION_NAMES_ATTR, dimension_names
+from refgrid.model.zarr_json import DIMENSION_NAMES_ATTR
 
 Times = list[cf.TimeEncoding | None]
 """Each file's time encoding of one variable (None: its values are not CF times there)."""
@@ -58,12 +58,14 @@ LEVEL_KEYS = frozenset({"level", "clevel", "complevel"})
 """Codec settings that change how data was compressed, not how it decodes."""
 
 
-def concatenated(groups: Sequence[VirtualGroup], labels: Sequence[str], concat_dim: str, *,
-           overlap: str = "error", others: str = "identical", codecs: str = "error",
-           missing: str = "error", storage_options: dict[str, object] | None = None,
-           fingerprint: Callable[[VirtualArray], str | None] | None = None) -> VirtualGroup:
-    """Files (scanned, named by ``labels``) joined along ``concat_dim``: see the module
-    docstring and :func:`refgrid.combine`, which shapes and partitions files first."""
+def concatenated(groups: Sequence[VirtualGroup], labels: Sequence[str], spec: CombineSpec, *,
+                 storage_options: dict[str, object] | None = None,
+                 fingerprint: Callable[[VirtualArray], str | None] | None = None
+                 ) -> VirtualGroup:
+    """Files (scanned, named by ``labels``) joined along ``spec.concat_dim`` with its
+    policies: see the module docstring and :func:`refgrid.combine`, which shapes and
+    partitions files first."""
+    concat_dim = spec.concat_dim
     if not groups:
         raise CombineError("nothing to combine: no groups given")
     held = [k for k, g in enumerate(groups) if g.arrays or any(
@@ -81,9 +83,8 @@ def concatenated(groups: Sequence[VirtualGroup], labels: Sequence[str], concat_d
         raise CombineError(f"no variable in any of the {len(groups)} files has the dimension "
                            f"{concat_dim!r} to combine along (dimensions: "
                            f"{', '.join(sorted(dims)) or 'none'})")
-    job = Combine(concat_dim, overlap, others, codecs, storage_options or {},
-                  fingerprint or _unknown, missing=missing)
-    if missing == "fill":
+    job = Combine(spec, storage_options or {}, fingerprint or _unknown)
+    if spec.missing == "fill":
         job.lengths = {lab: _extent(g, concat_dim) for g, lab in zip(groups, labels,
                                                                      strict=True)}
     root = job.group(list(groups), list(labels), "")
@@ -114,8 +115,7 @@ def with_inline_coordinates(group: VirtualGroup, concat_dim: str,
     stores it, and so every other variable along ``concat_dim`` whose values are CF times
     (up to :data:`INLINE_TIMES_LIMIT` bytes): batch workers do this where they scan, so that
     combining their records — re-encoding times to one file's units — reads no source."""
-    job = Combine(concat_dim, "error", "identical", "error", storage_options or {}, _unknown,
-                   pieces=False)
+    job = Combine(CombineSpec(concat_dim), storage_options or {}, _unknown, pieces=False)
     url = label_of(group, 0)
 
     def inline(g: VirtualGroup, path: str) -> VirtualGroup:
@@ -157,12 +157,11 @@ def once_per_variable(entries: tuple[ReportEntry, ...]) -> tuple[ReportEntry, ..
 
 
 class Combine:
-    def __init__(self, dim: str, overlap: str, others: str, codecs: str,
-                 storage_options: dict[str, object],
-                 fingerprint: Callable[[VirtualArray], str | None], pieces: bool = True,
-                 missing: str = "error", stacking: bool = False) -> None:
-        self.dim, self.overlap, self.others, self.recode = dim, overlap, others, codecs == "recode"
-        self.fill = missing == "fill"
+    def __init__(self, spec: CombineSpec, storage_options: dict[str, object],
+                 fingerprint: Callable[[VirtualArray], str | None], *, pieces: bool = True,
+                 stacking: bool = False) -> None:
+        self.dim, self.overlap, self.others = spec.concat_dim, spec.overlap, spec.others
+        self.recode, self.fill = spec.codecs == "recode", spec.missing == "fill"
         self.stacking = stacking
         """Whether the groups are members stacked along a new dimension (whose coordinates
         must agree: no per-file copies)."""
@@ -636,15 +635,6 @@ def _exactly(data: np.ndarray, parts: list[VirtualArray], labels: list[str],
     return cast
 
 
-def inlined(like: VirtualArray, data: np.ndarray, *, pieces: bool) -> VirtualArray:
-    """``like`` holding ``data`` inline (uncompressed, little-endian): in pieces along its
-    first dimension (:func:`~refgrid.model.virtual.in_pieces`), or as one chunk."""
-    stored = data.astype(like.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
-    typed = replace(like, dtype=stored.dtype, codecs=(bytes_codec(stored.dtype),))
-    return in_pieces(typed, stored.tobytes(), data.shape,
-                     piece_length(data.shape[0]) if pieces else max(1, data.shape[0]))
-
-
 def _one_calendar(times: Times, labels: list[str], where: str) -> None:
     """Refuse times in several calendars: a date of one may not exist in another."""
     target = next((t for t in times if t is not None), None)
@@ -712,24 +702,3 @@ def _decoding(codecs: Sequence[CodecJSON]) -> list[CodecJSON]:
 
 def _comparable(value: object) -> object:
     return value.tolist() if isinstance(value, np.ndarray) else value
-
-
-def brief(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def with_leading_axis(array: VirtualArray, dim: str) -> VirtualArray:
-    """``array`` with a leading dimension ``dim`` of length 1 (the dimension names its
-    source store left out stay left out; the chunk sizes its encoding records gain one)."""
-    one = np.ones(1, dtype=np.int64)
-    grid = RectilinearGrid((AxisChunks(one, one), *array.grid.axes))
-    attrs = dict(array.attrs)
-    encoding = attrs.get(ENCODING_ATTR)
-    if isinstance(encoding, Mapping) and isinstance(encoding.get("chunksizes"), list | tuple):
-        attrs[ENCODING_ATTR] = {**encoding, "chunksizes": [1, *encoding["chunksizes"]]}
-    if DIMENSION_NAMES_ATTR in attrs:
-        attrs[DIMENSION_NAMES_ATTR] = [dim, *(dimension_names(array) or
-                                              [None] * len(array.dims))]
-    return replace(array, dims=(dim, *array.dims), grid=grid, attrs=attrs,
-                   manifest=array.manifest.reshaped((1, *array.manifest.shape)))

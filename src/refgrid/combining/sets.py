@@ -24,7 +24,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from refgrid.combining.concat import Combine, attribute_conflicts, brief, with_leading_axis
+from refgrid.combining.arrays import brief, with_leading_axis
+from refgrid.combining.concat import Combine, attribute_conflicts
 from refgrid.combining.shaping import value_coordinate
 from refgrid.core import cf
 from refgrid.core.dtypes import reader_attrs

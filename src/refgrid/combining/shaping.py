@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from refgrid.codecs.filters import CodecJSON, bytes_codec
+from refgrid.combining.arrays import brief, inlined, with_leading_axis
 from refgrid.core import cf
 from refgrid.core.dtypes import STRING
 from refgrid.core.names import DATE_FIELDS, DateParts, NamePattern, Value, date_of
@@ -178,7 +179,6 @@ class FileShape:
         """The file with its own time ``own`` (scalar, or along ``dim``) read, checked
         against the date its name gives, and inlined; a scalar one (and its bounds) gains
         the dimension, as the data variables do."""
-        from refgrid.combining.concat import brief, inlined, with_leading_axis
         from refgrid.read.array import read
 
         assert self.time_from is not None
@@ -258,8 +258,6 @@ def _stacked(group: VirtualGroup, dim: str, also: frozenset[str] | set[str] = fr
              ) -> VirtualGroup:
     """``group`` with a leading ``dim`` of length 1 on each data variable — and on the
     coordinates ``also`` names (a scalar time's bounds) —, in its subgroups too."""
-    from refgrid.combining.concat import with_leading_axis
-
     coords = coordinate_names(group) - set(also)
     arrays = {name: a if name in coords else with_leading_axis(a, dim)
               for name, a in group.arrays.items()}
