@@ -173,12 +173,13 @@ def synthetic_records(work: Path, count: int) -> list[str]:
 def memory_child(work: Path, out: Path) -> None:
     from refgrid.archive.assemble import combine_records
     from refgrid.archive.journal import Journal
+    from refgrid.combining.spec import CombineSpec
     from refgrid.writers import write
 
     start = time.perf_counter()
     with Journal(work) as journal:
         urls = sorted(journal.entries)
-        group = combine_records(journal, urls, "time")
+        group = combine_records(journal, urls, CombineSpec())
     write(group, out, format="parquet")
     chunks = group["tas"].manifest.path_id.size  # type: ignore[union-attr]
     print(json.dumps({"seconds": time.perf_counter() - start, "peak_mb": peak_mb(),

@@ -18,6 +18,7 @@ from refgrid.errors import ArgumentError, DirectoryError, RefgridError, ScanErro
 if TYPE_CHECKING:
     from icechunk import Repository
 
+    from refgrid.combining.spec import CombineSpec
     from refgrid.model.virtual import VirtualGroup
     from refgrid.scanners import OnError
     from refgrid.writers import Padded, Saved
@@ -121,8 +122,19 @@ def _names(values: tuple[str, ...]) -> list[str] | None:
     return names or None
 
 
+NAME_OPTIONS = [
+    click.option("--variables", multiple=True, metavar="NAME[,NAME...]",
+                 help="Keep only these variables (paths such as sub/tas), with their "
+                      "coordinates, bounds and grid mappings."),
+    click.option("--drop-variables", multiple=True, metavar="NAME[,NAME...]",
+                 help="Leave these variables (or groups) out, unscanned, before files are "
+                      "compared."),
+]
+"""The variables chosen, as ``scan`` and the combine options take them."""
+
+
 def choosing_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``--variables`` / ``--drop-variables``, passed on as ``choice``."""
+    """``--variables`` / ``--drop-variables``, passed on as ``choice`` (``scan``)."""
 
     @functools.wraps(command)
     def run(variables: tuple[str, ...], drop_variables: tuple[str, ...],
@@ -130,52 +142,79 @@ def choosing_options(command: Callable[..., None]) -> Callable[..., None]:
         command(choice={"variables": _names(variables),
                         "drop_variables": _names(drop_variables)}, **kwargs)
 
-    run = click.option(
-        "--drop-variables", multiple=True, metavar="NAME[,NAME...]",
-        help="Leave these variables (or groups) out, before files are compared.")(run)
-    return click.option(
-        "--variables", multiple=True, metavar="NAME[,NAME...]",
-        help="Keep only these variables (paths such as sub/tas), with their coordinates, "
-             "bounds and grid mappings.")(run)
-
-
-def shaping_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Merging, stacking, filling and times from names, passed on as ``shaping``."""
-
-    @functools.wraps(command)
-    def run(missing: str, merge: bool, stack_dim: str | None, stack_by: str | None,
-            time_from: str | None, time_units: str | None, calendar: str | None,
-            **kwargs: Any) -> None:
-        command(shaping={"missing": missing, "merge": merge, "stack_dim": stack_dim,
-                         "stack_by": stack_by, "time_from": time_from,
-                         "time_units": time_units, "calendar": calendar}, **kwargs)
-
-    options = [
-        click.option("--missing", type=click.Choice(["error", "fill"]), default="error",
-                     show_default=True,
-                     help="A variable absent from some files: an error, or read as its "
-                          "fill value there (no data copied; the report names the files)."),
-        click.option("--merge", is_flag=True,
-                     help="Files hold different variables (tas_*.nc, pr_*.nc): combine "
-                          "each file set with its own chunks, then merge the sets."),
-        click.option("--stack-dim", default=None, metavar="NAME",
-                     help="Stack the files along this new dimension (with --stack-by)."),
-        click.option("--stack-by", default=None, metavar="PATTERN|attribute:NAME",
-                     help="Each file's value along --stack-dim: a file-name pattern "
-                          "('{member}/tas_*.nc', 'run{n:d}.nc', 'exp_%Y%m.nc') or a global "
-                          "attribute ('attribute:realization')."),
-        click.option("--time-from", default=None, metavar="PATTERN",
-                     help="Files without a time coordinate take it from their name "
-                          "('sst_%Y%m%d.nc'); a file's own time is kept, and must fall in "
-                          "the period its name gives (sst_20030102.nc: that day)."),
-        click.option("--time-units", default=None, metavar="UNITS",
-                     help="Units of times from names (default: days since 1970-01-01)."),
-        click.option("--calendar", default=None,
-                     help="Calendar of times from names (default: standard)."),
-    ]
-    for option in reversed(options):
+    for option in reversed(NAME_OPTIONS):
         run = option(run)
     return run
+
+
+def combine_options(others: bool = False) -> Callable[[Callable[..., None]],
+                                                      Callable[..., None]]:
+    """How files are combined — ``--concat-dim``, the policies, merging, stacking, filling,
+    times from names and the variables chosen — passed on as one
+    :class:`~refgrid.combining.spec.CombineSpec` (``spec``): what ``combine``, ``batch`` and
+    ``serve --follow`` take alike (``others``: ``--stack-others``, which a combine has)."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def run(concat_dim: str, allow_overlap: bool, recode: bool, missing: str,
+                merge: bool, stack_dim: str | None, stack_by: str | None,
+                time_from: str | None, time_units: str | None, calendar: str | None,
+                variables: tuple[str, ...], drop_variables: tuple[str, ...],
+                stack_others: bool = False, **kwargs: Any) -> None:
+            from refgrid.combining.spec import CombineSpec
+
+            spec = CombineSpec.of(
+                concat_dim, overlap="allow" if allow_overlap else "error",
+                others="stack" if stack_others else "identical",
+                codecs="recode" if recode else "error", missing=missing, merge=merge,
+                variables=_names(variables), drop_variables=_names(drop_variables),
+                stack_dim=stack_dim, stack_by=stack_by, time_from=time_from,
+                time_units=time_units, calendar=calendar)
+            command(spec=spec, **kwargs)
+
+        options = [
+            click.option("--concat-dim", default="time", show_default=True,
+                         help="Dimension to concatenate along."),
+            click.option("--allow-overlap", is_flag=True,
+                         help="Keep files whose concat coordinates overlap instead of "
+                              "failing."),
+            *([click.option("--stack-others", is_flag=True,
+                            help="Keep variables without the concat dimension per file (new "
+                                 "dimension 'file') instead of requiring them identical.")]
+              if others else []),
+            click.option("--recode", is_flag=True,
+                         help="Re-encode (and inline) the chunks of files whose codecs differ "
+                              "from the first file's, instead of failing. Copies their "
+                              "data."),
+            click.option("--missing", type=click.Choice(["error", "fill"]), default="error",
+                         show_default=True,
+                         help="A variable absent from some files: an error, or read as its "
+                              "fill value there (no data copied; the report names the "
+                              "files)."),
+            click.option("--merge", is_flag=True,
+                         help="Files hold different variables (tas_*.nc, pr_*.nc): combine "
+                              "each file set with its own chunks, then merge the sets."),
+            click.option("--stack-dim", default=None, metavar="NAME",
+                         help="Stack the files along this new dimension (with --stack-by)."),
+            click.option("--stack-by", default=None, metavar="PATTERN|attribute:NAME",
+                         help="Each file's value along --stack-dim: a file-name pattern "
+                              "('{member}/tas_*.nc', 'run{n:d}.nc', 'exp_%Y%m.nc') or a global "
+                              "attribute ('attribute:realization')."),
+            click.option("--time-from", default=None, metavar="PATTERN",
+                         help="Files without a time coordinate take it from their name "
+                              "('sst_%Y%m%d.nc'); a file's own time is kept, and must fall in "
+                              "the period its name gives (sst_20030102.nc: that day)."),
+            click.option("--time-units", default=None, metavar="UNITS",
+                         help="Units of times from names (default: days since 1970-01-01)."),
+            click.option("--calendar", default=None,
+                         help="Calendar of times from names (default: standard)."),
+            *NAME_OPTIONS,
+        ]
+        for option in reversed(options):
+            run = option(run)
+        return run
+
+    return decorate
 
 
 def _echo_rewrite(saved: Saved) -> None:
@@ -239,32 +278,20 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
 
 @main.command()
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--concat-dim", default="time", show_default=True,
-              help="Dimension to concatenate along.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Where to write the references: kerchunk JSON, or a parquet directory when "
                    "the name ends in .parq (large archives: opens without parsing every key).")
-@click.option("--allow-overlap", is_flag=True,
-              help="Keep files whose concat coordinates overlap instead of failing.")
-@click.option("--stack-others", is_flag=True,
-              help="Keep variables without the concat dimension per file (new dimension "
-                   "'file') instead of requiring them identical.")
-@click.option("--recode", is_flag=True,
-              help="Re-encode (and inline) the chunks of files whose codecs differ from the "
-                   "first file's, instead of failing. Copies their data.")
 @click.option("--report", "show_report", is_flag=True,
               help="Print scan notes and attribute conflicts.")
 @format_option
 @padded_option
-@choosing_options
-@shaping_options
+@combine_options(others=True)
 @allow_source
 @timeout_option
 @storage_option
-def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overlap: bool,
-            stack_others: bool, recode: bool, show_report: bool, format_: Format | None,
-            padded: Padded, choice: dict[str, Any], shaping: dict[str, Any],
-            allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
+def combine(sources: tuple[str, ...], output: Path, show_report: bool, format_: Format | None,
+            padded: Padded, spec: CombineSpec, allowed: tuple[str, ...],
+            timeout: float | None, storage: tuple[str, ...]) -> None:
     """Scan files (paths or URLs) and combine them along a dimension of irregular length —
     merging file sets of other variables, stacking along a new dimension, choosing
     variables, filling variables that come and go, taking times from file names.
@@ -281,7 +308,7 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
       refgrid combine 'sst/sst_*.nc' -o sst.json --time-from 'sst_%Y%m%d.nc' --missing fill
       refgrid combine 'granules/*.h5' -o g.json --drop-variables Projection
     """
-    import refgrid
+    from refgrid.combining import combine_with
     from refgrid.core.inputs import expand_counting
     from refgrid.writers import save
 
@@ -292,14 +319,11 @@ def combine(sources: tuple[str, ...], concat_dim: str, output: Path, allow_overl
         raise _directory_hint(e, "combine", output) from e
     for url, times in twice.items():
         click.echo(f"note: {url} is named {times} times: combined once")
-    groups = _scan(list(found), timeout, allowed_sources=list(allowed) or None, **options)
-    group = refgrid.combine(groups, concat_dim, sources=list(found),
-                            overlap="allow" if allow_overlap else "error",
-                            others="stack" if stack_others else "identical",
-                            codecs="recode" if recode else "error", storage_options=options,
-                            **choice, **shaping)
+    groups = _scan(list(found), timeout, allowed_sources=list(allowed) or None,
+                   dropped=spec.shape.drop_variables, **options)
+    group = combine_with(groups, spec, sources=list(found), storage_options=options)
     saved = save(group, output, format=format_, padded=padded, storage_options=options)
-    click.echo(f"combined {len(groups)} files along {concat_dim!r} -> {output}")
+    click.echo(f"combined {len(groups)} files along {spec.concat_dim!r} -> {output}")
     _echo_rewrite(saved)
     if show_report:
         from refgrid.core.reprs import report_lines
@@ -344,9 +368,18 @@ def _scan(sources: list[str], timeout: float | None, **kwargs: object) -> list[V
 
 def _scan_here(source: str, kwargs: dict[str, object]
                ) -> tuple[str, VirtualGroup | RefgridError]:
+    """One scan: ``refgrid.scan(source, **kwargs)`` — or, given ``dropped`` (a combine's
+    ``--drop-variables``), those left unscanned and noted, for the combine to check the names
+    against every file and take them off."""
     import refgrid
+    from refgrid.scanners import ScanOptions, scan_with
 
     try:  # scan's keywords and storage options: checked by scan, not by mypy
+        if "dropped" in kwargs:
+            options = dict(kwargs)
+            dropped = cast("tuple[str, ...]", options.pop("dropped"))
+            allowed = cast("list[str] | None", options.pop("allowed_sources", None))
+            return "ok", scan_with(source, ScanOptions(dropped=dropped), allowed, options)
         return "ok", refgrid.scan(source, **cast("dict[str, Any]", kwargs))
     except RefgridError as e:
         return "error", e
@@ -357,8 +390,6 @@ def _scan_here(source: str, kwargs: dict[str, object]
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Where to write the references: parquet (default), or JSON when the name "
                    "ends in .json.")
-@click.option("--concat-dim", default="time", show_default=True,
-              help="Dimension to concatenate along.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run the scans on a dask.distributed cluster (e.g. tcp://10.0.0.5:8786); "
                    "default: one process per core on this machine.")
@@ -372,11 +403,6 @@ def _scan_here(source: str, kwargs: dict[str, object]
                                       "it in the report and combine the others.")
 @click.option("--allow-failures", is_flag=True,
               help="Exit with status 0 even when some files could not be scanned.")
-@click.option("--allow-overlap", is_flag=True,
-              help="Keep files whose concat coordinates overlap instead of failing.")
-@click.option("--recode", is_flag=True,
-              help="Re-encode (and inline) the chunks of files whose codecs differ from the "
-                   "first file's, instead of failing. Copies their data.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--file-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="SECONDS", help="Stop a file's scan after this long (a stalled server, "
@@ -393,17 +419,15 @@ def _scan_here(source: str, kwargs: dict[str, object]
                    "landed): the archive's other files are neither listed nor checked, so "
                    "the run costs what it adds. Backfill, changed files or an archive not "
                    "yet written are refused: run without --append.")
-@choosing_options
-@shaping_options
+@combine_options()
 @data_url_option
 @allow_source
 @storage_option
-def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: str | None,
+def batch(sources: tuple[str, ...], output: Path, scheduler: str | None,
           workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
-          allow_overlap: bool, recode: bool, quiet: bool, file_timeout: float | None,
-          format_: Format | None, padded: Padded, to_icechunk: bool, message: str | None,
-          append: bool, choice: dict[str, Any], shaping: dict[str, Any], data_url: str | None,
-          allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
+          quiet: bool, file_timeout: float | None, format_: Format | None, padded: Padded,
+          to_icechunk: bool, message: str | None, append: bool, spec: CombineSpec,
+          data_url: str | None, allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
     """Convert a whole archive: scan every file on dask, combine, write references.
 
     SOURCES are paths, URLs, glob patterns (quoted: expanded by refgrid, remote ones too)
@@ -423,7 +447,7 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
       refgrid batch 's3://docs/*.dmrpp' -o granules.parq \\
           --data-url 's3://granules/{name}'        # DMR++: no granule is read
     """
-    from refgrid.archive import batch as run_batch
+    from refgrid.archive import BatchRun, convert
     from refgrid.core.util import import_extra
 
     import_extra("dask", "batch", "refgrid batch")  # before any repository is created
@@ -436,14 +460,10 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
             target = local_repository(output, expand(list(sources), _storage_options(storage)),
                                       echo=click.echo)
             work_dir = work_dir or output.with_name(output.name + ".parts")
-        result = run_batch(
-            list(sources), target, concat_dim=concat_dim, scheduler=scheduler,
-            workers=workers, work_dir=work_dir, format=format_, padded=padded,
-            message=message, on_error="raise" if on_error == "raise" else "report",
-            progress=False if quiet else None, overlap="allow" if allow_overlap else "error",
-            codecs="recode" if recode else "error", allowed_sources=list(allowed) or None,
-            storage_options=_storage_options(storage), file_timeout=file_timeout,
-            append=append, data_url=data_url, **choice, **shaping)
+        result = convert(list(sources), target, spec, BatchRun(
+            scheduler, workers, work_dir, "raise" if on_error == "raise" else "report",
+            False if quiet else None, format_, padded, message, list(allowed) or None,
+            _storage_options(storage), file_timeout, append, data_url))
     except DirectoryError as e:
         raise _directory_hint(e, "batch", output) from e
     click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused, "
@@ -619,8 +639,6 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
               help="Keep a growing archive current and serve it as NAME: its files (a path, "
                    "s3:// or http(s):// pattern, as refgrid batch takes) are listed every "
                    "--every, and new ones scanned and appended (repeatable).")
-@click.option("--concat-dim", default="time", show_default=True,
-              help="Dimension followed archives are concatenated along.")
 @click.option("--every", default="30s", show_default=True, metavar="DURATION",
               help="How often followed archives are listed (30s, 5m, 1h).")
 @click.option("--older-than", default="60s", show_default=True, metavar="DURATION",
@@ -650,13 +668,15 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
                    "rewrite whose modification time was put back is refused too (as is a "
                    "chmod or a new hard link). Size, modification time and the file itself "
                    "are always checked.")
+@combine_options()
+@data_url_option
 @storage_option
 def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: int,
           max_age: int, request_timeout: float, header_timeout: float, access_log: bool,
-          follows: tuple[str, ...], concat_dim: str, every: str, older_than: str,
+          follows: tuple[str, ...], every: str, older_than: str,
           file_timeout: float | None, scheduler: str | None, state: Path | None,
           refresh_token: str | None, dap_max_bytes: str, memory_budget: str,
-          strict_sources: bool,
+          strict_sources: bool, spec: CombineSpec, data_url: str | None,
           storage: tuple[str, ...]) -> None:
     """Serve every reference set and Zarr v3 store under ROOT as Zarr v3 over HTTP.
 
@@ -689,9 +709,10 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
     try:
         limit = parse_size(dap_max_bytes, "--dap-max-bytes")
         budget = parse_size(memory_budget, "--memory-budget")
-        followed = [Follow.parse(text, concat_dim=concat_dim, every=seconds(every, "--every"),
+        followed = [Follow.parse(text, spec=spec, every=seconds(every, "--every"),
                                  older_than=seconds(older_than, "--older-than"),
-                                 file_timeout=file_timeout, scheduler=scheduler)
+                                 file_timeout=file_timeout, scheduler=scheduler,
+                                 data_url=data_url)
                     for text in follows]
     except ArgumentError as e:
         raise click.BadParameter(str(e)) from e

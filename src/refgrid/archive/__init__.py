@@ -37,8 +37,8 @@ from refgrid.archive.extend import (
 from refgrid.archive.journal import RECORDS, Journal
 from refgrid.archive.runner import run
 from refgrid.archive.task import Failed, ScanJob, Scanned
-from refgrid.combining import check_policies
 from refgrid.combining.shaping import FileShape
+from refgrid.combining.spec import CombineSpec
 from refgrid.core.bounds import current
 from refgrid.core.inputs import expand
 from refgrid.core.keys import REPORT_SUFFIX
@@ -215,127 +215,304 @@ def batch(
     already in it but changed, new files that do not combine with the archive's — is a
     :class:`~refgrid.BatchError` that says so, and the output is left as it was.
     """
-    if on_error not in ("raise", "report"):
-        raise ArgumentError(f"on_error must be 'raise' or 'report', not {on_error!r}")
-    repository = None if isinstance(output, str | os.PathLike) else output
-    path = cast("str | os.PathLike[str]", output)  # where repository is None
+    spec = CombineSpec.of(concat_dim, overlap=overlap, codecs=codecs, missing=missing,
+                          merge=merge, variables=variables, drop_variables=drop_variables,
+                          stack_dim=stack_dim, stack_by=stack_by, time_from=time_from,
+                          time_units=time_units, calendar=calendar)
+    how = BatchRun(scheduler, workers, work_dir, on_error, progress, format, padded, message,
+                   allowed_sources, dict(storage_options or {}), file_timeout, append,
+                   data_url)
+    return convert(sources, output, spec, how)
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """How a batch runs and writes: everything :func:`batch` takes but what it combines
+    (a :class:`~refgrid.combining.spec.CombineSpec`) — what the CLI and ``serve --follow``
+    pass on as one object."""
+
+    scheduler: str | Untyped | None = None
+    workers: int | None = None
+    work_dir: str | os.PathLike[str] | None = None
+    on_error: Literal["raise", "report"] = "report"
+    progress: bool | None = None
+    format: Format | None = None
+    padded: Padded = DEFAULT_PADDED
+    message: str | None = None
+    allowed_sources: list[str] | None = None
+    storage_options: dict[str, object] = field(default_factory=dict)
+    file_timeout: float | None = None
+    append: bool = False
+    data_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ("raise", "report"):
+            raise ArgumentError(f"on_error must be 'raise' or 'report', not {self.on_error!r}")
+        if self.padded not in PADDED_CHOICES:
+            raise ArgumentError(f"padded must be one of {', '.join(PADDED_CHOICES)}, not "
+                                f"{self.padded!r}")
+        if self.file_timeout is not None and not self.file_timeout > 0:
+            raise ArgumentError(f"file_timeout must be a positive number of seconds, not "
+                                f"{self.file_timeout!r}")
+
+
+def convert(sources: str | Iterable[str], output: str | os.PathLike[str] | Repository,
+            spec: CombineSpec, how: BatchRun) -> BatchResult:
+    """:func:`batch`, its settings as objects, in its steps: :func:`plan_batch` →
+    :func:`scan_planned` → :func:`extend_planned` or :func:`combine_planned` → the output
+    written → the report (:func:`save_report`)."""
     if importing_script():
-        _unguarded(output, work_dir)
-    if repository is not None:
-        if work_dir is None:
-            raise ArgumentError("an Icechunk output needs work_dir= (where the scanned files "
-                                "are recorded)")
-        check_icechunk_options(format, padded)
-        target = Path(work_dir) / "icechunk"
-    elif "://" in os.fspath(path):
-        raise ArgumentError(f"the output {os.fspath(path)} must be a local path (the "
-                            "sources may be remote)")
-    else:
-        target = Path(path)
-    chosen = format or ("json" if target.name.endswith(".json") else "parquet")
-    if chosen not in FORMATS:
-        raise ArgumentError(f"format must be one of {', '.join(FORMATS)}, not {chosen!r}")
-    if padded not in PADDED_CHOICES:
-        raise ArgumentError(f"padded must be one of {', '.join(PADDED_CHOICES)}, not "
-                            f"{padded!r}")
-    options = dict(storage_options or {})
-    listed = expand([sources] if isinstance(sources, str) else list(sources), options)
+        _unguarded(output, how.work_dir)
+    place = Place.of(output, how)
+    listed = expand([sources] if isinstance(sources, str) else list(sources),
+                    how.storage_options)
     if not listed:
         raise ArgumentError("no sources given")
-    if file_timeout is not None and not file_timeout > 0:
-        raise ArgumentError(f"file_timeout must be a positive number of seconds, not "
-                            f"{file_timeout!r}")
-    show = showing(progress)
-    work = Path(work_dir) if work_dir is not None else target.with_name(target.name + ".parts")
-    check_policies({"overlap": overlap, "codecs": codecs, "missing": missing})
-    shape = FileShape.of(variables, drop_variables, time_from, time_units, calendar,
-                         stack_dim, stack_by)
-    settings = {"concat_dim": concat_dim, "format": chosen, "padded": padded,
-                "overlap": overlap, "codecs": codecs, "missing": missing,
-                "merge": str(merge).lower(), **shape.settings,
-                **({"data_url": data_url} if data_url is not None else {})}
-    policies = Policies(concat_dim, overlap, codecs, missing, merge, stack_dim)
-    job = ScanJob(concat_dim, options, allowed_sources, file_timeout or current().scan_timeout,
-                  str(work / TIMED_OUT), shape, merge, data_url)
-    if append:
-        if policies.whole:
-            raise BatchError(f"cannot append to {target}: {policies.whole}; {WHOLE}")
-        commit = message or f"refgrid batch: files along {concat_dim!r}"
-        if not work.is_dir():
-            raise BatchError(f"cannot append to {target}: its work directory {work} is "
-                             f"absent; {WHOLE}")
-        if repository is not None and not _is_repository(repository):
-            raise ArgumentError("append=True needs an Icechunk Repository (a Session is "
-                                "written whole)")
-        with Journal(work, lazy=True) as journal:
-            added: Output = ParquetOutput(target, chosen, padded, options) if repository is None \
-                else IcechunkOutput(target, repository, commit, options)
-            return _append_named(listed, journal, added, job, settings, Scanning(
-                scheduler, workers, on_error, show), policies, options)
-    with _leaving_no_empty(work), Journal(work) as journal:
-        todo, reused, changed, failed = _plan(listed, journal, options,
-                                              shape.key(merge))
-        failed_now = _scan(todo, job, journal, Scanning(scheduler, workers, on_error, show))
-        failed += failed_now
-        bad = {f.url for f in failed}
-        good = [url for url in listed if url in journal.entries and url not in bad]
-        _check_named(shape, journal, good)
-        dropped = len(set(journal.entries) - set(listed))
-        report = target.with_name(target.name + REPORT_SUFFIX)
-        result = BatchResult(target, report, work, len(listed), len(todo) - len(failed_now),
-                             reused, changed, failed, dropped)
-        if not good:
-            _save(result)
-            shown = "; ".join(f.message for f in failed[:3])
-            more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
-            raise BatchError(f"no file could be scanned ({len(failed)} failed): {shown}{more} "
-                             f"(every failure is in {report})")
-        result = replace(result, settings=settings)
-        commit = message or f"refgrid batch: {len(good)} files along {concat_dim!r}"
-        writing = ParquetOutput(target, chosen, padded, options) if repository is None else \
-            IcechunkOutput(target, repository, commit, options) \
-            if _is_repository(repository) else None
-        how = plan(journal, writing, good, settings) if writing is not None else \
-            Plan("rebuild", "an Icechunk session is written whole (a repository is appended "
-                 "to)")
-        if how.path == "append" and policies.whole:
-            how = Plan("rebuild", policies.whole)
-        try:
-            if how.path == "append" and writing is not None:
-                try:
-                    appended = extend(journal, writing, how, concat_dim, overlap=overlap,
-                                      codecs=codecs, missing=missing,
-                                      storage_options=options)
-                except NotAppendable as e:
-                    how = Plan("rebuild", str(e))
-                else:
-                    written = f"{appended.records} record file(s) written" if \
-                        appended.snapshot is None else "a commit of the new references"
-                    result = replace(result, update=f"{how}: {written}", notes=[
-                        str(entry) for entry in appended.group.report],
-                        snapshot=appended.snapshot)
-                    _save(result)
-                    return result
-            if how.path == "unchanged":
-                result = replace(result, update=str(how))
-                _save(result)
-                return result
-            group = _combine(journal, good, policies, options, show)
-        except RefgridError as e:
-            _save(replace(result, error=str(e)))
-            raise
-    result = replace(result, notes=[str(entry) for entry in group.report], update=str(how))
-    if repository is not None:
-        snapshot = write(group, repository, message=commit, storage_options=options)
-        if isinstance(writing, IcechunkOutput):
-            writing.saved_group(snapshot, group)
+    settings = {**spec.to_dict(), "format": place.format, "padded": how.padded,
+                **({"data_url": how.data_url} if how.data_url is not None else {})}
+    if how.append:
+        _appendable(spec, place)
+    with place.journal(how.append) as journal:
+        planned = plan_batch(listed, journal, spec, how, place, settings)
+        failed = scan_planned(planned, journal, spec, how, place)
+        if planned.added is not None:  # (append=True: the files named are added, or not)
+            return extend_planned(planned, failed, journal, spec, how, place)
+        outcome = combine_planned(planned, failed, journal, spec, how, place)
+    return outcome if isinstance(outcome, BatchResult) else written(outcome, place, how)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a batch writes: its output (references at ``target``, or an Icechunk
+    ``repository``), their format, the work directory of its records."""
+
+    target: Path
+    repository: Repository | None
+    format: Format
+    work: Path
+
+    @classmethod
+    def of(cls, output: str | os.PathLike[str] | Repository, how: BatchRun) -> Place:
+        repository = None if isinstance(output, str | os.PathLike) else output
+        if repository is not None:
+            if how.work_dir is None:
+                raise ArgumentError("an Icechunk output needs work_dir= (where the scanned "
+                                    "files are recorded)")
+            check_icechunk_options(how.format, how.padded)
+            target = Path(how.work_dir) / "icechunk"
+        elif "://" in os.fspath(cast("str | os.PathLike[str]", output)):
+            raise ArgumentError(f"the output {os.fspath(cast('str', output))} must be a local "
+                                "path (the sources may be remote)")
+        else:
+            target = Path(cast("str | os.PathLike[str]", output))
+        chosen = how.format or ("json" if target.name.endswith(".json") else "parquet")
+        if chosen not in FORMATS:
+            raise ArgumentError(f"format must be one of {', '.join(FORMATS)}, not {chosen!r}")
+        work = Path(how.work_dir) if how.work_dir is not None else \
+            target.with_name(target.name + ".parts")
+        return cls(target, repository, chosen, work)
+
+    @property
+    def report(self) -> Path:
+        return self.target.with_name(self.target.name + REPORT_SUFFIX)
+
+    @contextlib.contextmanager
+    def journal(self, named: bool) -> Iterator[Journal]:
+        """The work directory's records: read as needed where the new files are named (an
+        append costs what it adds), else whole — and a batch that fails before recording
+        any file removes the work directory it made."""
+        if named:
+            with Journal(self.work, lazy=True) as journal:
+                yield journal
+            return
+        with _leaving_no_empty(self.work), Journal(self.work) as journal:
+            yield journal
+
+    def output(self, how: BatchRun, commit: str) -> Output | None:
+        """The output as an append sees it (None: an Icechunk session, written whole)."""
+        if self.repository is None:
+            return ParquetOutput(self.target, self.format, how.padded, how.storage_options)
+        if not _is_repository(self.repository):
+            return None
+        return IcechunkOutput(self.target, self.repository, commit, how.storage_options)
+
+
+def _commit(spec: CombineSpec, how: BatchRun, files: int | None) -> str:
+    """An Icechunk commit's message: the one given, else what it adds."""
+    return how.message or (f"refgrid batch: files along {spec.concat_dim!r}" if files is None
+                           else f"refgrid batch: {files} files along {spec.concat_dim!r}")
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What a batch does, either way it is told its files: the files to scan, what the
+    work directory already holds, and — where ``append=True`` names the new files — the
+    archive's plan for them (:func:`~refgrid.archive.extend.plan_added`)."""
+
+    listed: dict[str, SourceIdentity | None]
+    todo: list[tuple[str, SourceIdentity | None]]
+    reused: int
+    changed: list[str]
+    failed: list[FailedFile]
+    """Files whose identity could not be had (they are not scanned)."""
+    settings: dict[str, str]
+    added: Plan | None = None
+    """``append=True``: how the named files join the archive."""
+    output: Output | None = None
+    """``append=True``: the archive they join."""
+
+
+def plan_batch(listed: dict[str, SourceIdentity | None], journal: Journal, spec: CombineSpec,
+               how: BatchRun, place: Place, settings: dict[str, str]) -> BatchPlan:
+    """The first step: which files to scan. Told the new files (``append=True``), the
+    archive is asked where they go, and nothing else is listed or checked; else every
+    listed file not recorded, recorded otherwise or changed since is scanned again."""
+    if not how.append:
+        todo, reused, changed, failed = _plan(listed, journal, how.storage_options,
+                                              spec.shape.key(spec.merge))
+        return BatchPlan(listed, todo, reused, changed, failed, settings)
+    output = place.output(how, _commit(spec, how, None))
+    assert output is not None  # (a repository or references)
+    chosen = plan_added(output, listed, settings, how.storage_options)
+    todo = [(url, listed[url]) for url in chosen.new] if chosen.path != "unchanged" else []
+    return BatchPlan(listed, todo, len(listed) - len(chosen.new), [], [], settings, chosen,
+                     output)
+
+
+def _appendable(spec: CombineSpec, place: Place) -> None:
+    """What ``append=True`` needs before anything is read: an archive that may be appended
+    to, its work directory, a repository (not a session)."""
+    if spec.whole:
+        raise BatchError(f"cannot append to {place.target}: {spec.whole}; {WHOLE}")
+    if not place.work.is_dir():
+        raise BatchError(f"cannot append to {place.target}: its work directory {place.work} "
+                         f"is absent; {WHOLE}")
+    if place.repository is not None and not _is_repository(place.repository):
+        raise ArgumentError("append=True needs an Icechunk Repository (a Session is "
+                            "written whole)")
+
+
+def scan_planned(planned: BatchPlan, journal: Journal, spec: CombineSpec, how: BatchRun,
+                 place: Place) -> list[FailedFile]:
+    """The second step: the planned files scanned on dask (each recorded as it ends), and
+    those that failed."""
+    if not planned.todo:
+        return []
+    job = ScanJob(spec, how.storage_options, how.allowed_sources,
+                  how.file_timeout or current().scan_timeout, str(place.work / TIMED_OUT),
+                  how.data_url)
+    return _scan(planned.todo, job, journal, Scanning(how.scheduler, how.workers,
+                                                      how.on_error, showing(how.progress)))
+
+
+def extend_planned(planned: BatchPlan, failed: list[FailedFile], journal: Journal,
+                   spec: CombineSpec, how: BatchRun, place: Place) -> BatchResult:
+    """The named files (``append=True``) appended after the archive's last, or a
+    :class:`BatchError` saying why not (the archive left as it was)."""
+    chosen, writing = planned.added, planned.output
+    assert chosen is not None and writing is not None  # (an append's plan)
+    result = BatchResult(writing.target, writing.report, journal.directory,
+                         len(planned.listed), 0, planned.reused, settings=planned.settings)
+    if chosen.path == "unchanged":
+        return save_report(replace(result, update=str(chosen)))
+    bad = {f.url for f in failed}
+    new = [url for url in chosen.new if url not in bad]
+    result = replace(result, scanned=len(new), failed=failed)
+    if not new:
+        raise BatchError(f"no new file could be scanned ({len(failed)} failed): "
+                         f"{failed[0].message}; the archive {writing.target} is as it was")
+    try:
+        appended = _extend_named(journal, writing, chosen, new, spec, how.storage_options)
+    except BatchError:
+        raise
+    except (RefgridError, NotAppendable) as e:  # (combine's, a scan's: named, with the way)
+        raise BatchError(f"cannot append to {writing.target}: {e}; {WHOLE}") from e
+    return save_report(replace(result, update=f"{chosen}: {_written(appended)}",
+                               snapshot=appended.snapshot,
+                               notes=[str(entry) for entry in appended.group.report]))
+
+
+def combine_planned(planned: BatchPlan, failed: list[FailedFile], journal: Journal,
+                    spec: CombineSpec, how: BatchRun, place: Place
+                    ) -> BatchResult | Combined:
+    """The recorded files brought into the output: appended where the output takes them
+    (the result, its report saved), nothing where it holds them already, else combined
+    whole (:class:`Combined`, for the output to be written)."""
+    failed = [*planned.failed, *failed]
+    bad = {f.url for f in failed}
+    good = [url for url in planned.listed if url in journal.entries and url not in bad]
+    _check_named(spec.shape, journal, good)
+    result = BatchResult(place.target, place.report, place.work, len(planned.listed),
+                         len(planned.todo) - (len(failed) - len(planned.failed)),
+                         planned.reused, planned.changed, failed,
+                         len(set(journal.entries) - set(planned.listed)))
+    if not good:
+        save_report(result)
+        shown = "; ".join(f.message for f in failed[:3])
+        more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
+        raise BatchError(f"no file could be scanned ({len(failed)} failed): {shown}{more} "
+                         f"(every failure is in {place.report})")
+    result = replace(result, settings=planned.settings)
+    commit = _commit(spec, how, len(good))
+    writing = place.output(how, commit)
+    how_now = plan(journal, writing, good, planned.settings) if writing is not None else \
+        Plan("rebuild", "an Icechunk session is written whole (a repository is appended to)")
+    if how_now.path == "append" and spec.whole:
+        how_now = Plan("rebuild", spec.whole)
+    try:
+        if how_now.path == "append" and writing is not None:
+            try:
+                appended = extend(journal, writing, how_now, spec,
+                                  storage_options=how.storage_options)
+            except NotAppendable as e:
+                how_now = Plan("rebuild", str(e))
+            else:
+                return save_report(replace(
+                    result, update=f"{how_now}: {_written(appended)}",
+                    notes=[str(entry) for entry in appended.group.report],
+                    snapshot=appended.snapshot))
+        if how_now.path == "unchanged":
+            return save_report(replace(result, update=str(how_now)))
+        group = _combine(journal, good, spec, how.storage_options, showing(how.progress))
+    except RefgridError as e:
+        save_report(replace(result, error=str(e)))
+        raise
+    return Combined(group, replace(result, notes=[str(entry) for entry in group.report],
+                                   update=str(how_now)), writing, commit)
+
+
+@dataclass(frozen=True)
+class Combined:
+    """The recorded files combined whole, for the output to be written."""
+
+    group: VirtualGroup
+    result: BatchResult
+    output: Output | None
+    commit: str
+    """An Icechunk output's commit message."""
+
+
+def written(combined: Combined, place: Place, how: BatchRun) -> BatchResult:
+    """The last steps: the combined files written (references swapped in, or an Icechunk
+    commit), and the report beside them."""
+    result = combined.result
+    if place.repository is not None:
+        snapshot = write(combined.group, place.repository, message=combined.commit,
+                         storage_options=how.storage_options)
+        if isinstance(combined.output, IcechunkOutput):
+            combined.output.saved_group(snapshot, combined.group)
         result = replace(result, snapshot=snapshot)
     else:
-        saved = save(group, target, format=chosen, padded=padded, storage_options=options)
+        saved = save(combined.group, place.target, format=place.format, padded=how.padded,
+                     storage_options=how.storage_options)
         if saved.rewrite is not None:
             result = replace(result, rewritten=str(saved.rewrite))
-    _save(result)
-    return result
+    return save_report(result)
+
+
+def _written(appended: Appended) -> str:
+    return f"{appended.records} record file(s) written" if appended.snapshot is None \
+        else "a commit of the new references"
 
 
 def _check_named(shape: FileShape, journal: Journal, urls: list[str]) -> None:
@@ -416,26 +593,6 @@ def _plan(listed: dict[str, SourceIdentity | None], journal: Journal,
 
 
 @dataclass(frozen=True)
-class Policies:
-    """How a batch's recorded files are combined (:func:`refgrid.combine`'s policies)."""
-
-    concat_dim: str
-    overlap: Literal["error", "allow"]
-    codecs: Literal["error", "recode"]
-    missing: Literal["error", "fill"]
-    merge: bool
-    stack_dim: str | None
-
-    @property
-    def whole(self) -> str | None:
-        """Why a grown archive is written whole (None: it may be appended to)."""
-        if self.merge or self.stack_dim is not None:
-            return "a merged or stacked archive is written whole when it grows (its file " \
-                   "sets or members are combined apart, then joined)"
-        return None
-
-
-@dataclass(frozen=True)
 class Scanning:
     """How a batch scans: where (``scheduler``, ``workers``), what a failure does, and
     whether a progress bar shows."""
@@ -471,41 +628,8 @@ def _scan(todo: list[tuple[str, SourceIdentity | None]], job: ScanJob, journal: 
     return failed
 
 
-def _append_named(listed: dict[str, SourceIdentity | None], journal: Journal,
-                  writing: Output, job: ScanJob, settings: dict[str, str], how: Scanning,
-                  policies: Policies, options: dict[str, object]) -> BatchResult:
-    """A batch told which files are new (``append=True``): see :func:`batch`."""
-    chosen = plan_added(writing, listed, settings, options)
-    report = writing.report
-    result = BatchResult(writing.target, report, journal.directory, len(listed), 0,
-                         len(listed) - len(chosen.new), settings=settings)
-    if chosen.path == "unchanged":
-        result = replace(result, update=str(chosen))
-        _save(result)
-        return result
-    failed = _scan([(url, listed[url]) for url in chosen.new], job, journal, how)
-    bad = {f.url for f in failed}
-    new = [url for url in chosen.new if url not in bad]
-    result = replace(result, scanned=len(new), failed=failed)
-    if not new:
-        raise BatchError(f"no new file could be scanned ({len(failed)} failed): "
-                         f"{failed[0].message}; the archive {writing.target} is as it was")
-    try:
-        appended = _extend_named(journal, writing, chosen, new, policies, options)
-    except BatchError:
-        raise
-    except (RefgridError, NotAppendable) as e:  # (combine's, a scan's: named, with the way)
-        raise BatchError(f"cannot append to {writing.target}: {e}; {WHOLE}") from e
-    written = f"{appended.records} record file(s) written" if appended.snapshot is None \
-        else "a commit of the new references"
-    result = replace(result, update=f"{chosen}: {written}", snapshot=appended.snapshot,
-                     notes=[str(entry) for entry in appended.group.report])
-    _save(result)
-    return result
-
-
 def _extend_named(journal: Journal, writing: Output, chosen: Plan, new: list[str],
-                  policies: Policies, options: dict[str, object]) -> Appended:
+                  spec: CombineSpec, options: dict[str, object]) -> Appended:
     """Append the scanned files ``new`` after the archive's last, once its first and last
     files are as the archive and the work directory recorded them."""
     for url in chosen.old:  # (what the append re-reads: its first and last files)
@@ -522,25 +646,22 @@ def _extend_named(journal: Journal, writing: Output, chosen: Plan, new: list[str
     ordered = after_last(journal, chosen.old[-1], new)
     if isinstance(ordered, str):
         raise BatchError(f"{ordered}; {WHOLE}")
-    return extend(journal, writing, replace(chosen, new=tuple(ordered[1:])),
-                  policies.concat_dim, overlap=policies.overlap, codecs=policies.codecs,
-                  missing=policies.missing, storage_options=options)
+    return extend(journal, writing, replace(chosen, new=tuple(ordered[1:])), spec,
+                  storage_options=options)
 
 
-def _combine(journal: Journal, urls: list[str], policies: Policies,
+def _combine(journal: Journal, urls: list[str], spec: CombineSpec,
              options: dict[str, object], show: bool) -> VirtualGroup:
     bar = progress_bar(len(urls), "combining", "file", show)
     try:
-        return combine_records(journal, urls, policies.concat_dim, overlap=policies.overlap,
-                               codecs=policies.codecs, missing=policies.missing,
-                               merge=policies.merge, stack_dim=policies.stack_dim,
-                               storage_options=options, advance=bar.update)
+        return combine_records(journal, urls, spec, storage_options=options,
+                               advance=bar.update)
     finally:
         bar.close()
 
 
-def _save(result: BatchResult) -> None:
-    """The report beside the output, written atomically."""
+def save_report(result: BatchResult) -> BatchResult:
+    """The report beside the output, written atomically (and the result, to return)."""
     path = result.report_path
     document = {**asdict(result), "output": str(result.output), "report_path": str(path),
                 "work_dir": str(result.work_dir)}
@@ -555,6 +676,7 @@ def _save(result: BatchResult) -> None:
             temporary.unlink(missing_ok=True)
     except OSError as e:
         raise BatchError(f"cannot write the batch report {path}: {e}") from e
+    return result
 
 
-__all__ = ["BatchResult", "FailedFile", "batch"]
+__all__ = ["BatchResult", "BatchRun", "FailedFile", "batch", "convert"]

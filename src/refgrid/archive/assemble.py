@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
 from refgrid.combining import merged_sets, stack
 from refgrid.combining.concat import concatenated
+from refgrid.combining.spec import CombineSpec
 from refgrid.core.cf import decode_times, is_time_units
 from refgrid.core.names import from_json
 from refgrid.core.typed import JSON, JSONScalar
@@ -35,59 +36,49 @@ if TYPE_CHECKING:
 SLICE_FILES = 2000
 
 
-def combine_records(journal: Journal, urls: Sequence[str], concat_dim: str, *,
-                    overlap: Literal["error", "allow"] = "error",
-                    codecs: Literal["error", "recode"] = "error",
-                    missing: Literal["error", "fill"] = "error",
-                    merge: bool = False, stack_dim: str | None = None,
+def combine_records(journal: Journal, urls: Sequence[str], spec: CombineSpec, *,
                     storage_options: dict[str, object] | None = None,
                     advance: Callable[[int], None] = lambda n: None) -> VirtualGroup:
     """The combined dataset of the recorded ``urls``; ``advance(n)`` after n more files.
     Files are partitioned as :func:`refgrid.combine` partitions them — by the value along
-    ``stack_dim`` and, merging, by file set — from what their workers recorded."""
+    the stacking dimension and, merging, by file set — from what their workers recorded."""
     digests: dict[str, str] = {}
 
     def fingerprint(array: VirtualArray) -> str | None:
         return digests.get(_content_key(array))
 
-    options = {"overlap": overlap, "codecs": codecs, "missing": missing,
-               "storage_options": storage_options, "fingerprint": fingerprint}
+    def combined(urls: Sequence[str]) -> VirtualGroup:
+        """One part's files combined, a slice of files at a time."""
+        ordered = order(journal, urls)
+        slices, labels = [], []
+        for first in range(0, len(ordered), SLICE_FILES):
+            part = ordered[first:first + SLICE_FILES]
+            groups = [_load(journal, url, digests) for url in part]
+            slices.append(concatenated(groups, part, spec, storage_options=storage_options,
+                                       fingerprint=fingerprint))
+            labels.append(part[0])
+            advance(len(part))
+        return slices[0] if len(slices) == 1 else concatenated(
+            slices, labels, spec, storage_options=storage_options, fingerprint=fingerprint)
+
     parts: dict[str, dict[str, list[str]]] = {}
     for url in urls:
         header = journal.header(url)
-        value = json.dumps(header.get("stack")) if stack_dim is not None else ""
-        key = json.dumps(header.get("set")) if merge else ""
+        value = json.dumps(header.get("stack")) if spec.stack_dim is not None else ""
+        key = json.dumps(header.get("set")) if spec.merge else ""
         parts.setdefault(value, {}).setdefault(key, []).append(url)
     results, values, names = [], [], []
     for value, sets in parts.items():
-        combined = [_combined(journal, members, concat_dim, digests, options, advance)
-                    for members in sets.values()]
+        joined = [combined(members) for members in sets.values()]
         firsts = [members[0] for members in sets.values()]
-        results.append(combined[0] if len(combined) == 1 else
-                       merged_sets(combined, firsts, storage_options, fingerprint))
+        results.append(joined[0] if len(joined) == 1 else
+                       merged_sets(joined, firsts, storage_options, fingerprint))
         values.append(value)
         names.append(f"{sum(len(members) for members in sets.values())} files")
-    if stack_dim is None:
+    if spec.stack_dim is None:
         return results[0]
-    return stack(results, [from_json(json.loads(v)) for v in values], stack_dim, names,
-                 **options)  # type: ignore[arg-type]
-
-
-def _combined(journal: Journal, urls: Sequence[str], concat_dim: str,
-              digests: dict[str, str], options: dict[str, Any],
-              advance: Callable[[int], None]) -> VirtualGroup:
-    """One part's files combined, a slice of files at a time."""
-    ordered = order(journal, urls)
-    slices, labels = [], []
-    for first in range(0, len(ordered), SLICE_FILES):
-        part = ordered[first:first + SLICE_FILES]
-        groups = [_load(journal, url, digests) for url in part]
-        slices.append(concatenated(groups, part, concat_dim, **options))
-        labels.append(part[0])
-        advance(len(part))
-    if len(slices) == 1:
-        return slices[0]
-    return concatenated(slices, labels, concat_dim, **options)
+    return stack(results, [from_json(json.loads(v)) for v in values], names, spec,
+                 storage_options=storage_options, fingerprint=fingerprint)
 
 
 def order(journal: Journal, urls: Sequence[str]) -> list[str]:

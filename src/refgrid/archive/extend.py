@@ -35,6 +35,7 @@ from pyarrow import ArrowException
 from refgrid.archive.assemble import combine_records, order
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
+from refgrid.combining.spec import CombineSpec
 from refgrid.core import jsonio
 from refgrid.core.dtypes import ENCODING_ATTR
 from refgrid.core.keys import REPORT_SUFFIX, ZMETADATA, KeyEncoding, chunk_key, document_key
@@ -466,21 +467,19 @@ def _get(store: object, key: str) -> bytes:
     return bytes(found.to_bytes())
 
 
-def extend(journal: Journal, output: Output, chosen: Plan, concat_dim: str, *,
-           overlap: Literal["error", "allow"], codecs: Literal["error", "recode"],
-           storage_options: StorageOptions, missing: Literal["error", "fill"] = "error"
-           ) -> Appended:
+def extend(journal: Journal, output: Output, chosen: Plan, spec: CombineSpec, *,
+           storage_options: StorageOptions) -> Appended:
     """Append ``chosen.new`` to ``output`` (see the module). The combined files must hold
     the archive's variables, no more, no fewer: with ``missing="fill"``, a new file without
     one of them reads as its fill value there, as a rebuild would read it, but a variable
     the new files bring (or one only the archive's middle files hold) means a rebuild."""
     first, last = chosen.old[0], chosen.old[-1]
     anchors = [first] if first == last else [first, last]
-    group = combine_records(journal, [*anchors, *chosen.new], concat_dim, overlap=overlap,
-                            codecs=codecs, missing=missing,
+    group = combine_records(journal, [*anchors, *chosen.new], spec,
                             storage_options=dict(storage_options))
     try:
-        return _extend(journal, output, chosen, group, anchors, concat_dim, storage_options)
+        return _extend(journal, output, chosen, group, anchors, spec.concat_dim,
+                       storage_options)
     except (NotAppendable, WriteError):
         raise
     except (RefgridError, OSError, KeyError, IndexError, TypeError, ValueError,

@@ -19,7 +19,8 @@ from refgrid.archive.deadline import deadline
 from refgrid.archive.journal import Header
 from refgrid.archive.record import dumps
 from refgrid.combining import with_inline_coordinates
-from refgrid.combining.shaping import FileShape, data_variables
+from refgrid.combining.shaping import data_variables
+from refgrid.combining.spec import CombineSpec
 from refgrid.core.bounds import Limits, current, limits
 from refgrid.core.names import to_json
 from refgrid.core.sources import SourceIdentity, is_local
@@ -32,18 +33,15 @@ from refgrid.model.virtual import VirtualArray, VirtualGroup
 class ScanJob:
     """How every file of a batch is scanned (sent to the workers once per task)."""
 
-    concat_dim: str
+    spec: CombineSpec
+    """How the files are combined: what a worker does to each (variables chosen, its time,
+    its stack value and file set) before recording it."""
     storage_options: dict[str, object]
     allowed_sources: list[str] | None = None
     file_timeout: float | None = None
     """Seconds one file's scan may take in a worker process (None: no deadline)."""
     notes: str | None = None
     """Where a worker notes the file whose scan passed the deadline (the work directory)."""
-    shape: FileShape = field(default_factory=FileShape)
-    """What is done to each file before it is recorded (variables chosen, time from the
-    name) and the value it is stacked at."""
-    merge: bool = False
-    """Whether files are merged by file set (each file's set is recorded)."""
     data_url: str | None = None
     """DMR++ sources: where their granules are (``refgrid.scan``'s ``data_url``)."""
     limits: Limits = field(default_factory=current)
@@ -89,24 +87,25 @@ def _scanned(url: str, known: SourceIdentity | None, job: ScanJob) -> Scanned:
 
     recorded = known if known is not None else Source.of(url, job.storage_options).identity
     with _fetched_whole(url, recorded, job):
-        options = ScanOptions(data_url=job.data_url, dropped=job.shape.drop_variables)
+        spec, shape = job.spec, job.spec.shape
+        options = ScanOptions(data_url=job.data_url, dropped=shape.drop_variables)
         group = scan_with(url, options, job.allowed_sources, job.storage_options)
-        named = job.shape.named(group)  # (those dropped unscanned among them)
-        group = job.shape.shaped(group, url, job.concat_dim, job.storage_options)
-        group = with_inline_coordinates(group, job.concat_dim, job.storage_options)
+        named = shape.named(group)  # (those dropped unscanned among them)
+        group = shape.shaped(group, url, spec.concat_dim, job.storage_options)
+        group = with_inline_coordinates(group, spec.concat_dim, job.storage_options)
         record = dumps(group, _digests(group, job))
-        first = _first(group, job.concat_dim)
+        first = _first(group, spec.concat_dim)
     header: Header = {"url": url, "identity": recorded}
     if first is not None:
         header["first"] = first
-    shaped = job.shape.key(job.merge)
+    shaped = shape.key(spec.merge)
     if shaped:
         header["shape"] = shaped
         header["named"] = named
-    if job.shape.stack_dim is not None:
-        header["stack"] = to_json(job.shape.stack_value(group, url))
-    if job.merge:
-        header["set"] = sorted(data_variables(group, job.concat_dim))
+    if shape.stack_dim is not None:
+        header["stack"] = to_json(shape.stack_value(group, url))
+    if spec.merge:
+        header["set"] = sorted(data_variables(group, spec.concat_dim))
     return Scanned(header, record)
 
 
@@ -132,7 +131,7 @@ def _digests(group: VirtualGroup, job: ScanJob) -> dict[str, str]:
 
     out = {}
     for path, node in group.walk():
-        if isinstance(node, VirtualArray) and job.concat_dim not in node.dims:
+        if isinstance(node, VirtualArray) and job.spec.concat_dim not in node.dims:
             out[path] = values_digest(read(node, storage_options=job.storage_options))
     return out
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from refgrid.combining.spec import CombineSpec
 from refgrid.core.inputs import expand, is_pattern
 from refgrid.core.sources import source_count
 from refgrid.core.typed import JSON, JSONObject, StorageOptions
@@ -61,11 +62,13 @@ def seconds(text: str, what: str) -> float:
 
 @dataclass(frozen=True)
 class Follow:
-    """One followed archive: served as ``name``, its files named by ``pattern``."""
+    """One followed archive: served as ``name``, its files named by ``pattern``, combined as
+    ``spec`` says (a batch's every setting: the dimension, merging, stacking, the variables
+    chosen, times from names...)."""
 
     name: str
     pattern: str
-    concat_dim: str = "time"
+    spec: CombineSpec = field(default_factory=CombineSpec)
     every: float = 30.0
     """Seconds between two listings of the pattern."""
     older_than: float = 60.0
@@ -74,15 +77,24 @@ class Follow:
     """Seconds one file's scan may take (batch's default: 10 minutes)."""
     scheduler: str | None = None
     """Where scans run, as batch's ``scheduler`` (default: worker processes here)."""
+    data_url: str | None = None
+    """DMR++ documents: where their granules are (as batch's ``data_url``)."""
 
     @classmethod
-    def parse(cls, text: str, **options: object) -> Follow:
+    def parse(cls, text: str, *, spec: CombineSpec | None = None, every: float = 30.0,
+              older_than: float = 60.0, file_timeout: float | None = None,
+              scheduler: str | None = None, data_url: str | None = None) -> Follow:
         """``NAME=PATTERN`` (the CLI's ``--follow``), with the other fields given."""
         name, sep, pattern = text.partition("=")
         if not sep:
             raise ArgumentError(f"--follow takes NAME=PATTERN (e.g. sst=/data/sst/*.nc), not "
                                 f"{text!r}")
-        return replace(cls(name.strip("/"), pattern), **options).checked()  # type: ignore[arg-type]
+        return cls(name.strip("/"), pattern, spec or CombineSpec(), every, older_than,
+                   file_timeout, scheduler, data_url).checked()
+
+    @property
+    def concat_dim(self) -> str:
+        return self.spec.concat_dim
 
     def checked(self) -> Follow:
         if not NAME.fullmatch(self.name) or self.name in RESERVED:
@@ -251,7 +263,7 @@ class Follower:
 
     def _round(self, status: Status) -> int | None:
         """One round; the archive's files if it wrote a new version of the references."""
-        from refgrid.archive import batch
+        from refgrid.archive import BatchRun, convert
 
         try:
             listed = expand([self.follow.pattern], self.storage_options)
@@ -266,11 +278,11 @@ class Follower:
         if not ready:
             return None
         self.output.parent.mkdir(parents=True, exist_ok=True)
+        follow = self.follow
         try:
-            result = batch(list(ready), self.output, concat_dim=self.follow.concat_dim,
-                           scheduler=self.follow.scheduler, progress=False,
-                           file_timeout=self.follow.file_timeout,
-                           storage_options=self.storage_options)
+            result = convert(list(ready), self.output, follow.spec, BatchRun(
+                follow.scheduler, progress=False, storage_options=self.storage_options,
+                file_timeout=follow.file_timeout, data_url=follow.data_url))
         except RefgridError as e:
             status.error = str(e)
             log.warning("following %s: %s", self.follow.name, e)
