@@ -7,7 +7,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,6 +18,7 @@ from refgrid.errors import ArgumentError, DirectoryError, RefgridError, ScanErro
 if TYPE_CHECKING:
     from icechunk import Repository
 
+    from refgrid.core.formats import InputFormat
     from refgrid.model.virtual import VirtualGroup
     from refgrid.scanners import OnError
     from refgrid.writers import Padded, Saved
@@ -183,11 +184,37 @@ def _echo_rewrite(saved: Saved) -> None:
         click.echo(f"  {saved.rewrite}")
 
 
-data_url_option = click.option(
-    "--data-url", default=None, metavar="URL|TEMPLATE",
-    help="DMR++ input: where the granules are when the documents name them by a relative "
-         "path or Hyrax's placeholder ({name}: a document's name without .dmrpp; default: "
-         "beside each document).")
+def format_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options one input format takes (DMR++'s ``--data-url``), declared by its row of
+    the formats' table and passed on as ``formats``: keywords of ``refgrid.scan`` and
+    ``refgrid.batch``."""
+    from refgrid.core.formats import format_options as declared
+
+    options = declared()
+
+    @functools.wraps(command)
+    def run(**kwargs: Any) -> None:
+        command(formats={o.keyword: kwargs.pop(o.keyword) for o in options}, **kwargs)
+
+    for option in reversed(options):
+        run = click.option(option.flag, option.keyword, default=None, metavar=option.metavar,
+                           help=option.help)(run)
+    return run
+
+
+def listing_formats(command: Callable[..., None]) -> Callable[..., None]:
+    """The command's help with the formats of the formats' table filled in: ``{inputs}``
+    (every one), ``{served}`` (those ``refgrid serve`` serves) and ``{served_suffixes}``."""
+    from refgrid.core.formats import FORMATS, served, suffixes
+
+    def listed(rows: Sequence[InputFormat]) -> str:
+        titles = [row.title for row in rows]
+        return ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else titles[0]
+
+    command.__doc__ = (command.__doc__ or "").format(
+        inputs=listed(FORMATS), served=listed(served()),
+        served_suffixes="/".join(suffixes(served())))
+    return command
 
 
 @main.command()
@@ -204,15 +231,15 @@ data_url_option = click.option(
               help="Inline chunks stored in fewer bytes than this.")
 @format_option
 @choosing_options
-@data_url_option
+@format_options
 @allow_source
 @timeout_option
 @storage_option
+@listing_formats
 def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline_threshold: int,
-         format_: Format | None, choice: dict[str, list[str] | None], data_url: str | None,
+         format_: Format | None, choice: dict[str, list[str] | None], formats: dict[str, Any],
          allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
-    """Scan one HDF5/NetCDF4/NetCDF3 file, or a granule's DMR++ document (local path or
-    fsspec URL), into references.
+    """Scan one input (a local path or an fsspec URL) into references: {inputs}.
 
     \b
     Examples:
@@ -225,7 +252,7 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
     import refgrid
 
     [group] = _scan([source], timeout, on_error=on_error, inline_threshold=inline_threshold,
-                    allowed_sources=list(allowed) or None, data_url=data_url, **choice,
+                    allowed_sources=list(allowed) or None, **formats, **choice,
                     **_storage_options(storage))
     refgrid.write(group, output, format=format_)
     arrays = sum(1 for _, node in group.walk() if isinstance(node, refgrid.VirtualArray))
@@ -395,14 +422,14 @@ def _scan_here(source: str, kwargs: dict[str, object]
                    "yet written are refused: run without --append.")
 @choosing_options
 @shaping_options
-@data_url_option
+@format_options
 @allow_source
 @storage_option
 def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: str | None,
           workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
           allow_overlap: bool, recode: bool, quiet: bool, file_timeout: float | None,
           format_: Format | None, padded: Padded, to_icechunk: bool, message: str | None,
-          append: bool, choice: dict[str, Any], shaping: dict[str, Any], data_url: str | None,
+          append: bool, choice: dict[str, Any], shaping: dict[str, Any], formats: dict[str, Any],
           allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
     """Convert a whole archive: scan every file on dask, combine, write references.
 
@@ -443,7 +470,7 @@ def batch(sources: tuple[str, ...], output: Path, concat_dim: str, scheduler: st
             progress=False if quiet else None, overlap="allow" if allow_overlap else "error",
             codecs="recode" if recode else "error", allowed_sources=list(allowed) or None,
             storage_options=_storage_options(storage), file_timeout=file_timeout,
-            append=append, data_url=data_url, **choice, **shaping)
+            append=append, **formats, **choice, **shaping)
     except DirectoryError as e:
         raise _directory_hint(e, "batch", output) from e
     click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused, "
@@ -651,6 +678,7 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
                    "chmod or a new hard link). Size, modification time and the file itself "
                    "are always checked.")
 @storage_option
+@listing_formats
 def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: int,
           max_age: int, request_timeout: float, header_timeout: float, access_log: bool,
           follows: tuple[str, ...], concat_dim: str, every: str, older_than: str,
@@ -658,9 +686,9 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
           refresh_token: str | None, dap_max_bytes: str, memory_budget: str,
           strict_sources: bool,
           storage: tuple[str, ...]) -> None:
-    """Serve every reference set and Zarr v3 store under ROOT as Zarr v3 over HTTP.
+    """Serve every dataset under ROOT as Zarr v3 over HTTP: {served}.
 
-    Each dataset NAME (its path under ROOT, without .json/.parq/.zarr) is served at
+    Each dataset NAME (its path under ROOT, without {served_suffixes}) is served at
     /NAME/native/ (as it is: rectilinear grids, native chunks) and /NAME/regular/ (a
     regular grid that stock zarr 3.1 and xarray read; /NAME/regular;chunks=time:30/ for other
     chunks), and over OPeNDAP at /dap/NAME (DAP2: .dds .das .dods .ascii; DAP4: .dmr
