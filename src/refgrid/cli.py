@@ -202,22 +202,30 @@ def format_options(command: Callable[..., None]) -> Callable[..., None]:
     return run
 
 
-def listing_formats(command: Callable[..., None]) -> Callable[..., None]:
-    """The command's help with the formats of the formats' table filled in: ``{inputs}``
-    (every one), ``{served}`` (those ``refgrid serve`` serves) and ``{served_suffixes}``."""
-    from refgrid.core.formats import FORMATS, served, suffixes
+class ListingFormats(click.Command):
+    """A command whose help names the input formats as the formats' table holds them when it
+    is shown: ``{inputs}`` (every one), ``{served}`` (those ``refgrid serve`` serves) and
+    ``{served_suffixes}``."""
 
-    def listed(rows: Sequence[InputFormat]) -> str:
-        titles = [row.title for row in rows]
-        return ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else titles[0]
+    @property
+    def help(self) -> str | None:
+        from refgrid.core.formats import FORMATS, served, suffixes
 
-    command.__doc__ = (command.__doc__ or "").format(
-        inputs=listed(FORMATS), served=listed(served()),
-        served_suffixes="/".join(suffixes(served())))
-    return command
+        return None if self.template is None else self.template.format(
+            inputs=_listed(FORMATS), served=_listed(served()),
+            served_suffixes="/".join(suffixes(served())))
+
+    @help.setter
+    def help(self, text: str | None) -> None:
+        self.template = text
 
 
-@main.command()
+def _listed(rows: Sequence[InputFormat]) -> str:
+    titles = [row.title for row in rows]
+    return ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else titles[0]
+
+
+@main.command(cls=ListingFormats)
 @click.argument("source")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Where to write the references: kerchunk JSON, or a parquet directory when "
@@ -235,7 +243,6 @@ def listing_formats(command: Callable[..., None]) -> Callable[..., None]:
 @allow_source
 @timeout_option
 @storage_option
-@listing_formats
 def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline_threshold: int,
          format_: Format | None, choice: dict[str, list[str] | None], formats: dict[str, Any],
          allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
@@ -622,7 +629,7 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
                + ", ".join(f"{k} {v}" for k, v in result.chunks.items()), err=True)
 
 
-@main.command()
+@main.command(cls=ListingFormats)
 @click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on (0.0.0.0: every interface).")
@@ -678,7 +685,6 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
                    "chmod or a new hard link). Size, modification time and the file itself "
                    "are always checked.")
 @storage_option
-@listing_formats
 def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: int,
           max_age: int, request_timeout: float, header_timeout: float, access_log: bool,
           follows: tuple[str, ...], concat_dim: str, every: str, older_than: str,
