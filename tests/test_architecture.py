@@ -204,13 +204,14 @@ def test_formats_are_told_only_by_their_table():
 
 
 def test_the_format_checker_sees_a_suffix_and_a_signature(tmp_path, monkeypatch):
-    copy = tmp_path / "src" / "refgrid"
-    shutil.copytree(PACKAGE, copy)
-    catalog = copy / "serve" / "catalog.py"
-    catalog.write_text(catalog.read_text() + '\nSUFFIXES = (".json", ".zarr", ".dmrpp")\n')
-    store = copy / "read" / "store.py"
-    store.write_text(store.read_text() + '\n\ndef _hdf5(head):\n    return head[:8] == '
-                     'b"\\x89HDF\\r\\n\\x1a\\n"\n')
+    """A copy of the package with a list of suffixes and a magic number added."""
+    added = {"serve/catalog.py": '\nSUFFIXES = (".json", ".zarr", ".dmrpp")\n',
+             "read/store.py": '\n\ndef _hdf5(head):\n    return head[:8] == '
+                              'b"\\x89HDF\\r\\n\\x1a\\n"\n'}
+    copy = shutil.copytree(PACKAGE, tmp_path / "src" / "refgrid")
+    for relative, text in added.items():
+        with open(copy / relative, "a") as f:
+            f.write(text)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
     wrong = format_names_outside_the_table(_format_names())
     assert [w.split(":", 1)[0] for w in wrong] == ["refgrid.read.store", "refgrid.serve.catalog",
