@@ -1,18 +1,6 @@
 """The input formats refgrid reads, as one table (:data:`FORMATS`): each one's names, how its
 files are recognised, where its scanner is, and what the rest of refgrid must know of it.
 
-==========  ========================================================================  ==========
-format      recognised by                                                              served
-==========  ========================================================================  ==========
-``hdf5``    HDF5 signature at offset 0 or 512·2^k (after a user block; NetCDF4 too)
-``netcdf3`` ``CDF\\x01``, ``CDF\\x02`` or ``CDF\\x05``
-``json``    a file starting with ``{`` or ``[`` (or named ``*.json``): kerchunk and   ``*.json``
-            refgrid references
-``zarr``    a directory with a root ``zarr.json``: a Zarr v3 store                    directories
-``parquet`` a directory with ``.zmetadata`` (or named ``*.parq``/``*.parquet``)       directories
-``dmrpp``   XML in the DAP4 and DMR++ namespaces: OPeNDAP's chunk index of a granule  ``*.dmrpp``
-==========  ========================================================================  ==========
-
 Adding a format is its scanner and one row here: the dispatcher
 (:func:`refgrid.scanners.detect_format`, :func:`refgrid.scanners.scanner`) recognises it and
 imports its scanner when it is first met; the service's catalog finds, names and serves its

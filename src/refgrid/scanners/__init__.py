@@ -193,7 +193,8 @@ def _not_an_input_directory(source: Source) -> NoReturn:
     hint = ""
     if source.is_local:
         root = Path(source.url.removeprefix("file://"))
-        data = sorted(p.name for p in root.iterdir() if p.suffix in formats.data_suffixes())
+        suffixes = formats.data_suffixes()
+        data = sorted(p.name for p in root.iterdir() if p.suffix in suffixes)
         if data:
             pattern = str(root / f"*{Path(data[0]).suffix}")
             hint = (f"; it holds {len(data)} data file(s) ({', '.join(data[:3])}"
