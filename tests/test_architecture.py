@@ -143,6 +143,82 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
         test_no_import_cycles()
 
 
+def test_the_scanners_the_formats_table_names_lie_under_the_dispatcher():
+    """The dispatcher imports each row's scanner by its name (``module:function``), which the
+    import walk does not see: those imports keep to the layers too."""
+    from refgrid.core.formats import FORMATS
+
+    modules = import_graph()
+    for row in FORMATS:
+        module = row.scanner.partition(":")[0]
+        assert module in modules, f"{row.name}: no module {module}"
+        part = _part(module)
+        assert part == "scanners" or LAYERS[part] < LAYERS["scanners"] or (
+            "scanners", part) in ACROSS, f"{row.name}: refgrid.scanners -> {module}"
+
+
+TABLE = "refgrid.core.formats"
+"""The one module that names the input formats' suffixes and signatures."""
+COMMON_SUFFIXES = {".json"}
+"""Suffixes too common to police: every JSON document has it (``zarr.json``, a batch's
+report, outputs chosen by name)."""
+OUTPUT_NAMES = {"refgrid.writers.references": {".parq", ".parquet"}}
+"""Output names: the writers choose parquet output by the names parquet references are
+read by."""
+
+
+def format_names_outside_the_table(names: set[str | bytes]) -> list[str]:
+    """Constants in code equal to a format's suffix or signature, outside the table: a
+    module that tells a format by its name or first bytes, which a new format's row would
+    not reach. Docstrings and the pieces of f-strings (``f"{array}/refs.{n}.parq"`` builds
+    a name, it tells no format) are not code that tells."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    wrong = []
+    for module, path in sorted(modules.items()):
+        if module == TABLE:
+            continue
+        tree = ast.parse(path.read_text())
+        skipped = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        skipped |= {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)
+                    for v in n.values}
+        allowed = OUTPUT_NAMES.get(module, set())
+        wrong += [f"{module}:{n.lineno}: {n.value!r}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and id(n) not in skipped
+                  and isinstance(n.value, str | bytes) and n.value in names - allowed]
+    return wrong
+
+
+def _format_names() -> set[str | bytes]:
+    from refgrid.core import formats
+
+    return {s for row in formats.FORMATS for s in row.suffixes if s not in COMMON_SUFFIXES} | {
+        formats.HDF5_MAGIC, *formats.NETCDF3_MAGIC, formats.DMRPP_MARK}
+
+
+def test_formats_are_told_only_by_their_table():
+    """Adding a format is its scanner and one row of ``refgrid.core.formats.FORMATS``: no
+    other module names a format's suffix or signature (the catalog had its own list of
+    suffixes, core/inputs its own of data files, the dispatcher its magic numbers)."""
+    assert ".dmrpp" in _format_names() and b"CDF\x01" in _format_names()
+    assert not format_names_outside_the_table(_format_names())
+
+
+def test_the_format_checker_sees_a_suffix_and_a_signature(tmp_path, monkeypatch):
+    """A copy of the package with a list of suffixes and a magic number added."""
+    added = {"serve/catalog.py": '\nSUFFIXES = (".json", ".zarr", ".dmrpp")\n',
+             "read/store.py": '\n\ndef _hdf5(head):\n    return head[:8] == '
+                              'b"\\x89HDF\\r\\n\\x1a\\n"\n'}
+    copy = shutil.copytree(PACKAGE, tmp_path / "src" / "refgrid")
+    for relative, text in added.items():
+        with open(copy / relative, "a") as f:
+            f.write(text)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
+    wrong = format_names_outside_the_table(_format_names())
+    assert [w.split(":", 1)[0] for w in wrong] == ["refgrid.read.store", "refgrid.serve.catalog",
+                                                   "refgrid.serve.catalog"], wrong
+    assert "'.dmrpp'" in wrong[-1] and "HDF" in wrong[0]
+
+
 VIEWS = {"refgrid.read.view", "refgrid.read.native", "refgrid.read.regular"}
 """The View protocol and its two implementations (design.md, "The read side")."""
 ADAPTERS = {"refgrid.read.store": "store", "refgrid.read.mapper": "mapper",

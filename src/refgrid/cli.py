@@ -7,7 +7,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from icechunk import Repository
 
     from refgrid.combining.spec import CombineSpec
+    from refgrid.core.formats import InputFormat
     from refgrid.model.virtual import VirtualGroup
     from refgrid.scanners import OnError
     from refgrid.writers import Padded, Saved
@@ -222,14 +223,48 @@ def _echo_rewrite(saved: Saved) -> None:
         click.echo(f"  {saved.rewrite}")
 
 
-data_url_option = click.option(
-    "--data-url", default=None, metavar="URL|TEMPLATE",
-    help="DMR++ input: where the granules are when the documents name them by a relative "
-         "path or Hyrax's placeholder ({name}: a document's name without .dmrpp; default: "
-         "beside each document).")
+def format_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options one input format takes (DMR++'s ``--data-url``), declared by its row of
+    the formats' table and passed on as ``formats``: keywords of ``refgrid.scan`` and
+    ``refgrid.batch``."""
+    from refgrid.core.formats import format_options as declared
+
+    options = declared()
+
+    @functools.wraps(command)
+    def run(**kwargs: Any) -> None:
+        command(formats={o.keyword: kwargs.pop(o.keyword) for o in options}, **kwargs)
+
+    for option in reversed(options):
+        run = click.option(option.flag, option.keyword, default=None, metavar=option.metavar,
+                           help=option.help)(run)
+    return run
 
 
-@main.command()
+class ListingFormats(click.Command):
+    """A command whose help names the input formats as the formats' table holds them when it
+    is shown: ``{inputs}`` (every one), ``{served}`` (those ``refgrid serve`` serves) and
+    ``{served_suffixes}``."""
+
+    @property
+    def help(self) -> str | None:
+        from refgrid.core.formats import FORMATS, served, suffixes
+
+        return None if self.template is None else self.template.format(
+            inputs=_listed(FORMATS), served=_listed(served()),
+            served_suffixes="/".join(suffixes(served())))
+
+    @help.setter
+    def help(self, text: str | None) -> None:
+        self.template = text
+
+
+def _listed(rows: Sequence[InputFormat]) -> str:
+    titles = [row.title for row in rows]
+    return ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else titles[0]
+
+
+@main.command(cls=ListingFormats)
 @click.argument("source")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Where to write the references: kerchunk JSON, or a parquet directory when "
@@ -243,15 +278,14 @@ data_url_option = click.option(
               help="Inline chunks stored in fewer bytes than this.")
 @format_option
 @choosing_options
-@data_url_option
+@format_options
 @allow_source
 @timeout_option
 @storage_option
 def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline_threshold: int,
-         format_: Format | None, choice: dict[str, list[str] | None], data_url: str | None,
+         format_: Format | None, choice: dict[str, list[str] | None], formats: dict[str, Any],
          allowed: tuple[str, ...], timeout: float | None, storage: tuple[str, ...]) -> None:
-    """Scan one HDF5/NetCDF4/NetCDF3 file, or a granule's DMR++ document (local path or
-    fsspec URL), into references.
+    """Scan one input (a local path or an fsspec URL) into references: {inputs}.
 
     \b
     Examples:
@@ -264,7 +298,7 @@ def scan(source: str, output: Path, show_report: bool, on_error: OnError, inline
     import refgrid
 
     [group] = _scan([source], timeout, on_error=on_error, inline_threshold=inline_threshold,
-                    allowed_sources=list(allowed) or None, data_url=data_url, **choice,
+                    allowed_sources=list(allowed) or None, **formats, **choice,
                     **_storage_options(storage))
     refgrid.write(group, output, format=format_)
     arrays = sum(1 for _, node in group.walk() if isinstance(node, refgrid.VirtualArray))
@@ -420,14 +454,14 @@ def _scan_here(source: str, kwargs: dict[str, object]
                    "the run costs what it adds. Backfill, changed files or an archive not "
                    "yet written are refused: run without --append.")
 @combine_options()
-@data_url_option
+@format_options
 @allow_source
 @storage_option
 def batch(sources: tuple[str, ...], output: Path, scheduler: str | None,
           workers: int | None, work_dir: Path | None, on_error: str, allow_failures: bool,
           quiet: bool, file_timeout: float | None, format_: Format | None, padded: Padded,
           to_icechunk: bool, message: str | None, append: bool, spec: CombineSpec,
-          data_url: str | None, allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
+          formats: dict[str, Any], allowed: tuple[str, ...], storage: tuple[str, ...]) -> None:
     """Convert a whole archive: scan every file on dask, combine, write references.
 
     SOURCES are paths, URLs, glob patterns (quoted: expanded by refgrid, remote ones too)
@@ -463,7 +497,7 @@ def batch(sources: tuple[str, ...], output: Path, scheduler: str | None,
         result = convert(list(sources), target, spec, BatchRun(
             scheduler, workers, work_dir, "raise" if on_error == "raise" else "report",
             False if quiet else None, format_, padded, message, list(allowed) or None,
-            _storage_options(storage), file_timeout, append, data_url))
+            _storage_options(storage), file_timeout, append, **formats))
     except DirectoryError as e:
         raise _directory_hint(e, "batch", output) from e
     click.echo(f"{result.files} files: {result.scanned} scanned, {result.reused} reused, "
@@ -615,7 +649,7 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
                + ", ".join(f"{k} {v}" for k, v in result.chunks.items()), err=True)
 
 
-@main.command()
+@main.command(cls=ListingFormats)
 @click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on (0.0.0.0: every interface).")
@@ -669,18 +703,18 @@ def materialize(source: str, out: Path, chunks: str, codec: str, level: int,
                    "chmod or a new hard link). Size, modification time and the file itself "
                    "are always checked.")
 @combine_options()
-@data_url_option
+@format_options
 @storage_option
 def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: int,
           max_age: int, request_timeout: float, header_timeout: float, access_log: bool,
           follows: tuple[str, ...], every: str, older_than: str,
           file_timeout: float | None, scheduler: str | None, state: Path | None,
           refresh_token: str | None, dap_max_bytes: str, memory_budget: str,
-          strict_sources: bool, spec: CombineSpec, data_url: str | None,
+          strict_sources: bool, spec: CombineSpec, formats: dict[str, Any],
           storage: tuple[str, ...]) -> None:
-    """Serve every reference set and Zarr v3 store under ROOT as Zarr v3 over HTTP.
+    """Serve every dataset under ROOT as Zarr v3 over HTTP: {served}.
 
-    Each dataset NAME (its path under ROOT, without .json/.parq/.zarr) is served at
+    Each dataset NAME (its path under ROOT, without {served_suffixes}) is served at
     /NAME/native/ (as it is: rectilinear grids, native chunks) and /NAME/regular/ (a
     regular grid that stock zarr 3.1 and xarray read; /NAME/regular;chunks=time:30/ for other
     chunks), and over OPeNDAP at /dap/NAME (DAP2: .dds .das .dods .ascii; DAP4: .dmr
@@ -711,8 +745,7 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
         budget = parse_size(memory_budget, "--memory-budget")
         followed = [Follow.parse(text, spec=spec, every=seconds(every, "--every"),
                                  older_than=seconds(older_than, "--older-than"),
-                                 file_timeout=file_timeout, scheduler=scheduler,
-                                 data_url=data_url)
+                                 file_timeout=file_timeout, scheduler=scheduler, **formats)
                     for text in follows]
     except ArgumentError as e:
         raise click.BadParameter(str(e)) from e

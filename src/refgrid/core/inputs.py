@@ -16,6 +16,7 @@ from functools import partial
 from operator import itemgetter
 from stat import S_ISDIR
 
+from refgrid.core.formats import data_suffixes, directory_format
 from refgrid.core.sources import (
     SourceIdentity,
     filesystem,
@@ -145,19 +146,14 @@ def _matches(target: str) -> list[tuple[str, Callable[[], os.stat_result]]]:
     return found
 
 
-DATA_SUFFIXES = (".nc", ".nc4", ".h5", ".hdf5", ".he5", ".hdf", ".dmrpp")
-INPUT_MARKERS = ("zarr.json", ".zmetadata")
-"""Files that make a directory an input of its own (a Zarr store, parquet references)."""
-
-
 def _not_a_data_directory(source: str, path: str) -> None:
     """Refuse a local directory that is not an input itself, suggesting the pattern that
     names its data files (by the most common suffix among them)."""
-    if not os.path.isdir(path) or any(os.path.exists(os.path.join(path, m))
-                                      for m in INPUT_MARKERS):
+    if not os.path.isdir(path) or directory_format(
+            lambda member: os.path.exists(os.path.join(path, member))) is not None:
         return
-    suffixes = [os.path.splitext(n)[1] for n in os.listdir(path)
-                if n.endswith(DATA_SUFFIXES)]
-    common = max(set(suffixes), key=suffixes.count) if suffixes else ".nc"
+    data = data_suffixes()
+    suffixes = [os.path.splitext(n)[1] for n in os.listdir(path) if n.endswith(data)]
+    common = max(set(suffixes), key=suffixes.count) if suffixes else data[0]
     what = f"{len(suffixes)} data files" if suffixes else "no data files refgrid knows"
     raise DirectoryError(source, os.path.join(source.rstrip("/"), "*" + common), what)

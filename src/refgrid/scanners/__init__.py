@@ -3,33 +3,24 @@ what an input is.
 
 Every reader goes through here — :func:`refgrid.get_mapper`, the xarray engine, the CLI — so
 ``refgrid.scan(x)`` and ``xr.open_dataset(x, engine="refgrid")`` accept exactly the same
-inputs. Each format has one scanner with one signature, ``(Source, ScanOptions) ->
-VirtualGroup``:
-
-=================  ==========================================================================
-format             recognised by
-=================  ==========================================================================
-``hdf5``           HDF5 signature at offset 0 or 512·2^k (after a user block; NetCDF4 too)
-``netcdf3``        ``CDF\\x01``, ``CDF\\x02`` or ``CDF\\x05``
-``json``           a file starting with ``{`` (or named ``*.json``): kerchunk/refgrid refs
-``parquet``        a directory with ``.zmetadata`` (or named ``*.parq``/``*.parquet``)
-``zarr``           a directory with a root ``zarr.json``: a Zarr v3 store
-``dmrpp``          XML in the DAP4 and DMR++ namespaces: OPeNDAP's chunk index of a granule
-=================  ==========================================================================
-
-A dict is a loaded reference set.
+inputs. The formats are the rows of :data:`refgrid.core.formats.FORMATS`: how each is
+recognised (its name, its first bytes, the members of a directory), its scanner — one
+signature, ``(Source, ScanOptions) -> VirtualGroup``, imported when the format is first met
+— and whether the allow-list applies to it. A dict is a loaded reference set.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import NoReturn, cast
 
-from refgrid.core.inputs import DATA_SUFFIXES, is_pattern
-from refgrid.core.keys import METADATA, ZMETADATA
+from refgrid.core import formats
+from refgrid.core.formats import SNIFFED_BYTES
+from refgrid.core.inputs import is_pattern
 from refgrid.core.sources import filesystem
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import (
@@ -48,41 +39,18 @@ from refgrid.scanners.allowed import check_sources, default_allowed
 from refgrid.scanners.options import OnError, ScanOptions
 from refgrid.scanners.source import Source
 
-Format = Literal["hdf5", "netcdf3", "json", "parquet", "zarr", "dmrpp"]
+Format = str
+"""An input format's name: a row of :data:`refgrid.core.formats.FORMATS`."""
 Scanner = Callable[[Source, ScanOptions], VirtualGroup]
 Input = str | os.PathLike[str] | Mapping[str, object]
 """What :func:`scan` accepts: a path or URL, or a loaded reference dict."""
 
 
-
 def scanner(kind: Format) -> Scanner:
     """The scanner of ``kind``, imported when first asked for: reading references needs
     neither h5py nor, for JSON, pyarrow."""
-    if kind == "hdf5":
-        from refgrid.scanners.hdf5 import scan_hdf5
-        return scan_hdf5
-    if kind == "netcdf3":
-        from refgrid.scanners.netcdf3 import scan_netcdf3
-        return scan_netcdf3
-    if kind == "json":
-        from refgrid.scanners.json_refs import scan_json
-        return scan_json
-    if kind == "parquet":
-        from refgrid.scanners.parquet import scan_parquet
-        return scan_parquet
-    if kind == "dmrpp":
-        from refgrid.scanners.dmrpp import scan_dmrpp
-        return scan_dmrpp
-    from refgrid.scanners.zarr_store import scan_zarr_store
-    return scan_zarr_store
-
-
-REFERENCE_FORMATS = frozenset({"json", "parquet", "dmrpp"})
-"""Inputs whose chunks may live anywhere: the ones the allow-list applies to."""
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
-DMRPP_MARK = b"xml.opendap.org/dap/dmrpp"
-"""The DMR++ namespace, which the first bytes of a DMR++ document hold."""
+    module, _, function = formats.input_format(kind).scanner.partition(":")
+    return cast(Scanner, getattr(importlib.import_module(module), function))
 
 
 def _names(value: Sequence[str] | str | None) -> Sequence[str] | None:
@@ -165,7 +133,7 @@ def scan_with(source: Input, options: ScanOptions, allowed_sources: Sequence[str
                                                     else tuple(prefixes)))
         prefixes = allowed_sources if allowed_sources is not None else default_allowed(
             None if isinstance(source, Mapping) else where)
-        if kind in REFERENCE_FORMATS and prefixes is not None:
+        if formats.input_format(kind).references and prefixes is not None:
             group = check_sources(group, prefixes, where)
         return group
     except (ModelError, GridError) as e:  # name the input they came from
@@ -183,31 +151,28 @@ def scan_with(source: Input, options: ScanOptions, allowed_sources: Sequence[str
 
 def detect_format(source: Source) -> Format:
     """What ``source`` is, from its name where that is decisive, else from its bytes."""
-    if source.url.endswith((".parq", ".parquet")):
-        return "parquet"
+    named = formats.named(source.url)
+    if named is not None:
+        return named.name
     if source.is_local and os.path.isdir(source.url):
         return _directory_format(source) or _not_an_input_directory(source)
     try:
-        head = source.head(4096)
+        head = source.head(SNIFFED_BYTES)
     except ScanError as e:
         if source.is_local or e.reason != NO_SUCH_FILE:  # a failure, not an absence
             raise
         # a remote "directory" is a prefix: look inside
         return _directory_format(source) or _not_an_input_directory(source)
-    if any(head[k:k + 8] == HDF5_MAGIC for k in (0, 512, 1024, 2048)):
-        return "hdf5"
-    if head[:4] in NETCDF3_MAGIC:
-        return "netcdf3"
-    if head.lstrip()[:1] in (b"{", b"[") or source.url.endswith(".json"):
-        return "json"
-    if DMRPP_MARK in head and b"Dataset" in head:  # (text before its declaration too)
-        return "dmrpp"
+    sniffed = formats.sniffed(head, source.url)
+    if sniffed is not None:
+        return sniffed.name
     if head.lstrip()[:1] == b"<" and not source.is_local:  # a server's page for a directory
         found = _directory_format(source)
         if found is not None:
             return found
-    if _hdf5_after_user_block(source):
-        return "hdf5"
+    probed = formats.probed(source)
+    if probed is not None:
+        return probed.name
     found = None if source.is_local else _directory_format(source)  # a server listing dirs
     if found is not None:
         return found
@@ -215,32 +180,11 @@ def detect_format(source: Source) -> Format:
                       f"not an HDF5/NetCDF4/NetCDF3 file (starts with {head[:8]!r})")
 
 
-USER_BLOCK_LIMIT = 2**40
-"""The largest user block looked past (HDF5 places the superblock at 0 or 512·2^k)."""
-
-
-def _hdf5_after_user_block(source: Source) -> bool:
-    """Whether an HDF5 superblock follows a user block of 4 KiB or more (the first 4 KiB,
-    which hold the smaller ones, were already looked at)."""
-    offset = 4096
-    while offset < USER_BLOCK_LIMIT:
-        signature = source.read_at(offset, len(HDF5_MAGIC))
-        if signature == HDF5_MAGIC:
-            return True
-        if len(signature) < len(HDF5_MAGIC):
-            return False  # past the end of the file
-        offset *= 2
-    return False
-
-
 def _directory_format(source: Source) -> Format | None:
-    """The format of a directory input, from the marker file it holds (None: neither); no
+    """The format of a directory input, from the member file it holds (None: none); no
     scanner is imported to look."""
-    if source.has_member(METADATA):
-        return "zarr"
-    if source.has_member(ZMETADATA):
-        return "parquet"
-    return None
+    found = formats.directory_format(source.has_member)
+    return None if found is None else found[0].name
 
 
 def _not_an_input_directory(source: Source) -> NoReturn:
@@ -249,15 +193,17 @@ def _not_an_input_directory(source: Source) -> NoReturn:
     hint = ""
     if source.is_local:
         root = Path(source.url.removeprefix("file://"))
-        data = sorted(p.name for p in root.iterdir() if p.suffix in DATA_SUFFIXES)
+        suffixes = formats.data_suffixes()
+        data = sorted(p.name for p in root.iterdir() if p.suffix in suffixes)
         if data:
             pattern = str(root / f"*{Path(data[0]).suffix}")
             hint = (f"; it holds {len(data)} data file(s) ({', '.join(data[:3])}"
                     f"{', ...' if len(data) > 3 else ''}): to join them along a dimension use "
                     f"refgrid.combine({pattern!r}, 'time'), or refgrid batch '{pattern}' -o "
                     "out.parq from the shell; refgrid.scan reads one file")
-    raise FormatError(source.url, None, f"a directory with no zarr.json (not a Zarr v3 store) "
-                      f"and no {ZMETADATA}: not kerchunk parquet references{hint}")
+    lacking = ", and ".join(f"no {member}: not {row.title}" for row in formats.FORMATS
+                            for member in row.members)
+    raise FormatError(source.url, None, f"a directory with {lacking}{hint}")
 
 
 def _exists(url: str, storage_options: StorageOptions) -> bool:

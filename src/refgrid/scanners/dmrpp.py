@@ -60,6 +60,7 @@ from refgrid.codecs.filters import (
     string_codecs,
 )
 from refgrid.core.dtypes import STRING, recast_fill, storable
+from refgrid.core.formats import input_format, stem
 from refgrid.core.sources import SourceIdentity
 from refgrid.core.typed import Attributes
 from refgrid.core.util import import_extra
@@ -187,7 +188,7 @@ def _data_url(href: str, source: Source, template: str | None) -> str:
     """Where the data is (see the module docstring)."""
     if "://" in href and href != PLACEHOLDER:
         return href
-    name = posixpath.basename(source.url.rstrip("/")).removesuffix(".dmrpp")
+    name = stem(posixpath.basename(source.url.rstrip("/")), [input_format("dmrpp")])
     if template is not None:
         return template.replace("{name}", name) if "{name}" in template else template
     return _directory(source.url) + name

@@ -1,10 +1,11 @@
 """The datasets under a served root: found by walking it, opened on demand, kept in an LRU,
 reopened when their files change.
 
-A dataset is a JSON reference set (``*.json``, but not a batch's report beside its output,
-``*.report.json``), a parquet reference set (a directory with ``.zmetadata``), a Zarr v3
-store (a directory with ``zarr.json``) or a granule's DMR++ document (``*.dmrpp``, read with
-its granule beside it) anywhere under the root; its name is its path
+A dataset is an input of a format the table serves (:func:`refgrid.core.formats.served`: JSON
+and parquet references, Zarr v3 stores, DMR++ documents read with their granules beside
+them) anywhere under the root — a file named with one of its suffixes (but a store's
+``zarr.json`` or a batch's report beside its output, ``*.report.json``), or a directory
+holding one of its members; its name is its path
 below the root without the suffix (``monthly/tas.json`` → ``monthly/tas``). URLs are only
 ever looked up among these names, never joined onto the root, so no URL can name a file
 outside it; files and directories whose real path (symlinks resolved) leaves the root are not
@@ -27,6 +28,7 @@ version stays true in the next (``growing`` in :mod:`refgrid.read.native` and
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -35,10 +37,13 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from refgrid.core.keys import METADATA, REPORT_SUFFIX, ZMETADATA
+from refgrid.core import formats
+from refgrid.core.formats import InputFormat
+from refgrid.core.keys import METADATA, REPORT_SUFFIX
 from refgrid.core.sources import SourceCheck, Verify
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import AccessError, ArgumentError, RefgridError
@@ -49,8 +54,8 @@ from refgrid.scanners import scan
 from refgrid.scanners.allowed import check_sources, normalized
 from refgrid.serve.dap.model import DapDataset
 
-Kind = Literal["json", "parquet", "zarr", "dmrpp"]
-SUFFIXES = (".json", ".parquet", ".parq", ".zarr", ".dmrpp")
+Kind = str
+"""A served format's name (:data:`refgrid.core.formats.FORMATS`)."""
 log = logging.getLogger("refgrid.serve")
 
 
@@ -62,11 +67,25 @@ class Entry:
     path: Path
     kind: Kind
 
+    @property
+    def format(self) -> InputFormat:
+        """Its format's row of the table."""
+        return formats.input_format(self.kind)
+
+
+def _holds(directory: Path, member: str) -> bool:
+    return (directory / member).is_file()
+
 
 def stamp_of(path: Path) -> tuple[int, int, int]:
-    """What changes when a dataset's file is rewritten (atomically or in place)."""
-    target = path / (ZMETADATA if (path / ZMETADATA).exists() else METADATA) \
-        if path.is_dir() else path
+    """What changes when a dataset's file is rewritten (atomically or in place): its own
+    stamp, or a directory's member that makes it an input."""
+    target = path
+    if path.is_dir():
+        found = formats.directory_format(partial(_holds, path))
+        if found is None:
+            raise FileNotFoundError(errno.ENOENT, "no input's member in it", str(path))
+        target = path / found[1]
     st = target.stat()
     return st.st_mtime_ns, st.st_size, st.st_ino
 
@@ -80,19 +99,17 @@ def discover(root: Path) -> dict[str, Entry]:
         here = Path(top)
         for d in list(dirs):
             path = here / d
-            kind: Kind | None = "parquet" if (path / ZMETADATA).is_file() else \
-                "zarr" if (path / METADATA).is_file() else None
-            if kind is not None:
+            store = formats.directory_format(partial(_holds, path), formats.served())
+            if store is not None:
                 dirs.remove(d)  # a dataset's insides are not datasets
-                _add(found, root, path, kind)
+                _add(found, root, path, store[0].name)
             elif d.startswith("."):
                 dirs.remove(d)
         for f in files:
-            if f.endswith(".json") and f != METADATA and not f.startswith(".") and \
+            served = formats.served_file(f)
+            if served is not None and f != METADATA and not f.startswith(".") and \
                     not f.endswith(REPORT_SUFFIX):  # a batch's report beside its output
-                _add(found, root, here / f, "json")
-            elif f.endswith(".dmrpp") and not f.startswith("."):
-                _add(found, root, here / f, "dmrpp")
+                _add(found, root, here / f, served.name)
     out: dict[str, Entry] = {}
     for name, entries in found.items():
         if len(entries) == 1:
@@ -107,7 +124,8 @@ def discover(root: Path) -> dict[str, Entry]:
 def collisions(entries: dict[str, Entry]) -> list[str]:
     """The datasets served under their full file names (their names without the suffix
     would be the same): the only names that end in a suffix."""
-    return sorted(name for name in entries if name.endswith(SUFFIXES))
+    return sorted(name for name in entries
+                  if name.endswith(formats.suffixes(formats.served())))
 
 
 def _add(found: dict[str, list[Entry]], root: Path, path: Path, kind: Kind) -> None:
@@ -116,7 +134,7 @@ def _add(found: dict[str, list[Entry]], root: Path, path: Path, kind: Kind) -> N
         log.warning("skipping %s: it leads out of the served root (%s)", path, real)
         return
     relative = path.relative_to(root).as_posix()
-    name = next((relative[:-len(s)] for s in SUFFIXES if relative.endswith(s)), relative)
+    name = formats.stem(relative, formats.served())
     if _usable_name(name):
         found.setdefault(name, []).append(Entry(name, path, kind))
 
@@ -388,7 +406,7 @@ class Catalog:
                                                      "served root"))
         try:
             options: Mapping[str, Any] = self.storage_options  # scan's **storage_options: untyped
-            if entry.kind == "dmrpp":  # its data file is asked its identity as it is read
+            if entry.format.asks_sources:  # (DMR++: the data file's identity, as it is read)
                 options = {**options, "allowed_sources": self.allowed}
             group = scan(real, **options)
             group = check_sources(group, self.allowed, entry.name, REMEDY)  # every format:

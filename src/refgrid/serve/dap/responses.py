@@ -179,8 +179,8 @@ async def _data(request: web.Request, dataset: Dataset, dap: DapDataset, kind: s
         raise HttpError(413, f"{dap.name}: the response would hold {values:,} bytes of values, "
                         f"more than this service's limit of {limit:,}: ask for a hyperslab "
                         "(NAME[start:stride:stop]) or fewer variables")
-    if dataset.entry.kind == "zarr":  # (its chunk files change with no new version: no
-        headers = {"Cache-Control": "no-store"}  # validator can tell)
+    if not dataset.entry.format.stamped:  # (a Zarr store: its chunk files change with no
+        headers = {"Cache-Control": "no-store"}  # new version, which no validator can tell)
     else:
         etag = _etag(dataset, request, kind)
         unchanged = not_modified(request, dataset, etag)
