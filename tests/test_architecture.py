@@ -144,6 +144,18 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
         test_no_import_cycles()
 
 
+def test_the_writers_read_no_layout_through_the_scanners():
+    """Each reference layout is read and written by one module of ``refs/`` (design.md,
+    "Formats at the edges"): a writer that needs what an output holds (an append: its
+    ``.zmetadata``, record files and sources) asks ``refs/``, never a scanner, whose modules
+    are the dispatcher's inputs (a file's size, :mod:`refgrid.scanners.source`, is no
+    layout)."""
+    wrong = sorted(f"{module} -> {target}" for module, targets in import_graph().items()
+                   if _part(module) == "writers" for target in targets
+                   if _part(target) == "scanners" and target != "refgrid.scanners.source")
+    assert not wrong, "\n".join(wrong)
+
+
 VIEWS = {"refgrid.read.view", "refgrid.read.native", "refgrid.read.regular"}
 """The View protocol and its two implementations (design.md, "The read side")."""
 ADAPTERS = {"refgrid.read.store": "store", "refgrid.read.mapper": "mapper",
