@@ -75,20 +75,20 @@ def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto",
            if isinstance(array, VirtualArray)) and grid_form == "auto":
         nodes = {key[:-len(METADATA)].rstrip("/"): doc for key, doc in docs.items()}
         docs[METADATA] = consolidated(nodes[""], nodes)  # type: ignore[assignment]
-    return references(group, {k: dumps(d) for k, d in docs.items()},
-                      lambda path, coords, array: chunk_key(path, coords, key_encoding(array)),
-                      Portable(sidecar))
+    return _references(group, {k: dumps(d) for k, d in docs.items()},
+                       lambda path, coords, array: chunk_key(path, coords, key_encoding(array)),
+                       Portable(sidecar))
 
 
 def to_kerchunk_v2(group: VirtualGroup) -> JSONObject:
     """Classic kerchunk references of ``group``: Zarr v2 keys and documents (regular grids
     only; a rectilinear array is a :class:`~refgrid.errors.WriteError` naming it)."""
-    return references(group, {k: dumps(d) for k, d in v2_documents(group).items()},
-                      lambda path, coords, array: chunk_key_v2(path, coords), Portable(None))
+    return _references(group, {k: dumps(d) for k, d in v2_documents(group).items()},
+                       lambda path, coords, array: chunk_key_v2(path, coords), Portable(None))
 
 
-def references(group: VirtualGroup, metadata: dict[str, str], key_of: KeyOf,
-               portable: Portable) -> JSONObject:
+def _references(group: VirtualGroup, metadata: dict[str, str], key_of: KeyOf,
+                portable: Portable) -> JSONObject:
     """The reference dict of ``group``: refgrid's section, the templates, ``metadata`` (key
     → document text) and every chunk's reference at ``key_of`` its coordinates."""
     arrays = [(path, node) for path, node in group.walk() if isinstance(node, VirtualArray)]
