@@ -63,20 +63,15 @@ def build(files: int) -> Path:
     """The archive of ``files`` files (made once): its files and ``tas.parq``."""
     import refgrid
     from refgrid.combining import with_inline_coordinates
-    from refgrid.core.sources import PIECES_KEY, RECORDS_KEY, SOURCE_TABLE_KEY, identity_of
+    from refgrid.core.sources import identity_of
     from refgrid.grid.rectilinear import RectilinearGrid
     from refgrid.model.manifest import PagedManifest
     from refgrid.model.virtual import VirtualArray, in_pieces, piece_length
     from refgrid.model.zarr_json import documents
-    from refgrid.scanners.parquet import PIECE_ROWS, SOURCE_PAGE_ROWS, SourceTable
-    from refgrid.writers.parquet import (
-        RECORD_SIZE,
-        Rows,
-        _write_identities,
-        _write_records,
-        zmetadata,
-    )
-    from refgrid.writers.section import Portable, section
+    from refgrid.refs.parquet import PIECE_ROWS, RECORD_SIZE, ParquetSection, ZMetadata
+    from refgrid.refs.records import Rows, record_digest, record_name
+    from refgrid.refs.section import Portable, Section
+    from refgrid.refs.source_pages import SOURCE_PAGE_ROWS, SourceTable, page_files
 
     root = DATA / f"scale{files}"
     out = root / "tas.parq"
@@ -118,6 +113,12 @@ def build(files: int) -> Path:
     shutil.rmtree(temporary, ignore_errors=True)
     temporary.mkdir()
     digests: dict[str, str] = {}
+
+    def put(name: str, data: bytes) -> None:
+        (temporary / name).parent.mkdir(parents=True, exist_ok=True)
+        (temporary / name).write_bytes(data)
+        digests[name] = record_digest(data)
+
     portable = Portable(None)
     pieces = {}  # (arrays stored inline in pieces: record files of their own length)
     for name in ("lat", "lon", "time"):
@@ -125,26 +126,29 @@ def build(files: int) -> Path:
         assert isinstance(array, VirtualArray)
         if array.inline_pieces:
             pieces[name] = PIECE_ROWS
-        _write_records(Rows.of(array.manifest, portable), temporary, name, 0,
-                       pieces.get(name, RECORD_SIZE), digests, name in pieces)
+        for n, data in enumerate(Rows.of(array.manifest, portable).record_files(
+                pieces.get(name, RECORD_SIZE))):
+            put(record_name(name, n, name in pieces), data)
     pages = -(-files * per_file // RECORD_SIZE)
     for n in range(pages):
         rows = np.arange(n * RECORD_SIZE, min((n + 1) * RECORD_SIZE, files * per_file))
         file, chunk = rows // per_file, rows % per_file
         first = int(file[0])
         template = file % TEMPLATES
-        _write_records(Rows((file - first).astype(np.int32),
-                            urls[first:int(file[-1]) + 1],
-                            offsets[template, chunk], sizes[template, chunk], None),
-                       temporary, "tas", n, RECORD_SIZE, digests)
-    firsts = _write_identities([(url, identities[k % TEMPLATES])
-                                for k, url in enumerate(urls)],
-                               temporary, 0, SOURCE_PAGE_ROWS, digests)  # (sorted names)
-    table = SourceTable(files, SOURCE_PAGE_ROWS, firsts, urls[0], urls[-1])
-    kept = section(group, portable, sources=False,
-                   **{RECORDS_KEY: digests, SOURCE_TABLE_KEY: table.to_json(),
-                      PIECES_KEY: pieces})
-    (temporary / ".zmetadata").write_bytes(zmetadata(kept, documents(group), RECORD_SIZE))
+        put(record_name("tas", n), Rows((file - first).astype(np.int32),
+                                         urls[first:int(file[-1]) + 1],
+                                         offsets[template, chunk], sizes[template, chunk],
+                                         None).record_file())
+    written, firsts = page_files([(url, identities[k % TEMPLATES])
+                                  for k, url in enumerate(urls)],
+                                 0, SOURCE_PAGE_ROWS, str(out))  # (sorted names)
+    for name, data in written:
+        put(name, data)
+    table = SourceTable(files, SOURCE_PAGE_ROWS, tuple(firsts), urls[0], urls[-1])
+    kept = ParquetSection(**vars(Section.of_group(group, portable, sources=False)),
+                          records=digests, source_table=table, pieces=pieces)
+    (temporary / ".zmetadata").write_bytes(
+        ZMetadata(kept, documents(group), RECORD_SIZE).to_bytes())
     temporary.rename(out)
     print(f"  {pages:,} record files of references written: "
           f"{time.perf_counter() - t0:.0f} s, peak memory {_peak() / 2**20:,.0f} MB "
@@ -313,7 +317,7 @@ def pages_read(path: Path, point: int, count: int) -> int:
     import refgrid
     from refgrid.model.manifest import PagedManifest
     from refgrid.read.array import read
-    from refgrid.writers.parquet import RECORD_SIZE
+    from refgrid.refs.parquet import RECORD_SIZE
 
     array = refgrid.scan(path)["tas"]
     read(array, (slice(0, count), point, point))

@@ -55,7 +55,7 @@ def stock_zarr_reader(refs: dict[str, Any]) -> Callable[[str], np.ndarray]:
 def refgrid_reader(refs: dict[str, Any]) -> Callable[[str], np.ndarray]:
     """Read variables with refgrid's own read path (any grid)."""
     from refgrid.read.array import read
-    from refgrid.scanners.v3_refs import references_to_group
+    from refgrid.refs.json_refs import references_to_group
 
     group = references_to_group(refs)
     return lambda name: read(group[name], path=name)

@@ -248,7 +248,7 @@ def test_an_append_rewrites_the_last_piece_of_the_time_coordinate_only(grown, tm
     batch's."""
     files, _ = grown
     monkeypatch.setattr("refgrid.model.virtual.INLINE_PIECE", PIECE)
-    monkeypatch.setattr("refgrid.writers.parquet.PIECE_ROWS", 2)
+    monkeypatch.setattr("refgrid.refs.parquet.PIECE_ROWS", 2)
     out = tmp_path / "pieces.parq"
     batch([str(f) for f in files[:24]], out)
     stored = refgrid.scan(out)["time"]

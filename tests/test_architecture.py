@@ -22,12 +22,13 @@ from refgrid.scanners import detect_format
 from refgrid.scanners.source import Source
 
 PACKAGE = ROOT / "src" / "refgrid"
-LAYERS = {"errors": 0, "core": 1, "grid": 2, "codecs": 2, "model": 3, "scanners": 4,
-          "read": 5, "combining": 6, "materializing": 6, "writers": 6, "explore": 6,
-          "archive": 7, "serve": 7, "cli": 8, "demo": 8, "__init__": 8}
+LAYERS = {"errors": 0, "core": 1, "grid": 2, "codecs": 2, "model": 3, "refs": 4,
+          "scanners": 5, "read": 6, "combining": 7, "materializing": 7, "writers": 7,
+          "explore": 7, "archive": 8, "serve": 8, "cli": 9, "demo": 9, "__init__": 9}
 """Each package's layer (and the top-level modules', which are roles of their own): entry
-points → archive/serve → combining/materializing/writers/explore → read → scanners → model →
-grid/codecs → core → errors. A package may import its own modules and lower layers'."""
+points → archive/serve → combining/materializing/writers/explore → read → scanners → refs →
+model → grid/codecs → core → errors. A package may import its own modules and lower layers'
+(the reference layouts, refs, below both the scanners and the writers that use them)."""
 ACROSS = {("materializing", "writers"), ("materializing", "explore"), ("cli", "demo"),
           ("cli", "__init__"), ("serve", "archive")}
 """The imports allowed between two parts of the same layer (materializing swaps its output
@@ -217,6 +218,18 @@ def test_the_format_checker_sees_a_suffix_and_a_signature(tmp_path, monkeypatch)
     assert [w.split(":", 1)[0] for w in wrong] == ["refgrid.read.store", "refgrid.serve.catalog",
                                                    "refgrid.serve.catalog"], wrong
     assert "'.dmrpp'" in wrong[-1] and "HDF" in wrong[0]
+
+
+def test_the_writers_read_no_layout_through_the_scanners():
+    """Each reference layout is read and written by one module of ``refs/`` (design.md,
+    "Formats at the edges"): a writer that needs what an output holds (an append: its
+    ``.zmetadata``, record files and sources) asks ``refs/``, never a scanner, whose modules
+    are the dispatcher's inputs (a file's size, :mod:`refgrid.scanners.source`, is no
+    layout)."""
+    wrong = sorted(f"{module} -> {target}" for module, targets in import_graph().items()
+                   if _part(module) == "writers" for target in targets
+                   if _part(target) == "scanners" and target != "refgrid.scanners.source")
+    assert not wrong, "\n".join(wrong)
 
 
 VIEWS = {"refgrid.read.view", "refgrid.read.native", "refgrid.read.regular"}

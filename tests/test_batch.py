@@ -28,7 +28,7 @@ from archive_files import CHUNK, lengths, write_archive, write_corrupt
 from helpers import FIXTURES, killed
 from refgrid.archive.journal import RECORDS, Journal, read_entries
 from refgrid.cli import main
-from refgrid.core.sources import StoredSources
+from refgrid.refs.source_pages import StoredSources
 
 GOOD = 200
 

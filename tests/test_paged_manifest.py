@@ -17,14 +17,14 @@ from numcodecs import Shuffle
 
 import refgrid
 from helpers import FIXTURES, RECTILINEAR, closed
-from refgrid.core.sources import StoredSources
 from refgrid.model.manifest import INLINE, PagedManifest
 from refgrid.model.virtual import VirtualGroup
 from refgrid.read.array import read
 from refgrid.read.view import contents
-from refgrid.scanners import parquet
+from refgrid.refs import parquet
+from refgrid.refs.parquet import EAGER_RECORDS
+from refgrid.refs.source_pages import StoredSources
 from refgrid.scanners.allowed import check_sources
-from refgrid.scanners.parquet import EAGER_RECORDS
 
 FILES = sorted((FIXTURES / "monthly" / "chunk10").glob("tas_2001*.nc"))
 

@@ -191,7 +191,7 @@ def test_third_party_dictionary_paths_with_narrow_indices_and_nulls():
     import pyarrow as pa
 
     from refgrid.model.manifest import ManifestBuilder
-    from refgrid.scanners.parquet import _fill
+    from refgrid.refs.records import into_manifest as _fill
 
     names = pa.array([f"s3://b/f{i}.nc" for i in range(128)])
     table = pa.table({"path": pa.DictionaryArray.from_arrays(

@@ -16,7 +16,7 @@ from helpers import FIXTURES, closed, hdf5_files, netcdf3_files
 from refgrid.errors import ReadError
 from refgrid.model.virtual import same_value
 from refgrid.read.array import read
-from refgrid.scanners.v3_refs import references_to_group
+from refgrid.refs.json_refs import references_to_group
 
 
 def _check(files, reader=refgrid_reader):

@@ -152,7 +152,7 @@ def test_stored_identities_read_as_json_reads_them(tmp_path, form):
     read as json reads it: a NaN time reads (orjson refuses it), an entry without a file's
     size is dropped, and so are fields of other names or types; the caller's parsed
     container is not shared."""
-    from refgrid.core.sources import stored_identities
+    from refgrid.refs.section import stored_identities
 
     refs = refgrid.write(refgrid.scan(SOURCE / "tas_200101.nc"), tmp_path / form)
     where = refs / ".zmetadata" if refs.is_dir() else refs

@@ -8,11 +8,12 @@ and nothing recorded changed or went away, :func:`extend` combines only the arch
 file (whose units, calendar and attributes every file is re-encoded to and checked against),
 its last file (continuity: no overlap, the padded last chunk that becomes interior) and the
 new files, and writes the new extent: for parquet
-(:func:`refgrid.writers.parquet.append_parquet`) the record files from the last file's first
-chunk on, and ``.zmetadata``; for Icechunk (:func:`refgrid.writers.icechunk.append_icechunk`)
-one commit of the changed documents and the chunks from the last file's first on. Time and
-memory then grow with the new files, not with the archive. :class:`Output` is what differs
-between the two.
+(:func:`refgrid.writers.parquet.append_parquet`) what the layout says an append of those
+chunks rewrites (:func:`refgrid.refs.parquet.appended_files`: the record files from the last
+file's first chunk on, the source pages from where the new files sort, and ``.zmetadata``);
+for Icechunk (:func:`refgrid.writers.icechunk.append_icechunk`) one commit of the changed
+documents and the chunks from the last file's first on. Time and memory then grow with the
+new files, not with the archive. :class:`Output` is what differs between the two.
 
 The result equals a from-scratch batch of the same files, or the append is not taken: every
 document of the combined first/last/new files, but for its shape and chunk grid, must equal
@@ -36,17 +37,9 @@ from refgrid.archive.assemble import combine_records, order
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
 from refgrid.combining.spec import CombineSpec
-from refgrid.core import jsonio
 from refgrid.core.dtypes import ENCODING_ATTR
-from refgrid.core.keys import REPORT_SUFFIX, ZMETADATA, KeyEncoding, chunk_key, document_key
-from refgrid.core.sources import (
-    ATTRIBUTES_KEY,
-    RECORDS_KEY,
-    SOURCES_KEY,
-    SourceIdentity,
-    filesystem,
-    identity_difference,
-)
+from refgrid.core.keys import REPORT_SUFFIX, KeyEncoding, chunk_key, document_key
+from refgrid.core.sources import SourceIdentity, identity_difference
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import BatchError, RefgridError, ScanError, WriteError
 from refgrid.grid.json_forms import (
@@ -60,27 +53,36 @@ from refgrid.model.manifest import ChunkManifest
 from refgrid.model.virtual import VirtualArray, VirtualGroup, in_pieces, piece_length
 from refgrid.model.zarr_json import bookkeeping, documents
 from refgrid.read.cropped import portable_documents_group, portable_grid
-from refgrid.scanners.parquet import (
-    piece_rows,
-    record_name,
-    record_rows,
-    source_table,
-    stored_sources,
-)
+from refgrid.refs.parquet import ZMetadata, local_sources, read_zmetadata, stored_piece
+from refgrid.refs.section import ATTRIBUTES_KEY, SOURCES_KEY, Section
 from refgrid.scanners.source import Source
 from refgrid.writers import sized
 from refgrid.writers.atomic import write_file
 from refgrid.writers.icechunk import append_icechunk
 from refgrid.writers.padded import Padded, needs_rewrite, rewrite_padded, sidecar_for
-from refgrid.writers.parquet import append_parquet, read_record
+from refgrid.writers.parquet import append_parquet
 
 if TYPE_CHECKING:  # the icechunk extra
     from icechunk import Repository
 
 GRID_KEYS = ("shape", "chunk_grid")
 """What an append changes in an array's document."""
-SNAPSHOT = "snapshot"
-"""(In an Icechunk output's ``meta``) the snapshot the append is planned on."""
+
+
+@dataclass(frozen=True)
+class IcechunkState:
+    """What an Icechunk output's append is planned on: the snapshot this batch committed
+    last, its documents (read from it) and refgrid's section of it — the sources and
+    bookkeeping, which a commit does not carry: kept in the work directory
+    (:attr:`IcechunkOutput.state`)."""
+
+    section: Section
+    metadata: Mapping[str, Mapping[str, Any]]
+    snapshot: str
+
+
+Earlier = ZMetadata | IcechunkState
+"""The archive as its output read it: its documents (``metadata``) and refgrid's section."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,8 @@ class Plan:
     (for an append)."""
     new: tuple[str, ...] = ()
     """The files to add, in order (for an append)."""
-    meta: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    """The output's ``.zmetadata`` as read (for an append)."""
+    meta: Earlier | None = field(default=None, repr=False, compare=False)
+    """The output as read (for an append)."""
     sources: Mapping[str, SourceIdentity] = field(default_factory=dict, repr=False,
                                                   compare=False)
     """The output's sources, its rewritten chunk files among them (for an append)."""
@@ -148,9 +150,9 @@ def plan(journal: Journal, output: Output, good: Sequence[str],
 
 
 def _earlier(output: Output, settings: Mapping[str, str]
-             ) -> tuple[Mapping[str, Any], Mapping[str, SourceIdentity]] | Plan:
-    """The earlier output's ``.zmetadata`` (its form) and sources, if a batch with the same
-    ``settings`` wrote it; else the plan."""
+             ) -> tuple[Earlier, Mapping[str, SourceIdentity]] | Plan:
+    """The earlier output as read and its sources, if a batch with the same ``settings``
+    wrote it; else the plan."""
     meta = output.earlier()
     if isinstance(meta, Plan):
         return meta
@@ -274,22 +276,22 @@ class Output:
     def report(self) -> Path:
         return self.target.with_name(self.target.name + REPORT_SUFFIX)
 
-    def earlier(self) -> Mapping[str, Any] | Plan:
-        """The earlier output's documents and refgrid section (``.zmetadata``'s form), or
-        the plan when it has none to extend."""
+    def earlier(self) -> Earlier | Plan:
+        """The earlier output's documents and refgrid section, or the plan when it has none
+        to extend."""
         raise NotImplementedError
 
-    def sources(self, meta: Mapping[str, Any]) -> Mapping[str, SourceIdentity]:
+    def sources(self, meta: Earlier) -> Mapping[str, SourceIdentity]:
         """The archive's sources by URL, as its section names them (``meta``: as
         :meth:`earlier` read it)."""
-        return cast("Mapping[str, SourceIdentity]", meta[SOURCES_KEY]["sources"])
+        return meta.section.identities()
 
-    def ends(self, meta: Mapping[str, Any]) -> tuple[str, str] | None:
+    def ends(self, meta: Earlier) -> tuple[str, str] | None:
         """The archive's first and last files along its concat dimension, where its sources'
         order does not say (None: the first and last of them)."""
         return None
 
-    def inline(self, meta: Mapping[str, Any], path: str, piece: int) -> bytes:
+    def inline(self, meta: Earlier, path: str, piece: int) -> bytes:
         """The stored bytes of piece ``piece`` (along the first dimension) of the archive's
         inline array ``path`` (:attr:`~refgrid.model.virtual.VirtualArray.inline_pieces`)."""
         raise NotImplementedError
@@ -305,9 +307,9 @@ class Output:
     def documents(self, tail: VirtualGroup) -> dict[str, Mapping[str, object]]:
         return dict(documents(tail))
 
-    def write(self, meta: Mapping[str, Any], tail: VirtualGroup,
+    def write(self, meta: Earlier, tail: VirtualGroup,
               appended: Mapping[str, tuple[int, int, ChunkManifest]],
-              docs: Mapping[str, Mapping[str, object]],
+              docs: Mapping[str, Mapping[str, Any]],
               sources: Mapping[str, SourceIdentity],
               known: Container[str], pieced: Iterable[str]) -> tuple[int, str | None]:
         """Write the new extent: per array, its chunks from ``(row, first chunk along the
@@ -325,38 +327,29 @@ class ParquetOutput(Output):
     padded: Padded
     storage_options: StorageOptions
 
-    def earlier(self) -> Mapping[str, Any] | Plan:
+    def earlier(self) -> Earlier | Plan:
         if not self.target.exists():
             return Plan("new", "no earlier output")
         if self.format != "parquet":
             return Plan("rebuild", f"{self.format} references are written whole (parquet "
                         "output appends what it adds)")
         try:
-            meta: Mapping[str, Any] = jsonio.loads((self.target / ZMETADATA).read_bytes())
-        except (OSError, ValueError) as e:
+            return read_zmetadata(self.target)
+        except (OSError, RefgridError) as e:
             return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: "
                         f"{e})")
-        return meta
 
-    def sources(self, meta: Mapping[str, Any]) -> Mapping[str, SourceIdentity]:
-        fs, root = filesystem(str(self.target))
-        return stored_sources(meta, str(self.target), fs, root, None,
-                              meta[SOURCES_KEY].get(RECORDS_KEY, {}))
+    def sources(self, meta: Earlier) -> Mapping[str, SourceIdentity]:
+        return local_sources(self.target, _zmetadata(meta))
 
-    def ends(self, meta: Mapping[str, Any]) -> tuple[str, str] | None:
-        table = source_table(meta, str(self.target))  # (sorted by URL: it says which)
-        return (table.first, table.last) if table is not None and table.first and \
-            table.last else None
+    def ends(self, meta: Earlier) -> tuple[str, str] | None:
+        return _zmetadata(meta).ends()
 
-    def inline(self, meta: Mapping[str, Any], path: str, piece: int) -> bytes:
-        size, pieced = record_rows(path, piece_rows(meta), int(meta["record_size"]))
-        name = record_name(path, piece // size, pieced)
-        stored = read_record(self.target / name,
-                             meta[SOURCES_KEY].get(RECORDS_KEY, {}).get(name))
-        row = piece % size
-        if len(stored) <= row or stored.raw is None or stored.raw[row] is None:
+    def inline(self, meta: Earlier, path: str, piece: int) -> bytes:
+        stored = stored_piece(self.target, _zmetadata(meta), path, piece)
+        if stored is None:
             raise NotAppendable(f"the archive's {path!r} is not stored inline")
-        return bytes(stored.raw[row])
+        return stored
 
     def prepared(self, tail: VirtualGroup) -> VirtualGroup:
         if self.padded == "rewrite" and needs_rewrite(tail):
@@ -364,16 +357,23 @@ class ParquetOutput(Output):
                                      storage_options=self.storage_options)
         return tail
 
-    def write(self, meta: Mapping[str, Any], tail: VirtualGroup,
+    def write(self, meta: Earlier, tail: VirtualGroup,
               appended: Mapping[str, tuple[int, int, ChunkManifest]],
-              docs: Mapping[str, Mapping[str, object]],
+              docs: Mapping[str, Mapping[str, Any]],
               sources: Mapping[str, SourceIdentity],
               known: Container[str], pieced: Iterable[str]) -> tuple[int, str | None]:
         sidecar = sidecar_for(self.target)
-        return append_parquet(self.target, meta, {p: (row, manifest) for p, (row, _, manifest)
-                                                  in appended.items()},
-                              docs, sources, sidecar if sidecar.is_dir() else None,
-                              known, pieced), None
+        return append_parquet(self.target, _zmetadata(meta), {
+            p: (row, manifest) for p, (row, _, manifest) in appended.items()}, docs, sources,
+            sidecar if sidecar.is_dir() else None, known, pieced), None
+
+
+def _zmetadata(meta: Earlier) -> ZMetadata:
+    """A parquet output's archive as read (its plan holds nothing else)."""
+    if not isinstance(meta, ZMetadata):
+        raise TypeError(f"parquet references are read as their .zmetadata, not as "
+                        f"{type(meta).__name__}")
+    return meta
 
 
 @dataclass(frozen=True)
@@ -392,7 +392,7 @@ class IcechunkOutput(Output):
     def state(self) -> Path:
         return self.target.with_name(self.target.name + ".refgrid.json")
 
-    def earlier(self) -> Mapping[str, Any] | Plan:
+    def earlier(self) -> Earlier | Plan:
         if not self.state.exists():
             return Plan("new", "no earlier commit by this batch")
         try:
@@ -412,11 +412,10 @@ class IcechunkOutput(Output):
         except Exception as e:  # icechunk's and zarr's own errors
             return Plan("rebuild", f"the repository's documents cannot be read "
                         f"({type(e).__name__}: {e})")
-        return {"metadata": docs, SNAPSHOT: head,
-                SOURCES_KEY: {k: kept[k] for k in ("sources", ATTRIBUTES_KEY) if k in kept}}
+        return IcechunkState(Section.from_dict(kept), docs, head)
 
-    def inline(self, meta: Mapping[str, Any], path: str, piece: int) -> bytes:
-        doc = meta["metadata"][document_key(path)]
+    def inline(self, meta: Earlier, path: str, piece: int) -> bytes:
+        doc = meta.metadata[document_key(path)]
         store = self.repository.readonly_session(branch=self.branch).store
         return _get(store, chunk_key(path, (piece,) + (0,) * (len(doc["shape"]) - 1),
                                      KeyEncoding.from_json(doc.get("chunk_key_encoding"))))
@@ -427,19 +426,20 @@ class IcechunkOutput(Output):
     def documents(self, tail: VirtualGroup) -> dict[str, Mapping[str, object]]:
         return dict(documents(portable_documents_group(tail)))
 
-    def write(self, meta: Mapping[str, Any], tail: VirtualGroup,
+    def write(self, meta: Earlier, tail: VirtualGroup,
               appended: Mapping[str, tuple[int, int, ChunkManifest]],
-              docs: Mapping[str, Mapping[str, object]],
+              docs: Mapping[str, Mapping[str, Any]],
               sources: Mapping[str, SourceIdentity],
               known: Container[str], pieced: Iterable[str]) -> tuple[int, str | None]:
+        assert isinstance(meta, IcechunkState)
         changed = {document_key(path): docs[document_key(path)] for path in appended}
         snapshot = append_icechunk(self.repository, tail, {
             path: start for path, (_, start, _) in appended.items()}, changed,
-            message=self.message, parent=meta[SNAPSHOT], branch=self.branch,
+            message=self.message, parent=meta.snapshot, branch=self.branch,
             storage_options=self.storage_options)
         try:
-            self.saved(snapshot, {**meta[SOURCES_KEY].get("sources", {}), **sources},
-                       docs, meta[SOURCES_KEY].get(ATTRIBUTES_KEY))
+            self.saved(snapshot, {**meta.section.identities(), **sources},
+                       docs, meta.section.attributes)
         except OSError as e:
             raise WriteError(f"snapshot {snapshot} is committed, but {self.state} could not "
                              f"record it ({e}): the next run commits the whole archive") from e
@@ -452,7 +452,7 @@ class IcechunkOutput(Output):
     def saved(self, snapshot: str, sources: Mapping[str, object],
               docs: Iterable[str], attributes: object | None) -> None:
         """Record what ``snapshot`` holds, for the next append."""
-        kept = {"snapshot": snapshot, "sources": dict(sources), "documents": list(docs),
+        kept = {"snapshot": snapshot, SOURCES_KEY: dict(sources), "documents": list(docs),
                 **({ATTRIBUTES_KEY: attributes} if attributes else {})}
         write_file(self.state, json.dumps(kept).encode())
 
@@ -493,7 +493,8 @@ def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
     first, last = anchors[0], anchors[-1]
     skip = _length(journal, first, concat_dim) if last != first else 0
     meta = chosen.meta
-    old_docs: dict[str, dict[str, Any]] = meta["metadata"]
+    assert meta is not None  # (an append's plan holds the archive as read)
+    old_docs = meta.metadata
     last_length = _length(journal, last, concat_dim)
     tails: dict[str, VirtualArray] = {}
     whole: dict[str, tuple[VirtualArray, int, int]] = {}
@@ -530,8 +531,7 @@ def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
                                             *old["shape"][1:]], "chunk_grid": grown[0]}
         appended[path] = (grown[1] * math.prod(grid.chunk_counts[1:]), grown[1],
                           array.manifest)
-    _check_same(old_docs, docs, meta[SOURCES_KEY].get(ATTRIBUTES_KEY) or {},
-                bookkeeping(tail))
+    _check_same(old_docs, docs, meta.section.attributes or {}, bookkeeping(tail))
     new_sources: dict[str, SourceIdentity] = {
         url: identity for url, identity in tail.sources.items() if url not in anchors}
     return Appended(group, *output.write(meta, tail, appended, docs, new_sources,
@@ -551,7 +551,7 @@ def _grown_whole(old: Mapping[str, Any], last_length: int, grid: RectilinearGrid
     return emit_chunk_grid(RectilinearGrid.concat([keep, grid], 0)), kept.stop
 
 
-def _grown(array: VirtualArray, output: Output, meta: Mapping[str, Any], path: str,
+def _grown(array: VirtualArray, output: Output, meta: Earlier, path: str,
            start: int) -> tuple[VirtualArray, int, int]:
     """The archive's inline array ``path`` (:func:`~refgrid.model.virtual.in_pieces`) with
     ``array``'s elements from ``start`` on after it (the concat coordinate, re-encoded to
@@ -560,7 +560,7 @@ def _grown(array: VirtualArray, output: Output, meta: Mapping[str, Any], path: s
     length), its new length and the index of its first piece written. An archive whose
     array is one chunk of another length (a short archive, or one written before arrays
     were pieced) is written again whole."""
-    old = meta["metadata"][document_key(path)]
+    old = meta.metadata[document_key(path)]
     if old["shape"][1:] != list(array.shape[1:]):
         raise NotAppendable(f"the archive's {path!r} is not shaped as the new files'")
     before = parse_chunk_grid(old["chunk_grid"], old["shape"])

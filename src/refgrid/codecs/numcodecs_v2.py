@@ -1,6 +1,6 @@
 """numcodecs codecs for refgrid's HDF5 codecs, as Zarr v2 metadata names them.
 
-Classic kerchunk output (:mod:`refgrid.writers.kerchunk_v2`) names ``refgrid.lzf``,
+Classic kerchunk output (:mod:`refgrid.refs.kerchunk_v2`) names ``refgrid.lzf``,
 ``refgrid.szip``, ``refgrid.lz4h5``, ``refgrid.bitshuffle``, ``refgrid.shuffle`` and the string
 codecs ``refgrid.spacepad``, ``refgrid.nullterm``, ``refgrid.anypad`` in ``.zarray``;
 numcodecs finds these classes through the ``numcodecs.codecs`` entry points in

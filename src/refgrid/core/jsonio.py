@@ -31,3 +31,8 @@ def loads(data: bytes) -> Any:
             return orjson.loads(data)
         except orjson.JSONDecodeError:  # NaN, Infinity
             return json.loads(data)
+
+
+def dumps(document: object) -> str:
+    """``document`` as compact JSON text (no spaces), as references and stores hold it."""
+    return json.dumps(document, separators=(",", ":"))

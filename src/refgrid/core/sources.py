@@ -1,5 +1,6 @@
 """The source files behind references: the fsspec filesystem of a URL, each file's identity
-(checked before reading it), and remote files held in memory while a batch worker uses them.
+(checked before reading it) and size, and remote files held in memory while a batch worker
+uses them. (How references store the identities is theirs: :mod:`refgrid.refs`.)
 
 Source identity: which file a reference set was made from, checked before reading it.
 
@@ -21,11 +22,9 @@ metadata reads (:class:`~refgrid.scanners.source.Source`) and those chunk reads
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
-from bisect import bisect_right
-from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Literal, NotRequired, TypedDict, cast
@@ -34,7 +33,7 @@ import fsspec
 from fsspec.core import url_to_fs
 
 from refgrid.core.typed import StorageOptions, Untyped
-from refgrid.core.util import gc_paused, thread_pool
+from refgrid.core.util import thread_pool
 from refgrid.errors import (
     NO_SUCH_FILE,
     ArgumentError,
@@ -43,64 +42,6 @@ from refgrid.errors import (
     ReadError,
     ScanError,
 )
-
-SOURCES_KEY = "refgrid"
-"""Top-level key of JSON references (and of parquet's ``.zmetadata``) holding refgrid's own
-section: ``{"sources": {url: identity}, "attributes": {node: {name: value}}, "sidecar":
-"refs.json.chunks"}`` — the sources' identities, the ``_refgrid_*`` bookkeeping that stays out
-of the Zarr documents, and the directory of rewritten chunks beside the references."""
-ATTRIBUTES_KEY = "attributes"
-SIDECAR_KEY = "sidecar"
-SIDECAR_TEMPLATE = "{{sidecar}}"
-"""How references name a file in their sidecar directory: ``{{sidecar}}/<hash>/tas/c/3/0``, a
-kerchunk template (``templates["sidecar"]``, the directory where it was written, for fsspec)
-that refgrid's readers resolve beside the references wherever they now lie, so references
-and sidecar copied or moved together still read."""
-
-
-def section(container: object) -> Mapping[str, object]:
-    """refgrid's section of a reference set (or ``.zmetadata``), empty if it has none."""
-    found = container.get(SOURCES_KEY) if isinstance(container, Mapping) else None
-    return found if isinstance(found, Mapping) else {}
-
-
-def sidecar_directory(container: object, url: str) -> str | None:
-    """Where the sidecar the section names lies now: beside ``url``, the references."""
-    name = section(container).get(SIDECAR_KEY)
-    if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or \
-            url.startswith("<"):  # a dict of references lies nowhere
-        return None
-    parent = url.rstrip("/").rsplit("/", 1)[0] if "/" in url.rstrip("/") else "."
-    return f"{parent}/{name}"
-
-
-def in_sidecar(url: str, directory: str | None) -> str:
-    """``url`` with the sidecar template resolved to ``directory`` (unchanged if none)."""
-    if directory is None or not url.startswith(SIDECAR_TEMPLATE):
-        return url
-    return directory + url[len(SIDECAR_TEMPLATE):]
-
-
-SOURCE_TABLE_KEY = "source_table"
-"""Key, in parquet's ``.zmetadata`` section, of ``{"rows": n, "pages": [URL, ...], "first":
-URL, "last": URL}``: the sources' identities are not in ``.zmetadata`` but in record files
-of their own (``.sources/refs.<n>.parq``), sorted by URL, ``pages`` holding each one's first
-URL (a file's identity is one record file away), ``first`` and ``last`` the archive's first
-and last files along its concat dimension."""
-RECORDS_KEY = "records"
-"""Key, beside ``sources`` in parquet's ``.zmetadata`` section, of each record file's digest
-(relative name → :func:`record_digest`)."""
-PIECES_KEY = "pieces"
-"""Key, beside ``sources`` in parquet's ``.zmetadata`` section, of the arrays stored inline in
-pieces (the concat coordinate) → the rows of each of their record files
-(:func:`refgrid.scanners.parquet.record_name`)."""
-
-
-def record_digest(data: bytes) -> str:
-    """The digest of a parquet record file's bytes, written beside it and checked by the
-    reader: parquet's page checksums leave page headers and the footer uncovered, where
-    damaged bytes can decode to other references."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 class SourceIdentity(TypedDict):
@@ -170,6 +111,25 @@ def absent(url: str, error: FileNotFoundError) -> ScanError:
         ScanError(url, None, reason)
 
 
+def file_sizes(urls: Sequence[str], storage_options: StorageOptions,
+               where: str) -> dict[str, int]:
+    """Sizes of many files (concurrently for remote filesystems): kerchunk's whole-file
+    references (``[url]``) become byte ranges ``[url, 0, size]``."""
+    by_protocol: dict[str, list[str]] = {}
+    for url in urls:
+        by_protocol.setdefault(url.split("://")[0] if "://" in url else "file", []).append(url)
+    sizes: dict[str, int] = {}
+    for group in by_protocol.values():
+        fs, _ = filesystem(group[0], storage_options)
+        try:
+            found = fs.sizes([fs._strip_protocol(u) for u in group])
+        except FileNotFoundError as e:
+            raise ScanError(where, None, f"a whole-file reference names a missing file: "
+                            f"{e}") from e
+        sizes.update(zip(group, (int(n) for n in found), strict=True))
+    return sizes
+
+
 def is_local(url: str) -> bool:
     return "://" not in url or url.startswith("file://")
 
@@ -206,32 +166,6 @@ IDENTITY_FIELDS = tuple(SourceIdentity.__annotations__)
 """What a stored identity may hold (anything else is dropped as it is read)."""
 _TYPES: dict[str, type | tuple[type, ...]] = {"size": int, "mtime": (int, float), "etag": str,
                                               "version": str, "rewritten": bool}
-_USUAL = frozenset({"size", "mtime"})
-
-
-def stored_identities(container: object, sidecar: str | None = None
-                      ) -> dict[str, SourceIdentity]:
-    """The table stored in a reference set's top level (or ``.zmetadata``), kept only where
-    it has the expected shape (:func:`valid_identity`); files of the sidecar named where it
-    lies now (``sidecar``). A table of 10^5 entries is read in one pass: the usual entry —
-    a dict, just parsed, of a size and a modification time — is copied as it is."""
-    value = section(container).get("sources")
-    if not isinstance(value, Mapping):
-        return {}
-    out: dict[str, SourceIdentity] = {}
-    with gc_paused():  # 10^5 small dicts: the collector would walk them again and again
-        for url, entry in value.items():
-            if type(entry) is dict and entry.keys() <= _USUAL and type(url) is str and \
-                    type(entry.get("size")) is int and 0 <= entry["size"] < 2**63 and \
-                    type(entry.get("mtime", 0.0)) is float:
-                kept: SourceIdentity | None = cast(SourceIdentity, entry.copy())
-            else:
-                kept = valid_identity(entry) if isinstance(url, str) else None
-            if kept is not None:
-                out[in_sidecar(url, sidecar) if sidecar is not None else url] = kept
-    return out
-
-
 def valid_identity(entry: object) -> SourceIdentity | None:
     """``entry`` as an identity — its fields of the expected types, a size of a file — or
     None when it has no such size (a table from elsewhere may hold anything)."""
@@ -282,73 +216,10 @@ class _CheckState(TypedDict):
     strict: bool
 
 
-class StoredSources(Mapping[str, SourceIdentity]):
-    """A parquet archive's sources, sorted by URL into pages read as they are asked for:
-    ``firsts`` holds each page's first URL, so a file's identity is one page away (a read
-    of an archive of 10^6 files checks the files it touches by reading one or two pages of
-    10^5), and how many there are is known beforehand. Iterated in URL order. Pickled as
-    the dict they are."""
-
-    def __init__(self, rows: int, firsts: Sequence[str],
-                 load: Callable[[int], Mapping[str, SourceIdentity]],
-                 sidecar: str | None = None) -> None:
-        self.rows = rows
-        self.firsts = list(firsts)
-        self._load = load
-        self.sidecar = sidecar
-        """Where the sidecar lies now: the pages name its files by the template."""
-        self._pages: dict[int, Mapping[str, SourceIdentity]] = {}
-        self._lock = threading.Lock()
-
-    def load(self, pages: Iterable[int]) -> None:
-        """Read ``pages`` now."""
-        for n in pages:
-            self._page(n)
-
-    def _page(self, n: int) -> Mapping[str, SourceIdentity]:
-        found = self._pages.get(n)
-        if found is None:
-            with self._lock:
-                found = self._pages.get(n)
-                if found is None:
-                    found = self._pages[n] = self._load(n)
-        return found
-
-    def _stored(self, url: object) -> tuple[str, Mapping[str, SourceIdentity]]:
-        """``url`` as the pages name it, and the page that would hold it."""
-        if not isinstance(url, str):
-            return "", {}
-        if self.sidecar is not None and url.startswith(self.sidecar + "/"):
-            url = SIDECAR_TEMPLATE + url[len(self.sidecar):]
-        n = bisect_right(self.firsts, url) - 1
-        return url, self._page(n) if n >= 0 else {}
-
-    def __getitem__(self, url: str) -> SourceIdentity:
-        stored, page = self._stored(url)
-        return page[stored]
-
-    def __contains__(self, url: object) -> bool:
-        stored, page = self._stored(url)
-        return stored in page
-
-    def __iter__(self) -> Iterator[str]:
-        for n in range(len(self.firsts)):
-            for url in self._page(n):
-                yield in_sidecar(url, self.sidecar)
-
-    def __len__(self) -> int:
-        return self.rows
-
-    def items(self) -> ItemsView[str, SourceIdentity]:
-        """Every identity, page by page (an append's plan compares them all)."""
-        pages = [self._page(n) for n in range(len(self.firsts))]
-        with gc_paused():
-            return {in_sidecar(url, self.sidecar): identity for page in pages
-                    for url, identity in page.items()}.items()
-
-    def __reduce__(self) -> tuple[type[dict[str, SourceIdentity]],
-                                  tuple[dict[str, SourceIdentity]]]:
-        return dict, (dict(self.items()),)
+class PagedSources(Mapping[str, SourceIdentity]):
+    """A table of sources read page by page as it is asked for (a parquet archive's,
+    :class:`refgrid.refs.source_pages.StoredSources`): a group and a check keep it as it is,
+    where a copy would read every page."""
 
 
 Verify = bool | Literal["strict"]
@@ -382,7 +253,7 @@ class SourceCheck:
 
     def __init__(self, recorded: Mapping[str, SourceIdentity],
                  storage_options: StorageOptions | None = None, strict: bool = False) -> None:
-        self.recorded = recorded if isinstance(recorded, StoredSources) else dict(recorded)
+        self.recorded = recorded if isinstance(recorded, PagedSources) else dict(recorded)
         self.storage_options = dict(storage_options or {})
         self.strict = strict
         self.checked: set[str] = set()

@@ -18,7 +18,7 @@ import numpy as np
 
 from refgrid.codecs.filters import CodecJSON
 from refgrid.core.reprs import Displayed
-from refgrid.core.sources import SourceIdentity, StoredSources
+from refgrid.core.sources import PagedSources, SourceIdentity
 from refgrid.core.util import FrozenPickle
 from refgrid.errors import GridError, ModelError
 from refgrid.grid.rectilinear import RectilinearGrid
@@ -233,7 +233,7 @@ class VirtualGroup(Displayed, FrozenPickle):
     def __post_init__(self) -> None:
         for name in ("attrs", "arrays", "groups", "sources"):
             value = getattr(self, name)
-            if not isinstance(value, StoredSources):  # (read when first asked for)
+            if not isinstance(value, PagedSources):  # (read when first asked for)
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
         clash = set(self.arrays) & set(self.groups)
         if clash:

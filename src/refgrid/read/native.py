@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal, cast
 import numpy as np
 
 from refgrid.core.keys import BOOKKEEPING
-from refgrid.core.sources import ATTRIBUTES_KEY, Verify, held, is_local, source_check
+from refgrid.core.sources import Verify, held, is_local, source_check
 from refgrid.core.typed import StorageOptions
 from refgrid.core.util import thread_pool
 from refgrid.errors import ReadError
@@ -69,6 +69,7 @@ from refgrid.read.decode import decoded_by_zarr
 from refgrid.read.fetch import OpenFiles
 from refgrid.read.unpacked import packed, unpack_values, unpacked_array
 from refgrid.read.view import Chunk, Parsed, Tree
+from refgrid.refs.section import ATTRIBUTES_KEY
 
 if TYPE_CHECKING:
     from refgrid.model.zarr_json import GroupDocument

@@ -41,7 +41,7 @@ from refgrid.core.dtypes import (
     zarr_records,
 )
 from refgrid.core.keys import BOOKKEEPING
-from refgrid.core.sources import ATTRIBUTES_KEY, Verify, source_check
+from refgrid.core.sources import Verify, source_check
 from refgrid.core.typed import Attributes, StorageOptions
 from refgrid.core.util import thread_pool
 from refgrid.errors import ArgumentError, FormatError, RefgridError
@@ -61,6 +61,7 @@ from refgrid.read.array import Reader, read_fill
 from refgrid.read.unpacked import packed, plain_codec, unpack_values, unpacked_array
 from refgrid.read.view import Chunk, Parsed, Tree
 from refgrid.read.view_chunks import ViewChunks, view_chunks
+from refgrid.refs.section import ATTRIBUTES_KEY
 
 if TYPE_CHECKING:
     from refgrid.model.zarr_json import GroupDocument

@@ -169,25 +169,6 @@ class Source:
             raise absent(self.url, e) from e
 
 
-def file_sizes(urls: Sequence[str], storage_options: StorageOptions,
-               where: str) -> dict[str, int]:
-    """Sizes of many files (concurrently for remote filesystems): kerchunk's whole-file
-    references (``[url]``) become byte ranges ``[url, 0, size]``."""
-    by_protocol: dict[str, list[str]] = {}
-    for url in urls:
-        by_protocol.setdefault(url.split("://")[0] if "://" in url else "file", []).append(url)
-    sizes: dict[str, int] = {}
-    for group in by_protocol.values():
-        fs, _ = filesystem(group[0], storage_options)
-        try:
-            found = fs.sizes([fs._strip_protocol(u) for u in group])
-        except FileNotFoundError as e:
-            raise ScanError(where, None, f"a whole-file reference names a missing file: "
-                            f"{e}") from e
-        sizes.update(zip(group, (int(n) for n in found), strict=True))
-    return sizes
-
-
 def sizes_or_absent(urls: Sequence[str], storage_options: StorageOptions
                     ) -> dict[str, int | None]:
     """Each file's size, None for one that does not exist (a chunk file a Zarr store never

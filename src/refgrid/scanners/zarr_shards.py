@@ -23,7 +23,7 @@ from refgrid.errors import FormatError
 from refgrid.grid.json_forms import emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.zarr_json import ArrayDocument
-from refgrid.scanners.v3_refs import ChunkRefs
+from refgrid.refs.json_refs import ChunkRefs
 
 SHARDING = "sharding_indexed"
 EMPTY = 2**64 - 1

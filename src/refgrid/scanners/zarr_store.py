@@ -28,7 +28,6 @@ from refgrid.core.keys import (
     document_key,
     document_keys,
 )
-from refgrid.core.sources import ATTRIBUTES_KEY
 from refgrid.core.typed import JSON, JSONObject
 from refgrid.core.util import gc_paused
 from refgrid.errors import FormatError
@@ -36,9 +35,10 @@ from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import UNSIZED, ChunkManifest, ManifestBuilder
 from refgrid.model.virtual import VirtualGroup
 from refgrid.model.zarr_json import group_from_documents, with_bookkeeping
+from refgrid.refs.json_refs import ChunkRefs, chunk_manifest, document
+from refgrid.refs.section import ATTRIBUTES_KEY
 from refgrid.scanners.options import ScanOptions
 from refgrid.scanners.source import Source
-from refgrid.scanners.v3_refs import ChunkRefs, chunk_manifest, document
 from refgrid.scanners.zarr_shards import is_sharded, unshard
 
 UNLISTED_PROTOCOLS = ("http", "https")

@@ -11,9 +11,10 @@ is its front and chooses the form its readers need:
 ``padded="rewrite"`` first rewrites the padded interior chunks of combined archives
 (:mod:`refgrid.writers.padded`), so that the references need no ``encoded_chunk_shapes``:
 the package sits above :mod:`refgrid.read` because that rewrite reads chunks. The other
-modules only turn a model into bytes: :mod:`~refgrid.writers.references` (the reference
-formats), ``refs`` (JSON), ``parquet``, ``kerchunk_v2``, ``icechunk``, and ``atomic`` (the
-swap-in every output goes through).
+modules write what a model becomes: :mod:`~refgrid.writers.references` (the reference
+formats, laid out by :mod:`refgrid.refs`: JSON, parquet and classic kerchunk), ``parquet``
+(a directory written whole or appended to), ``icechunk``, and ``atomic`` (the swap-in every
+output goes through).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from refgrid.errors import ArgumentError, WriteError
 from refgrid.grid.rectilinear import GridForm
 from refgrid.model.manifest import ManifestBuilder
 from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.refs.json_refs import to_kerchunk as kerchunk_dict
+from refgrid.refs.parquet import RECORD_SIZE
 from refgrid.writers.padded import (
     DEFAULT_PADDED,
     INLINE_LIMIT,
@@ -42,9 +45,7 @@ from refgrid.writers.padded import (
     rewrite_padded,
     sidecar_for,
 )
-from refgrid.writers.parquet import RECORD_SIZE
 from refgrid.writers.references import Format, check_format, write_references
-from refgrid.writers.refs import to_kerchunk as kerchunk_dict
 
 if TYPE_CHECKING:
     from icechunk import Repository, Session
@@ -88,8 +89,9 @@ def sized(group: VirtualGroup, storage_options: StorageOptions | None = None
 
 def to_kerchunk(group: VirtualGroup, *, grid_form: GridForm = "auto",
                 storage_options: StorageOptions | None = None) -> JSONObject:
-    """The kerchunk v1 reference dict of ``group`` (see :func:`.refs.to_kerchunk`); chunks of
-    unknown size are sized first (:func:`sized`)."""
+    """The kerchunk v1 reference dict of ``group`` (see
+    :func:`refgrid.refs.json_refs.to_kerchunk`); chunks of unknown size are sized first
+    (:func:`sized`)."""
     return kerchunk_dict(sized(group, storage_options), grid_form=grid_form)
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from refgrid.core.jsonio import dumps
 from refgrid.core.keys import chunk_key
 from refgrid.core.sources import SourceCheck, SourceIdentity, is_local
 from refgrid.core.typed import StorageOptions
@@ -38,8 +39,7 @@ from refgrid.model.manifest import ManifestBuilder, chunk_coords
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import documents, key_encoding
 from refgrid.read.cropped import cropped_chunks, padded_arrays, padded_mask, portable_grid
-from refgrid.writers.kerchunk_v2 import require_regular
-from refgrid.writers.refs import dumps
+from refgrid.refs.kerchunk_v2 import require_regular
 
 if TYPE_CHECKING:  # the icechunk extra, imported by import_extra where it is used
     from icechunk import IcechunkStore, Repository, RepositoryConfig, Session

@@ -15,9 +15,10 @@ from typing import Literal
 from refgrid.errors import WriteError
 from refgrid.grid.rectilinear import GridForm
 from refgrid.model.virtual import VirtualGroup
+from refgrid.refs.json_refs import to_kerchunk, to_kerchunk_v2
+from refgrid.refs.parquet import RECORD_SIZE
 from refgrid.writers.atomic import clean_leftovers, replace_directory, replace_file, temporary_for
-from refgrid.writers.parquet import RECORD_SIZE, write_parquet
-from refgrid.writers.refs import to_kerchunk, to_kerchunk_v2
+from refgrid.writers.parquet import write_parquet
 
 Format = Literal["json", "parquet", "kerchunk-v2"]
 FORMATS: tuple[Format, ...] = ("json", "parquet", "kerchunk-v2")
