@@ -56,7 +56,7 @@ from refgrid.writers import (
     save,
     write,
 )
-from refgrid.writers.atomic import clean_leftovers, replace_file, temporary_for
+from refgrid.writers.atomic import clean_leftovers, write_file
 from refgrid.writers.references import FORMATS, Format
 
 if TYPE_CHECKING:
@@ -668,12 +668,7 @@ def save_report(result: BatchResult) -> BatchResult:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         clean_leftovers(path)
-        temporary = temporary_for(path)
-        try:
-            temporary.write_text(json.dumps(document, indent=1), encoding="utf-8")
-            replace_file(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        write_file(path, json.dumps(document, indent=1).encode())
     except OSError as e:
         raise BatchError(f"cannot write the batch report {path}: {e}") from e
     return result

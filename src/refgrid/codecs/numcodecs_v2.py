@@ -15,15 +15,10 @@ from typing import TYPE_CHECKING
 
 import numcodecs.abc
 
-from refgrid.codecs.pipeline import byte_codec
+from refgrid.codecs.pipeline import REFGRID_CODECS, byte_codec
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
-
-SIZED = ("refgrid.lzf", "refgrid.szip", "refgrid.lz4h5", "refgrid.bitshuffle",
-         "refgrid.shuffle", "refgrid.spacepad", "refgrid.nullterm", "refgrid.anypad")
-"""refgrid's codec names; their v2 configuration adds the decoded chunk size ``nbytes``."""
-
 
 class _SizedCodec(numcodecs.abc.Codec):
     """One of refgrid's byte codecs with a fixed decoded size (Zarr v2 chunks are all the
@@ -51,4 +46,5 @@ def _codec_class(codec_id: str) -> type[_SizedCodec]:
     return type(codec_id.removeprefix("refgrid.").title(), (_SizedCodec,), {"codec_id": codec_id})
 
 
-Lzf, Szip, Lz4H5, Bitshuffle, Shuffle, Spacepad, Nullterm, Anypad = map(_codec_class, SIZED)
+Lzf, Szip, Lz4H5, Bitshuffle, Shuffle, Spacepad, Nullterm, Anypad = map(_codec_class,
+                                                                      REFGRID_CODECS)

@@ -219,6 +219,13 @@ class ByteCodec:
     encode: Callable[[bytes], bytes]
 
 
+REFGRID_CODECS = ("refgrid.lzf", "refgrid.szip", "refgrid.lz4h5", "refgrid.bitshuffle",
+                  "refgrid.shuffle", "refgrid.spacepad", "refgrid.nullterm", "refgrid.anypad")
+"""refgrid's own byte codecs (the HDF5 filters zarr and numcodecs lack, and the string
+paddings): one class each for zarr (:mod:`.zarr_v3`) and numcodecs (:mod:`.numcodecs_v2`),
+found through the entry points in ``pyproject.toml``."""
+
+
 def _unchanged(data: bytes, length: int, places: Places = None) -> bytes:
     return data
 

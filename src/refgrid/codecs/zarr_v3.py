@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 from zarr.abc.codec import BytesBytesCodec
 from zarr.core.common import JSON, parse_named_configuration
 
-from refgrid.codecs.pipeline import ByteCodec, byte_codec
+from refgrid.codecs.pipeline import REFGRID_CODECS, ByteCodec, byte_codec
 from refgrid.core.util import lazy
 
 if TYPE_CHECKING:
@@ -69,33 +69,11 @@ class _RefgridCodec(BytesBytesCodec):
         raise NotImplementedError(f"{self.codec_name} output has no fixed size")
 
 
-class Lzf(_RefgridCodec):
-    codec_name = "refgrid.lzf"
+def _codec_class(name: str) -> type[_RefgridCodec]:
+    """The class of one codec, named as its entry point names it (``refgrid.lz4h5``:
+    ``Lz4H5``)."""
+    return type(name.removeprefix("refgrid.").title(), (_RefgridCodec,), {"codec_name": name})
 
 
-class Szip(_RefgridCodec):
-    codec_name = "refgrid.szip"
-
-
-class Lz4H5(_RefgridCodec):
-    codec_name = "refgrid.lz4h5"
-
-
-class Bitshuffle(_RefgridCodec):
-    codec_name = "refgrid.bitshuffle"
-
-
-class Shuffle(_RefgridCodec):
-    codec_name = "refgrid.shuffle"
-
-
-class Spacepad(_RefgridCodec):
-    codec_name = "refgrid.spacepad"
-
-
-class Nullterm(_RefgridCodec):
-    codec_name = "refgrid.nullterm"
-
-
-class Anypad(_RefgridCodec):
-    codec_name = "refgrid.anypad"
+Lzf, Szip, Lz4H5, Bitshuffle, Shuffle, Spacepad, Nullterm, Anypad = map(_codec_class,
+                                                                      REFGRID_CODECS)

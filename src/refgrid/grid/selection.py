@@ -25,18 +25,16 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from refgrid.core.reprs import Axis
 from refgrid.core.util import lazy
 
 
-class AxisChunks(Protocol):
+class AxisChunks(Axis, Protocol):
     """What a selection needs of one axis of a grid
     (:class:`refgrid.grid.rectilinear.AxisChunks` is it): declared here so that the grid
-    depends on selections, not the other way round."""
+    depends on selections, not the other way round. Its chunks' lengths as a summary reads
+    them (:class:`refgrid.core.reprs.Axis`), and:"""
 
-    @property
-    def logical(self) -> np.ndarray: ...
-    @property
-    def encoded(self) -> np.ndarray: ...
     @property
     def bounds(self) -> np.ndarray: ...
     @property

@@ -33,8 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from refgrid.codecs.filters import ARRAY_TO_ARRAY, CodecJSON, Pipeline, bytes_codec, stored_dtype
-from refgrid.codecs.numcodecs_v2 import SIZED
-from refgrid.codecs.pipeline import numcodec
+from refgrid.codecs.pipeline import REFGRID_CODECS, numcodec
 from refgrid.core.dtypes import (
     STRING,
     flat_records,
@@ -385,7 +384,7 @@ def _v2_codec(path: str, codec: CodecJSON, nbytes: int) -> JSONObject:
         return {"id": name}
     if name.startswith("numcodecs."):
         return {"id": name.removeprefix("numcodecs."), **config}
-    if name in SIZED:
+    if name in REFGRID_CODECS:  # their v2 configuration adds the decoded size, ``nbytes``
         return {"id": name, **config, "nbytes": nbytes}
     if name in ("gzip", "zstd"):  # Zarr v3's own compressors: numcodecs' ids and settings
         return {"id": name, **config}

@@ -42,32 +42,27 @@ class DapType(NamedTuple):
     but for bytes; DAP4: little-endian, as wide as the type)."""
 
 
-def _table(entries: Mapping[str, tuple[str, str]]) -> dict[str, DapType]:
-    return {kind: DapType(name, np.dtype(wire)) for kind, (name, wire) in entries.items()}
-
-
-DAP2_TYPES = _table({
-    "b1": ("Byte", "u1"), "u1": ("Byte", "u1"), "i1": ("Byte", "i1"),
-    "i2": ("Int16", ">i4"), "u2": ("UInt16", ">u4"), "i4": ("Int32", ">i4"),
-    "u4": ("UInt32", ">u4"), "i8": ("Float64", ">f8"), "u8": ("Float64", ">f8"),
-    "f2": ("Float32", ">f4"), "f4": ("Float32", ">f4"), "f8": ("Float64", ">f8"),
-    "S": ("String", "O"), "S1": ("String", "O"), "T": ("String", "O"),
-    "O": ("String", "O")})
-"""numpy kind and size → DAP2 (signed bytes as ``Byte`` with ``_Unsigned = "false"``,
-unsigned integers with ``_Unsigned = "true"``: netCDF-C reads every DAP2 integer as
-signed; 64-bit ints as Float64, checked)."""
+TYPES: dict[str, tuple[str, str, str, str]] = {
+    # kind+size  DAP2 name, wire    DAP4 name, wire
+    "b1": ("Byte", "u1", "UInt8", "u1"), "u1": ("Byte", "u1", "UInt8", "u1"),
+    "i1": ("Byte", "i1", "Int8", "i1"),
+    "i2": ("Int16", ">i4", "Int16", "<i2"), "u2": ("UInt16", ">u4", "UInt16", "<u2"),
+    "i4": ("Int32", ">i4", "Int32", "<i4"), "u4": ("UInt32", ">u4", "UInt32", "<u4"),
+    "i8": ("Float64", ">f8", "Int64", "<i8"), "u8": ("Float64", ">f8", "UInt64", "<u8"),
+    "f2": ("Float32", ">f4", "Float32", "<f4"), "f4": ("Float32", ">f4", "Float32", "<f4"),
+    "f8": ("Float64", ">f8", "Float64", "<f8"),
+    "S": ("String", "O", "String", "O"), "S1": ("String", "O", "Char", "S1"),
+    "T": ("String", "O", "String", "O"), "O": ("String", "O", "String", "O")}
+"""numpy kind and size → how each protocol carries it. DAP2: XDR, big-endian, at least 4
+bytes a number but for bytes; signed bytes as ``Byte`` with ``_Unsigned = "false"``,
+unsigned integers with ``_Unsigned = "true"`` (netCDF-C reads every DAP2 integer as
+signed); 64-bit ints as Float64, checked. DAP4: every type as it is, little-endian;
+netCDF's characters as ``Char``."""
+DAP2_TYPES = {kind: DapType(name, np.dtype(wire)) for kind, (name, wire, _, _) in TYPES.items()}
+DAP4_TYPES = {kind: DapType(name, np.dtype(wire)) for kind, (_, _, name, wire) in TYPES.items()}
 UNSIGNED = {"i1": "false", "b1": "true", "u1": "true", "u2": "true", "u4": "true"}
 """The ``_Unsigned`` attribute DAP2 adds, by numpy type: how netCDF-C, netCDF4-python and
 xarray tell a signed byte and the unsigned integers apart in DAP2's types."""
-DAP4_TYPES = _table({
-    "b1": ("UInt8", "u1"), "u1": ("UInt8", "u1"), "i1": ("Int8", "i1"),
-    "i2": ("Int16", "<i2"), "u2": ("UInt16", "<u2"), "i4": ("Int32", "<i4"),
-    "u4": ("UInt32", "<u4"), "i8": ("Int64", "<i8"), "u8": ("UInt64", "<u8"),
-    "f2": ("Float32", "<f4"), "f4": ("Float32", "<f4"), "f8": ("Float64", "<f8"),
-    "S": ("String", "O"), "S1": ("Char", "S1"), "T": ("String", "O"),
-    "O": ("String", "O")})
-"""numpy kind and size → DAP4 (every type as it is, little-endian; netCDF's characters
-as ``Char``)."""
 TABLES = {2: DAP2_TYPES, 4: DAP4_TYPES}
 
 
