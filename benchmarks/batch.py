@@ -29,7 +29,7 @@ from pathlib import Path
 from _common import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 WORKERS = os.cpu_count() or 1
 SPEED_TARGET, MEMORY_TARGET_GB = 5.0, 1.5
 SYNTHETIC_FILES, STEPS = 100_000, 20  # tas (20, 50, 100) in chunks of (10, 10, 10): 100 chunks

@@ -6,8 +6,8 @@ and the data files beside them (HDF5, NetCDF4, HDF4, one raw ``.bin``). Every va
 document describes (its variable elements, by ``group/variable`` path) is read by both parsers
 and classed per parser as:
 
-- correct: equal to the ground truth (``tests/dmrpp_docs.py``: h5py, pyhdf for HDF4, compared
-  by its ``same_values``); also, for both parsers alike: equal to netCDF-C's raw read where
+- correct: equal to the ground truth (``tests/support/dmrpp_docs.py``: h5py, pyhdf for HDF4,
+  compared by its ``same_values``); also, for both parsers alike: equal to netCDF-C's raw read where
   h5py's differs (as the project's tests accept), and records read as opaque bytes whose
   fields equal the file's (in its layout, padding bytes aside, or packed);
 - refused: the parser said it cannot — refgrid: a ``report`` entry "skipped" with its reason,
@@ -57,7 +57,7 @@ import numpy as np
 import refgrid
 from refgrid.read.array import read
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from dmrpp_docs import (
     CORPUS,
     corpus_pairs,

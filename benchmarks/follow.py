@@ -3,12 +3,12 @@ latency while files are appended against the same archive static.
 
 ``refgrid serve ROOT --follow tas=LANDING/tas_*.nc --every 1s --older-than 0s`` runs as users
 run it (its own process; scans in worker processes, batch's default). Files of 28-31 daily
-steps (the suite's archive, ``tests/archive_files.py``) land one at a time.
+steps (the suite's archive, ``tests/support/archive_files.py``) land one at a time.
 
 1. *Landing to readable*: for each of 20 files, the time from its write finishing to the
    service's native view answering its last day with the file's values (its metadata's
    extent covers it and the chunk holds them). Target: <= ``--every`` + 5 s for every file.
-2. *Readers while it grows*: 16 clients (``tests/load_clients.py``) read the native and
+2. *Readers while it grows*: 16 clients (``tests/support/load_clients.py``) read the native and
    regular views' metadata and random chunks, checking every value against the version the
    metadata in hand came from, while 20 files are appended one at a time; then for as long
    again (at most 30 s) with nothing landing. Printed: requests, errors, torn reads, p50/p99
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from archive_files import CHUNK, LAT, LON, lengths, write_archive
 from load_clients import Truth, run_clients

@@ -32,7 +32,7 @@ import refgrid
 from _common import DATA
 from serve import free_port, wait_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 OPEN_REQUESTS, OPEN_RATIO, READ_RATIO = 20, 3.0, 2.0
 VARIABLES = ("tas", "hurs", "psl", "pr")
 

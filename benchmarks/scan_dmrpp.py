@@ -5,8 +5,8 @@ each request 20 ms; requests are counted at the server, and told apart there (me
 whether they ask a document or a granule). The archive: N NetCDF4 granules of daily data,
 a few MiB each (three float32 variables of (days, 90, 180) in zlib chunks of one day, with
 time bounds and coordinates), under ``data/``, and each one's DMR++ document, as
-``tests/dmrpp_docs.py`` writes it (relative ``dmrpp:href``), under ``docs/``. Timed, each the
-median of 3 passes over the N granules after an untimed one, requests counted for one pass:
+``tests/support/dmrpp_docs.py`` writes it (relative ``dmrpp:href``), under ``docs/``. Timed, each
+the median of 3 passes over the N granules after an untimed one, requests counted for one pass:
 
 - ``refgrid.scan`` of each document (``data_url`` naming its granule under ``data/``) against
   ``refgrid.scan`` of each granule, one after another;
@@ -46,7 +46,7 @@ from _common import DATA
 from read_remote import BUCKET, LATENCY, Counter, slow_bucket
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 GRANULES = 40
 LAT, LON = 90, 180
 VARIABLES = ("tas", "pr", "huss")

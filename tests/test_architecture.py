@@ -1,5 +1,6 @@
-"""The house rules of design.md, checked: imports only go downward with no circles, and
-every input ``refgrid.scan`` takes the engine and the mapper take too (one dispatcher)."""
+"""The house rules of design.md, checked: imports only go downward with no circles, every
+input ``refgrid.scan`` takes the engine and the mapper take too (one dispatcher), and each
+test lives in the room of what it tests."""
 
 from __future__ import annotations
 
@@ -142,6 +143,74 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
                                              r"refgrid.grid.json_forms -> "
                                              r"refgrid.grid.rectilinear"):
         test_no_import_cycles()
+
+
+TESTS = ROOT / "tests"
+TEST_ROOMS = {"acceptance", "reliability"}
+"""The tests' rooms beside one per part of the package (design.md, "Tests by room"):
+acceptance/ for what a user meets through the whole system, reliability/ for damaged input,
+faults and fuzzing."""
+SUPPORT = "support"
+"""The modules the tests share, imported by their own names (pytest's ``pythonpath``)."""
+
+
+def misplaced_tests() -> list[str]:
+    """Test modules outside a room. A room is a folder named as a part of ``src/refgrid`` (a
+    package, a subpackage below it such as ``serve/dap``, or a top-level module such as
+    ``cli``), or one of :data:`TEST_ROOMS`; it is a package, so that modules of one name in
+    two rooms (``test_combine.py``) are two modules. Only this module, about the whole tree,
+    sits at the top; support/ holds no tests and is no package (its modules would be
+    imported twice, by their names and as ``tests.support.*``)."""
+    parts = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*")
+             if p.is_dir() and (p / "__init__.py").is_file()}
+    parts |= {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    wrong = []
+    if (TESTS / SUPPORT / "__init__.py").exists():
+        wrong.append(f"{SUPPORT}/__init__.py: {SUPPORT}/ is on the path, not a package")
+    for path in sorted(TESTS.rglob("test_*.py")):
+        name, folder = path.relative_to(TESTS).as_posix(), path.parent.relative_to(TESTS)
+        if folder == Path():
+            if path.name != Path(__file__).name:
+                wrong.append(f"{name}: at the top of tests/, where only "
+                             f"{Path(__file__).name} is")
+        elif folder.parts[0] == SUPPORT:
+            wrong.append(f"{name}: {SUPPORT}/ holds the modules the tests share, no tests")
+        elif folder.as_posix() not in parts | TEST_ROOMS:
+            wrong.append(f"{name}: {folder.as_posix()}/ is no part of src/refgrid, nor "
+                         f"{' nor '.join(sorted(TEST_ROOMS))}")
+        elif missing := [d for d in (TESTS.joinpath(*folder.parts[:k])
+                                     for k in range(len(folder.parts) + 1))
+                         if not (d / "__init__.py").is_file()]:
+            wrong.append(f"{name}: {missing[0].relative_to(TESTS.parent).as_posix()}/ has no "
+                         f"__init__.py")
+    return wrong
+
+
+def test_tests_live_in_the_room_of_what_they_test():
+    assert len(list(TESTS.rglob("test_*.py"))) > 50
+    assert not misplaced_tests(), "\n".join(misplaced_tests())
+
+
+def test_the_room_checker_sees_tests_out_of_place(tmp_path, monkeypatch):
+    """A tree of tests with one module in each wrong place, and the right places beside."""
+    tests = tmp_path / "tests"
+    for relative in ["__init__.py", "test_architecture.py", "test_new.py",
+                     "serve/__init__.py", "serve/test_serve.py", "serve/dap/__init__.py",
+                     "serve/dap/test_dap.py", "cli/__init__.py", "cli/test_cli.py",
+                     "reliability/__init__.py", "reliability/test_combine.py",
+                     "nonexistent_pkg/__init__.py", "nonexistent_pkg/test_x.py",
+                     "acceptance/test_no_init.py", "support/__init__.py",
+                     "support/helpers.py", "support/test_helpers.py"]:
+        (tests / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tests / relative).touch()
+    monkeypatch.setattr(sys.modules[__name__], "TESTS", tests)
+    assert misplaced_tests() == [
+        "support/__init__.py: support/ is on the path, not a package",
+        "acceptance/test_no_init.py: tests/acceptance/ has no __init__.py",
+        "nonexistent_pkg/test_x.py: nonexistent_pkg/ is no part of src/refgrid, nor "
+        "acceptance nor reliability",
+        "support/test_helpers.py: support/ holds the modules the tests share, no tests",
+        "test_new.py: at the top of tests/, where only test_architecture.py is"]
 
 
 def test_the_scanners_the_formats_table_names_lie_under_the_dispatcher():

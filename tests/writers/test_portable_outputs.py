@@ -27,7 +27,7 @@ from helpers import FIXTURES, closed, data_files, killed
 from refgrid.combining import combine
 from refgrid.errors import ReadError, WriteError
 from refgrid.writers import save
-from test_combine import ARCHIVES, _files
+from tests.combining.test_combine import ARCHIVES, _files
 from zarr32_rule import read_array
 
 PADDED_ARCHIVES = [a for a, (_, encoded, _) in ARCHIVES.items() if encoded]
@@ -294,7 +294,7 @@ def test_icechunk_detects_a_changed_source(classic_copy, tmp_path):
 
 def test_icechunk_1_refuses_rectilinear_arrays(tmp_path):
     """Icechunk 1.x (Python 3.11) stores regular grids only; Icechunk 2 stores rectilinear
-    ones (tests/test_current_stack.py)."""
+    ones (tests/acceptance/test_current_stack.py)."""
     import icechunk
 
     from refgrid.writers.icechunk import rectilinear_supported

@@ -12,7 +12,7 @@ import pytest
 import refgrid
 from refgrid import plot
 from refgrid.grid.svg import PADDED_COLOUR
-from test_combine import _files
+from tests.combining.test_combine import _files
 
 matplotlib.use("Agg")
 

@@ -16,7 +16,7 @@ from refgrid.cli import main
 from refgrid.core.reprs import group_summary
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import ChunkManifest
-from test_combine import _files
+from tests.combining.test_combine import _files
 
 
 def _archive():

@@ -13,7 +13,7 @@ import zarr
 import refgrid
 from ground_truth import ground_truth, restore, same
 from helpers import FIXTURES, closed
-from test_combine import ARCHIVES, _combined
+from tests.combining.test_combine import ARCHIVES, _combined
 
 VIEWS = ["auto", "native", {"time": 4}]
 

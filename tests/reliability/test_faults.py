@@ -1,7 +1,7 @@
-"""Reliability under network faults: a fault-injecting proxy (tests/faults.py) between refgrid
-and the local HTTP and S3 servers. Scan, engine read, mapper read, batch and serve through
-it: every outcome is the values netCDF4 reads from the files, or a named refgrid error within
-the timeout — never a hang, never wrong bytes, never a foreign exception."""
+"""Reliability under network faults: a fault-injecting proxy (tests/support/faults.py) between
+refgrid and the local HTTP and S3 servers. Scan, engine read, mapper read, batch and serve
+through it: every outcome is the values netCDF4 reads from the files, or a named refgrid error
+within the timeout — never a hang, never wrong bytes, never a foreign exception."""
 
 from __future__ import annotations
 

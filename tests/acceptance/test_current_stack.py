@@ -25,7 +25,7 @@ from zarr.storage import FsspecStore
 import refgrid
 from helpers import FIXTURES, closed
 from servers import start_refgrid_serve
-from test_combine import ARCHIVES, _files
+from tests.combining.test_combine import ARCHIVES, _files
 
 if Version(zarr.__version__) < Version("3.2"):
     pytest.skip(f"zarr {zarr.__version__} has no rectilinear grids (zarr >= 3.2 needs Python "

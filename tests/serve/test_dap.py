@@ -33,7 +33,7 @@ from refgrid.serve.dap.dap2 import name as dap2_name
 from refgrid.serve.dap.model import DapDataset
 from servers import http_get as _get
 from servers import start_refgrid_serve
-from test_combine import ARCHIVES, _files
+from tests.combining.test_combine import ARCHIVES, _files
 
 FILES = ["features/netcdf4_features.nc", "netcdf3/classic/tas_200101.nc", "netcdf3/cdf5.nc",
          "netcdf3/single_byte_record.nc", "groups/obs_200101.nc",

@@ -101,7 +101,7 @@ def test_on_an_irregular_archive_the_advice_rereads_fewer_source_chunks():
 
 
 def test_a_dataset_is_advised_on_its_largest_array(tmp_path):
-    from test_combine import _files
+    from tests.combining.test_combine import _files
 
     group = refgrid.combine([refgrid.scan(f) for f in _files("monthly/chunk10")], "time")
     advice = advise_chunks(group, "1MiB")
@@ -138,7 +138,7 @@ def test_the_cli_advises_and_names_bad_patterns(tmp_path):
     from click.testing import CliRunner
 
     from refgrid.cli import main
-    from test_combine import _files
+    from tests.combining.test_combine import _files
 
     refs = refgrid.write(refgrid.combine([refgrid.scan(f) for f in _files("monthly/chunk10")],
                                          "time"), tmp_path / "year.json")

@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "dmrpp" / "files"
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "dmrpp" / "files"
 TYPES = {"i1": "Int8", "u1": "UInt8", "i2": "Int16", "u2": "UInt16", "i4": "Int32",
          "u4": "UInt32", "i8": "Int64", "u8": "UInt64", "f4": "Float32", "f8": "Float64"}
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import refgrid
 from refgrid.cli import main
 from refgrid.materializing import JOURNAL, materialize
-from test_combine import ARCHIVES, _files
+from tests.combining.test_combine import ARCHIVES, _files
 
 
 def _refs(archive: str, tmp_path: Path) -> Path:

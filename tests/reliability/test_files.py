@@ -107,7 +107,7 @@ def test_hdf5_objects_that_cannot_be_opened_are_never_dropped_silently(tmp_path)
 
 # -- sources changed after scanning ----------------------------------------------------------
 
-SOURCE = Path(__file__).resolve().parent.parent / "fixtures" / "monthly" / "chunk10"
+SOURCE = Path(__file__).resolve().parents[2] / "fixtures" / "monthly" / "chunk10"
 
 
 @pytest.mark.parametrize("form", ["refs.json", "refs.parq"])

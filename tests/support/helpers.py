@@ -8,7 +8,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 SHARED = ROOT.parent / "shared"
 RECTILINEAR_SCHEMA = SHARED / "spec" / "rectilinear.schema.json"

@@ -31,7 +31,7 @@ from helpers import FIXTURES, closed
 from refgrid.serve.app import CATALOG
 from servers import http_get as _get
 from servers import start_http, start_refgrid_serve
-from test_combine import ARCHIVES, _files
+from tests.combining.test_combine import ARCHIVES, _files
 
 NC_FILES = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.nc"))
 

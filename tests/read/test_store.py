@@ -17,7 +17,7 @@ import zarr
 import refgrid
 from ground_truth import assert_like_source, ground_truth, restore, same
 from helpers import FIXTURES, RECTILINEAR, closed, data_files, zarr_at_least
-from test_combine import ARCHIVES, _files
+from tests.combining.test_combine import ARCHIVES, _files
 
 FILES = data_files(FIXTURES)
 RAW = {"mask_and_scale": False, "decode_times": False}
@@ -145,7 +145,7 @@ def test_remote_chunks_of_a_selection_are_fetched_together(config, http_server, 
     holds ten at a time), far fewer requests than chunks all the same."""
     if not RECTILINEAR:
         pytest.skip("the native view of an irregular archive needs zarr >= 3.2; the regular "
-                    "view assembles chunks in refgrid (tests/test_mapper.py)")
+                    "view assembles chunks in refgrid (tests/read/test_mapper.py)")
     urls = [f"{http_server.url}/fixtures/yearly/chunk73/{p.name}"
             for p in _files("yearly/chunk73")]
     refs = refgrid.write(refgrid.combine(urls, "time"), tmp_path / "refs.json")
