@@ -17,9 +17,11 @@ new files, not with the archive. :class:`Output` is what differs between the two
 
 The result equals a from-scratch batch of the same files, or the append is not taken: every
 document of the combined first/last/new files, but for its shape and chunk grid, must equal
-the archive's, and so must refgrid's bookkeeping; otherwise (and for backfill, replaced,
-removed or failed files, JSON output, an array whose first dimension is not the concat
-dimension) the batch rebuilds the output and says why (:class:`Plan`).
+the archive's, and so must refgrid's bookkeeping (the layout's side, asked of
+:mod:`refgrid.refs.growth`: the documents grown, and where each array's chunks go);
+otherwise (and for backfill, replaced, removed or failed files, JSON output, an array whose
+first dimension is not the concat dimension) the batch rebuilds the output and says why
+(:class:`Plan`).
 """
 
 from __future__ import annotations
