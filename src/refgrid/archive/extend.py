@@ -379,20 +379,23 @@ class IcechunkOutput(Output):
             return Plan("rebuild", f"the branch {self.branch!r} has commits this batch did not "
                         "make")
         try:
-            docs = {key: json.loads(self._get(key)) for key in kept.documents}
+            docs = {key: json.loads(data) for key, data in self._get(kept.documents).items()}
         except Exception as e:  # icechunk's and zarr's own errors
             return Plan("rebuild", f"the repository's documents cannot be read "
                         f"({type(e).__name__}: {e})")
         return IcechunkState(kept.section, docs, head)
 
-    def _get(self, key: str) -> bytes:
-        found = stored(self.repository, [key], self.branch)[key]
-        if found is None:
-            raise NotAppendable(f"the repository has no {key}")
-        return found
+    def _get(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """The bytes the branch holds at ``keys`` (read from one session)."""
+        found = stored(self.repository, keys, self.branch)
+        missing = [key for key, data in found.items() if data is None]
+        if missing:
+            raise NotAppendable(f"the repository has no {missing[0]}")
+        return cast("dict[str, bytes]", found)
 
     def inline(self, meta: Earlier, path: str, piece: int) -> bytes:
-        return self._get(piece_key(meta, path, piece))
+        key = piece_key(meta, path, piece)
+        return self._get([key])[key]
 
     def described(self, tail: VirtualGroup) -> VirtualGroup:
         return portable_documents_group(tail)
