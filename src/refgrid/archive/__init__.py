@@ -24,7 +24,6 @@ from refgrid.archive.extend import (
     WHOLE,
     Appended,
     IcechunkOutput,
-    NotAppendable,
     Output,
     ParquetOutput,
     Plan,
@@ -47,6 +46,7 @@ from refgrid.core.tasks import progress_bar, showing
 from refgrid.core.typed import StorageOptions, Untyped
 from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError, BatchError, RefgridError, ScanError
+from refgrid.refs.growth import NotAppendable
 from refgrid.scanners.source import Source
 from refgrid.writers import (
     DEFAULT_PADDED,

@@ -17,19 +17,21 @@ new files, not with the archive. :class:`Output` is what differs between the two
 
 The result equals a from-scratch batch of the same files, or the append is not taken: every
 document of the combined first/last/new files, but for its shape and chunk grid, must equal
-the archive's, and so must refgrid's bookkeeping; otherwise (and for backfill, replaced,
-removed or failed files, JSON output, an array whose first dimension is not the concat
-dimension) the batch rebuilds the output and says why (:class:`Plan`).
+the archive's, and so must refgrid's bookkeeping (the layout's side, asked of
+:mod:`refgrid.refs.growth`: the documents grown, and where each array's chunks go);
+otherwise (and for backfill, replaced, removed or failed files, JSON output, an array whose
+first dimension is not the concat dimension) the batch rebuilds the output and says why
+(:class:`Plan`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from pyarrow import ArrowException
 
@@ -37,52 +39,32 @@ from refgrid.archive.assemble import combine_records, order
 from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
 from refgrid.combining.spec import CombineSpec
-from refgrid.core.dtypes import ENCODING_ATTR
-from refgrid.core.keys import REPORT_SUFFIX, KeyEncoding, chunk_key, document_key
+from refgrid.core.keys import REPORT_SUFFIX
 from refgrid.core.sources import SourceIdentity, identity_difference
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import BatchError, RefgridError, ScanError, WriteError
-from refgrid.grid.json_forms import (
-    ChunkGridJSON,
-    emit_chunk_grid,
-    grown_chunk_grid,
-    parse_chunk_grid,
+from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.read.cropped import portable_documents_group
+from refgrid.refs.growth import (
+    Earlier,
+    NotAppendable,
+    Placed,
+    grown,
+    grown_documents,
+    grown_pieces,
+    piece_key,
 )
-from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.manifest import ChunkManifest
-from refgrid.model.virtual import VirtualArray, VirtualGroup, in_pieces, piece_length
-from refgrid.model.zarr_json import bookkeeping, documents
-from refgrid.read.cropped import portable_documents_group, portable_grid
+from refgrid.refs.icechunk_state import IcechunkRecord, IcechunkState
 from refgrid.refs.parquet import ZMetadata, local_sources, read_zmetadata, stored_piece
-from refgrid.refs.section import ATTRIBUTES_KEY, SOURCES_KEY, Section
 from refgrid.scanners.source import Source
 from refgrid.writers import sized
 from refgrid.writers.atomic import write_file
-from refgrid.writers.icechunk import append_icechunk
+from refgrid.writers.icechunk import append_icechunk, stored
 from refgrid.writers.padded import Padded, needs_rewrite, rewrite_padded, sidecar_for
 from refgrid.writers.parquet import append_parquet
 
 if TYPE_CHECKING:  # the icechunk extra
     from icechunk import Repository
-
-GRID_KEYS = ("shape", "chunk_grid")
-"""What an append changes in an array's document."""
-
-
-@dataclass(frozen=True)
-class IcechunkState:
-    """What an Icechunk output's append is planned on: the snapshot this batch committed
-    last, its documents (read from it) and refgrid's section of it — the sources and
-    bookkeeping, which a commit does not carry: kept in the work directory
-    (:attr:`IcechunkOutput.state`)."""
-
-    section: Section
-    metadata: Mapping[str, Mapping[str, Any]]
-    snapshot: str
-
-
-Earlier = ZMetadata | IcechunkState
-"""The archive as its output read it: its documents (``metadata``) and refgrid's section."""
 
 
 @dataclass(frozen=True)
@@ -259,11 +241,6 @@ class Appended:
     """The Icechunk snapshot committed."""
 
 
-class NotAppendable(Exception):
-    """The new files combine, but the result would differ from the archive's documents
-    beyond its extent: the output is rebuilt instead (the message says why)."""
-
-
 class Output:
     """Where an append writes: what differs between parquet references and an Icechunk
     repository (the rest of :func:`plan` and :func:`extend` is the same for both)."""
@@ -300,20 +277,16 @@ class Output:
         """``tail`` as this output stores it (padded chunks rewritten, say)."""
         return tail
 
-    def grid(self, array: VirtualArray) -> RectilinearGrid:
-        """The grid this output declares for ``array``."""
-        return array.grid
-
-    def documents(self, tail: VirtualGroup) -> dict[str, Mapping[str, object]]:
-        return dict(documents(tail))
+    def described(self, tail: VirtualGroup) -> VirtualGroup:
+        """``tail`` on the grids this output's documents declare."""
+        return tail
 
     def write(self, meta: Earlier, tail: VirtualGroup,
-              appended: Mapping[str, tuple[int, int, ChunkManifest]],
-              docs: Mapping[str, Mapping[str, Any]],
+              appended: Mapping[str, Placed], docs: Mapping[str, Mapping[str, object]],
               sources: Mapping[str, SourceIdentity],
               known: Container[str], pieced: Iterable[str]) -> tuple[int, str | None]:
-        """Write the new extent: per array, its chunks from ``(row, first chunk along the
-        concat dimension)`` on, and ``sources`` but those the archive names (``known``, as
+        """Write the new extent: per array, its chunks where they go (``appended``), the
+        grown documents ``docs``, and ``sources`` but those the archive names (``known``, as
         it names them: the last file's rewritten chunks, say); ``pieced``: the arrays
         stored inline in pieces; returns the files (or commits) written and the snapshot
         committed (None: none)."""
@@ -358,8 +331,7 @@ class ParquetOutput(Output):
         return tail
 
     def write(self, meta: Earlier, tail: VirtualGroup,
-              appended: Mapping[str, tuple[int, int, ChunkManifest]],
-              docs: Mapping[str, Mapping[str, Any]],
+              appended: Mapping[str, Placed], docs: Mapping[str, Mapping[str, object]],
               sources: Mapping[str, SourceIdentity],
               known: Container[str], pieced: Iterable[str]) -> tuple[int, str | None]:
         sidecar = sidecar_for(self.target)
@@ -396,50 +368,50 @@ class IcechunkOutput(Output):
         if not self.state.exists():
             return Plan("new", "no earlier commit by this batch")
         try:
-            kept = json.loads(self.state.read_text(encoding="utf-8"))
+            kept = IcechunkRecord.from_bytes(self.state.read_bytes())
             head = self.repository.lookup_branch(self.branch)
         except (OSError, ValueError) as e:
             return Plan("rebuild", f"refgrid's record of the repository cannot be read ({e})")
         except Exception as e:  # icechunk's own errors: no such branch
             return Plan("rebuild", f"the branch {self.branch!r} cannot be read "
                         f"({type(e).__name__}: {e})")
-        if not isinstance(kept, dict) or kept.get("snapshot") != head:
+        if kept.snapshot != head:
             return Plan("rebuild", f"the branch {self.branch!r} has commits this batch did not "
                         "make")
-        store = self.repository.readonly_session(branch=self.branch).store
         try:
-            docs = {key: json.loads(_get(store, key)) for key in kept["documents"]}
+            docs = {key: json.loads(data) for key, data in self._get(kept.documents).items()}
         except Exception as e:  # icechunk's and zarr's own errors
             return Plan("rebuild", f"the repository's documents cannot be read "
                         f"({type(e).__name__}: {e})")
-        return IcechunkState(Section.from_dict(kept), docs, head)
+        return IcechunkState(kept.section, docs, head)
+
+    def _get(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """The bytes the branch holds at ``keys`` (read from one session)."""
+        found = stored(self.repository, keys, self.branch)
+        missing = [key for key, data in found.items() if data is None]
+        if missing:
+            raise NotAppendable(f"the repository has no {missing[0]}")
+        return cast("dict[str, bytes]", found)
 
     def inline(self, meta: Earlier, path: str, piece: int) -> bytes:
-        doc = meta.metadata[document_key(path)]
-        store = self.repository.readonly_session(branch=self.branch).store
-        return _get(store, chunk_key(path, (piece,) + (0,) * (len(doc["shape"]) - 1),
-                                     KeyEncoding.from_json(doc.get("chunk_key_encoding"))))
+        key = piece_key(meta, path, piece)
+        return self._get([key])[key]
 
-    def grid(self, array: VirtualArray) -> RectilinearGrid:
-        return portable_grid(array.grid)
-
-    def documents(self, tail: VirtualGroup) -> dict[str, Mapping[str, object]]:
-        return dict(documents(portable_documents_group(tail)))
+    def described(self, tail: VirtualGroup) -> VirtualGroup:
+        return portable_documents_group(tail)
 
     def write(self, meta: Earlier, tail: VirtualGroup,
-              appended: Mapping[str, tuple[int, int, ChunkManifest]],
-              docs: Mapping[str, Mapping[str, Any]],
+              appended: Mapping[str, Placed], docs: Mapping[str, Mapping[str, object]],
               sources: Mapping[str, SourceIdentity],
               known: Container[str], pieced: Iterable[str]) -> tuple[int, str | None]:
         assert isinstance(meta, IcechunkState)
-        changed = {document_key(path): docs[document_key(path)] for path in appended}
         snapshot = append_icechunk(self.repository, tail, {
-            path: start for path, (_, start, _) in appended.items()}, changed,
+            path: start for path, (_, start, _) in appended.items()},
+            grown_documents(docs, appended),
             message=self.message, parent=meta.snapshot, branch=self.branch,
             storage_options=self.storage_options)
         try:
-            self.saved(snapshot, {**meta.section.identities(), **sources},
-                       docs, meta.section.attributes)
+            self.saved(meta.committed(snapshot, sources, docs))
         except OSError as e:
             raise WriteError(f"snapshot {snapshot} is committed, but {self.state} could not "
                              f"record it ({e}): the next run commits the whole archive") from e
@@ -447,24 +419,11 @@ class IcechunkOutput(Output):
 
     def saved_group(self, snapshot: str, group: VirtualGroup) -> None:
         """Record what ``snapshot``, a whole write of ``group``, holds."""
-        self.saved(snapshot, group.sources, documents(group), bookkeeping(group))
+        self.saved(IcechunkRecord.of_group(snapshot, group))
 
-    def saved(self, snapshot: str, sources: Mapping[str, object],
-              docs: Iterable[str], attributes: object | None) -> None:
-        """Record what ``snapshot`` holds, for the next append."""
-        kept = {"snapshot": snapshot, SOURCES_KEY: dict(sources), "documents": list(docs),
-                **({ATTRIBUTES_KEY: attributes} if attributes else {})}
-        write_file(self.state, json.dumps(kept).encode())
-
-
-def _get(store: object, key: str) -> bytes:
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
-    found = sync(store.get(key, default_buffer_prototype()))  # type: ignore[attr-defined]
-    if found is None:
-        raise NotAppendable(f"the repository has no {key}")
-    return bytes(found.to_bytes())
+    def saved(self, record: IcechunkRecord) -> None:
+        """Record what a snapshot holds, for the next append."""
+        write_file(self.state, record.to_bytes())
 
 
 def extend(journal: Journal, output: Output, chosen: Plan, spec: CombineSpec, *,
@@ -494,7 +453,6 @@ def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
     skip = _length(journal, first, concat_dim) if last != first else 0
     meta = chosen.meta
     assert meta is not None  # (an append's plan holds the archive as read)
-    old_docs = meta.metadata
     last_length = _length(journal, last, concat_dim)
     tails: dict[str, VirtualArray] = {}
     whole: dict[str, tuple[VirtualArray, int, int]] = {}
@@ -504,84 +462,18 @@ def _extend(journal: Journal, output: Output, chosen: Plan, group: VirtualGroup,
                 raise NotAppendable(f"{concat_dim!r} is not the first dimension of {path!r} "
                                     "(its chunks interleave in the record files)")
             if node.inline_pieces:
-                whole[path] = _grown(node, output, meta, path, skip + last_length)
+                whole[path] = grown_pieces(meta, path, node, skip + last_length,
+                                           partial(output.inline, meta, path))
             else:
                 tails[path] = node.slice(concat_dim, skip, node.shape[0])
     tail = output.prepared(sized(group.with_arrays(
         {**tails, **{path: array for path, (array, _, _) in whole.items()}}), storage_options))
-    docs = output.documents(tail)
-    appended: dict[str, tuple[int, int, ChunkManifest]] = {}
-    for path, (_, length, piece) in whole.items():
-        array = tail[path]
-        assert isinstance(array, VirtualArray)
-        key = document_key(path)
-        docs[key] = {**docs[key], "shape": [length, *array.shape[1:]]}
-        appended[path] = (piece, piece, array.manifest)
-    for path in tails:
-        array = tail[path]
-        assert isinstance(array, VirtualArray)
-        key = document_key(path)
-        old = old_docs.get(key)
-        if not isinstance(old, Mapping) or old["shape"][1:] != list(array.shape[1:]):
-            raise NotAppendable(f"the archive's {path!r} is not shaped as the new files'")
-        grid = output.grid(array)
-        grown = grown_chunk_grid(old["chunk_grid"], old["shape"], last_length, grid) or \
-            _grown_whole(old, last_length, grid, path)
-        docs[key] = {**docs[key], "shape": [int(old["shape"][0]) - last_length + grid.shape[0],
-                                            *old["shape"][1:]], "chunk_grid": grown[0]}
-        appended[path] = (grown[1] * math.prod(grid.chunk_counts[1:]), grown[1],
-                          array.manifest)
-    _check_same(old_docs, docs, meta.section.attributes or {}, bookkeeping(tail))
+    docs, appended = grown(meta, output.described(tail), last_length, list(tails),
+                           {path: (length, piece) for path, (_, length, piece) in whole.items()})
     new_sources: dict[str, SourceIdentity] = {
         url: identity for url, identity in tail.sources.items() if url not in anchors}
     return Appended(group, *output.write(meta, tail, appended, docs, new_sources,
                                          chosen.sources, list(whole)))
-
-
-def _grown_whole(old: Mapping[str, Any], last_length: int, grid: RectilinearGrid,
-                 path: str) -> tuple[ChunkGridJSON, int]:
-    """The grown grid's document and the chunks kept along the concat dimension, from the
-    archive's whole grid (where :func:`grown_chunk_grid` does not apply)."""
-    before = parse_chunk_grid(old["chunk_grid"], old["shape"])
-    cut = int(before.shape[0]) - last_length
-    keep, kept = before.slice(0, 0, cut)
-    if cut < 0 or int(before.bounds(0)[kept.stop]) != cut:
-        raise NotAppendable(f"the archive's chunks of {path!r} do not end where its last "
-                            "file begins")
-    return emit_chunk_grid(RectilinearGrid.concat([keep, grid], 0)), kept.stop
-
-
-def _grown(array: VirtualArray, output: Output, meta: Earlier, path: str,
-           start: int) -> tuple[VirtualArray, int, int]:
-    """The archive's inline array ``path`` (:func:`~refgrid.model.virtual.in_pieces`) with
-    ``array``'s elements from ``start`` on after it (the concat coordinate, re-encoded to
-    the first file's units): its pieces from the last stored one on (read, and written again
-    with the new elements after it: a piece of 4,096 steps at most, whatever the archive's
-    length), its new length and the index of its first piece written. An archive whose
-    array is one chunk of another length (a short archive, or one written before arrays
-    were pieced) is written again whole."""
-    old = meta.metadata[document_key(path)]
-    if old["shape"][1:] != list(array.shape[1:]):
-        raise NotAppendable(f"the archive's {path!r} is not shaped as the new files'")
-    before = parse_chunk_grid(old["chunk_grid"], old["shape"])
-    length = int(before.shape[0])
-    step = math.prod(array.shape[1:]) * array.dtype.itemsize
-    added = b"".join(array.manifest.inline_chunk(k) for k in range(array.grid.nchunks))[
-        start * step:array.shape[0] * step]
-    total = length + len(added) // step
-    piece = piece_length(total)
-    kept = int(before.axes[0].logical[0]) if before.nchunks else 0
-    if before.nchunks > 1 and (kept != piece or (before.chunk_shape or (0,))[0] != kept):
-        raise NotAppendable(f"the archive's {path!r} is not stored in pieces of {piece} (its "
-                            "files' own chunks, say)")
-    first = before.chunk_counts[0] - 1 if kept == piece else 0
-    stored = output.inline(meta, path, first) if before.nchunks else b""
-    if before.nchunks and len(stored) != kept * step:
-        raise NotAppendable(f"the archive's piece {first} of {path!r} holds {len(stored)} "
-                            f"bytes, not {kept * step}")
-    stored = stored[:(length - first * kept) * step]
-    return (in_pieces(array, stored + added, (total - first * piece, *array.shape[1:]),
-                      piece), total, first)
 
 
 def _length(journal: Journal, url: str, concat_dim: str) -> int:
@@ -594,35 +486,3 @@ def _length(journal: Journal, url: str, concat_dim: str) -> int:
         raise NotAppendable(f"the arrays of {url} differ in length along {concat_dim!r} "
                             f"({sorted(lengths)})")
     return lengths.pop() if lengths else 0
-
-
-def _check_same(old: Mapping[str, object], new: Mapping[str, object],
-                old_kept: object, new_kept: object) -> None:
-    if list(old) != list(new):
-        raise NotAppendable(f"the new files' nodes {sorted(set(new) ^ set(old))} differ from "
-                            "the archive's")
-    for key, doc in new.items():
-        was = old[key]
-        if not isinstance(was, Mapping) or not isinstance(doc, Mapping) or \
-                _without_grid(was) != _without_grid(doc):
-            raise NotAppendable(f"{key} of the new files differs from the archive's beyond "
-                                "its extent (attributes, codecs or fill values)")
-    if _without_source(json.loads(json.dumps(new_kept))) != _without_source(old_kept):
-        raise NotAppendable("refgrid's bookkeeping of the new files differs from the "
-                            "archive's")
-
-
-def _without_source(kept: object) -> object:
-    """Bookkeeping but the file each array's encoding came from (a variable some files lack
-    takes it from the first file holding it among those combined): the archive keeps its
-    own."""
-    if not isinstance(kept, Mapping):
-        return kept
-    return {name: {k: ({e: v for e, v in value.items() if e != "source"}
-                       if k == ENCODING_ATTR and isinstance(value, Mapping) else value)
-                   for k, value in attrs.items()} if isinstance(attrs, Mapping) else attrs
-            for name, attrs in kept.items()}
-
-
-def _without_grid(doc: Mapping[str, object]) -> dict[str, object]:
-    return json.loads(json.dumps({k: v for k, v in doc.items() if k not in GRID_KEYS}))

@@ -187,6 +187,20 @@ def append_icechunk(repository: Repository, tail: VirtualGroup, starts: Mapping[
     return _commit(session, message)
 
 
+def stored(repository: Repository, keys: Iterable[str], branch: str = "main"
+           ) -> dict[str, bytes | None]:
+    """The bytes ``branch`` of ``repository`` holds at each of ``keys`` (None: nothing):
+    what an append reads back of the snapshot it is planned on (its documents, the last
+    piece of an array stored inline)."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    store = repository.readonly_session(branch=branch).store
+    found = {key: sync(store.get(key, default_buffer_prototype())) for key in keys}
+    return {key: bytes(value.to_bytes()) if value is not None else None
+            for key, value in found.items()}
+
+
 def _write_chunks(icechunk: ModuleType, store: IcechunkStore, group: VirtualGroup,
                   arrays: Mapping[str, int], storage_options: StorageOptions | None) -> None:
     """The chunks of ``group``'s ``arrays`` (by path: the chunk index along the first
