@@ -296,6 +296,43 @@ def test_what_an_append_cannot_take_rebuilds_the_output_and_says_why(archive, tm
         xr.testing.assert_identical(opened(tmp_path / name), ds.load())
 
 
+@pytest.mark.parametrize("damage", ['{"metadata": [], "record_size": 10}', "[1, 2]",
+                                    '{"metadata": {}, "record_size": "ten"}', "{"])
+def test_a_damaged_earlier_output_is_rebuilt_and_the_report_says_why(archive, tmp_path,
+                                                                     damage):
+    """``.zmetadata`` of the earlier output that is no kerchunk parquet metadata (its
+    ``metadata`` a list: an ``AttributeError`` in parsing, which a batch raised bare): the
+    output is written again, the report naming the file, and equals a fresh run."""
+    grown = copied(archive[0], 6, tmp_path / "archive")
+    refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "tas.parq", progress=False)
+    write_archive(grown, [6])
+    (tmp_path / "tas.parq" / ".zmetadata").write_text(damage)
+    second = refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "tas.parq", progress=False)
+    assert second.update.startswith("rebuild: the earlier output cannot be read (FormatError")
+    assert ".zmetadata" in second.update, second.update
+    refgrid.batch(str(grown / "tas_*.nc"), tmp_path / "fresh.parq", progress=False)
+    assert tree_bytes(tmp_path / "tas.parq") == tree_bytes(tmp_path / "fresh.parq")
+
+
+def test_an_archive_keeping_other_variables_per_file_is_rebuilt_when_it_grows(archive,
+                                                                              tmp_path):
+    """``convert`` takes any :class:`CombineSpec`; one that keeps the other variables per
+    file (``others="stack"``) grows a dimension an append does not write: the archive is
+    written whole, the report says why, and equals a fresh run."""
+    from refgrid.archive import BatchRun, convert
+    from refgrid.combining.spec import CombineSpec
+
+    grown = copied(archive[0], 6, tmp_path / "archive")
+    spec, how = CombineSpec(others="stack"), BatchRun(progress=False)
+    convert(str(grown / "tas_*.nc"), tmp_path / "tas.parq", spec, how)
+    write_archive(grown, [6])
+    second = convert(str(grown / "tas_*.nc"), tmp_path / "tas.parq", spec, how)
+    assert second.update.startswith("rebuild: an archive whose other variables are kept per "
+                                    "file"), second.update
+    convert(str(grown / "tas_*.nc"), tmp_path / "fresh.parq", spec, how)
+    assert tree_bytes(tmp_path / "tas.parq") == tree_bytes(tmp_path / "fresh.parq")
+
+
 def test_a_changed_file_is_rescanned_and_the_report_says_what_changed(archive, tmp_path):
     copy = copied(archive[0], 8, tmp_path / "archive")
     refgrid.batch(str(copy / "*.nc"), tmp_path / "tas.json", progress=False)

@@ -268,7 +268,8 @@ def convert(sources: str | Iterable[str], output: str | os.PathLike[str] | Repos
                     how.storage_options)
     if not listed:
         raise ArgumentError("no sources given")
-    settings = {**spec.to_dict(), "format": place.format, "padded": how.padded,
+    settings = {"concat_dim": spec.concat_dim, "format": place.format, "padded": how.padded,
+                **spec.to_dict(),  # (in the order reports had before the spec)
                 **({"data_url": how.data_url} if how.data_url is not None else {})}
     if how.append:
         _appendable(spec, place)

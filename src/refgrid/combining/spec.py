@@ -5,8 +5,9 @@ others), merging file sets, and the per-file choices (:class:`~.shaping.FileShap
 variables, times from names, stacking) — travel together from the front that takes them
 (:func:`refgrid.combine`, :func:`refgrid.batch`, the CLI, ``serve --follow``) to every stage
 that uses them (shaping on a batch's workers, partitioning, concatenating, stacking,
-appending), and are recorded with an archive (:meth:`CombineSpec.to_dict`: a batch appends
-to an archive only under the same settings, read back with :meth:`CombineSpec.from_dict`).
+appending), and are recorded with an archive (:meth:`CombineSpec.to_dict`, in the settings
+a batch compares: it appends to an archive only under the same settings;
+:meth:`CombineSpec.from_dict` makes a spec of them again).
 Checked once, when it is made.
 """
 
@@ -84,6 +85,9 @@ class CombineSpec:
         if self.merge or self.stack_dim is not None:
             return "a merged or stacked archive is written whole when it grows (its file " \
                    "sets or members are combined apart, then joined)"
+        if self.others != "identical":
+            return "an archive whose other variables are kept per file is written whole " \
+                   "when it grows (its files' dimension is not appended to)"
         return None
 
     def to_dict(self) -> dict[str, str]:

@@ -143,13 +143,13 @@ class ZMetadata:
         read the same: :func:`refgrid.core.jsonio.loads`), checked."""
         try:
             return cls.from_dict(loads(data), url)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as e:
             raise FormatError(url, ZMETADATA, f"not kerchunk parquet metadata: {e}") from e
 
     @classmethod
     def from_dict(cls, meta: Any, url: str) -> ZMetadata:
-        """``.zmetadata`` as parsed (``KeyError``, ``TypeError``, ``ValueError`` for what is
-        not: :meth:`from_bytes` names them)."""
+        """``.zmetadata`` as parsed (``AttributeError``, ``KeyError``, ``TypeError``,
+        ``ValueError`` for what is not: :meth:`from_bytes` names them)."""
         docs = {k: json.loads(v) if isinstance(v, str) else v
                 for k, v in meta["metadata"].items()}
         record_size = int(meta["record_size"])
