@@ -553,16 +553,17 @@ ADVERSARIAL = [
 
 
 def _best_of(parse, text: str, dataset: DapDataset) -> float:
-    """Seconds ``parse(text)`` takes at best of five runs (a loaded machine's pauses are
-    not the parser's)."""
+    """Seconds of this thread's CPU time ``parse(text)`` takes at best of ten runs: the
+    time it computes, not the time a loaded machine keeps it waiting (a timing in wall
+    seconds failed on a 2-core machine running two suites and a busy loop)."""
     import time
 
     best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
+    for _ in range(10):
+        start = time.thread_time()
         with contextlib.suppress(ConstraintError):
             parse(text, dataset)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.thread_time() - start)
         if best < 0.010:
             break
     return best
@@ -943,7 +944,7 @@ def test_fifty_concurrent_large_responses_stay_within_the_memory_budget(tmp_path
         assert all(after == "1" for status, after, _ in answers if status == 503)
         assert all(digest == whole for status, _, digest in answers if status == 200)
         assert served.app[STATE].budget.peak <= budget
-        assert served.app[STATE].budget.held == 0  # (every byte given back)
+        assert served.settles(lambda app: app[STATE].budget.held == 0)  # (all given back)
         assert peak < 2 * budget, f"{peak / 2**20:.1f} MiB held by 50 clients and the service"
         status, _, _ = _get(url, method="HEAD")  # (the service is free again)
         assert status == 200
@@ -1076,10 +1077,7 @@ def test_a_client_that_stops_reading_is_let_go(tmp_path, monkeypatch, suffix):
             sock.sendall(f"GET /dap/big{suffix} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
             clock.sleep(0.3)
             assert _get(f"{served.url}/healthz")[0] == 200  # (others are answered)
-            deadline = clock.monotonic() + 20
-            while served.app[STATE].pending and clock.monotonic() < deadline:
-                clock.sleep(0.1)
-            assert served.app[STATE].pending == 0
+            assert served.settles(lambda app: app[STATE].pending == 0)
 
 
 def test_ascii_rows_longer_than_a_block_are_one_line(tmp_path, monkeypatch):
@@ -1192,7 +1190,7 @@ def test_zarr_chunk_bodies_count_in_the_memory_budget(tmp_path):
                 if want == 503:
                     assert b"more than the service's whole memory budget of 100" in body
                     assert "Retry-After" not in headers
-            assert served.app[STATE].budget.held == 0
+            assert served.settles(lambda app: app[STATE].budget.held == 0)
 
 
 def test_a_large_response_with_the_default_opening_holds_a_few_blocks(tmp_path):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -176,6 +177,19 @@ class Served:
 
     url: str
     app: Any
+
+    def settles(self, check: Callable[[Any], bool], within: float = 30.0) -> bool:
+        """Whether ``check(app)`` becomes true within ``within`` seconds. A client has a
+        response's last byte before the handler's own cleanup runs (what it held is given
+        back after ``write_eof`` returns, on the service's thread), so a count a handler
+        gives back is asserted as settling, not as already settled when the body arrives.
+        The bound is for a handler that never gives back, not a timing."""
+        deadline = time.monotonic() + within
+        while not check(self.app):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
 
 def start_refgrid_serve(root: Path, **options: Any) -> Iterator[Served]:
