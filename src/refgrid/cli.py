@@ -735,11 +735,15 @@ def serve(root: Path, host: str, port: int, allowed: tuple[str, ...], workers: i
     """
     import logging
 
+    from refgrid.combining.spec import CombineSpec
     from refgrid.explore.advise import parse_size
     from refgrid.serve import run
     from refgrid.serve.follow import Follow, seconds
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if not follows and (spec != CombineSpec() or any(v is not None for v in formats.values())):
+        raise click.UsageError("the combine and format options are for followed archives: "
+                               "pass --follow NAME=PATTERN too")
     try:
         limit = parse_size(dap_max_bytes, "--dap-max-bytes")
         budget = parse_size(memory_budget, "--memory-budget")

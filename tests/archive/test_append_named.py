@@ -99,7 +99,7 @@ def test_what_only_a_whole_batch_can_do_is_refused_and_the_output_kept(grown, tm
         match = r"the archive's file .*tas_00000\.nc changed since it was written"
     else:
         kwargs = {"overlap": "allow"}
-        match = "written with other settings"
+        match = r"written with other settings \(overlap 'error' then, 'allow' now\)"
     with pytest.raises(refgrid.BatchError, match=match) as raised:
         batch(named, target, append=True, **kwargs)
     assert "without append" in str(raised.value)
@@ -365,3 +365,22 @@ def test_an_archive_of_one_file_grows_as_a_whole_batch_writes_it(tmp_path):
         assert batch(str(new), out, append=True).update.startswith("append")
     assert not (out / "time_bnds" / "pieces.0.parq").exists()
     as_a_whole_batch_writes(out, files, tmp_path)
+
+
+@pytest.mark.parametrize("report, why", [
+    ({"settings": {"concat_dim": "time", "overlap": "error"}}, None),
+    ({"settings": {"concat_dim": "time", "overlap": "error"}, "error": "killed"},
+     "the earlier run failed"),
+    ({"settings": {"concat_dim": "time"}},
+     "other settings (overlap None then, 'error' now)"),
+    ({"settings": {"concat_dim": "t", "overlap": "allow"}},
+     "other settings (concat_dim 't' then, 'time' now; overlap 'allow' then, 'error' now)"),
+    ({"settings": "time"}, "the earlier run's report records no settings"),
+    ([1, 2], "the earlier run's report records no settings"),
+])
+def test_an_earlier_run_is_grown_only_under_its_own_settings_each_difference_named(report,
+                                                                                   why):
+    from refgrid.archive.extend import _unlike
+
+    found = _unlike(report, {"concat_dim": "time", "overlap": "error"})
+    assert found is None if why is None else (found is not None and found.endswith(why))

@@ -283,7 +283,8 @@ def test_what_an_append_cannot_take_rebuilds_the_output_and_says_why(archive, tm
                            progress=False)
     why = {"backfill": "tas_00005.nc lies inside the archive's range (backfill)",
            "removed": "1 file(s) of the output are gone", "json": "json references are "
-           "written whole", "settings": "written with other settings",
+           "written whole", "settings": "written with other settings (padded 'rewrite' then, "
+           "'encoded' now)",
            "changed": "1 file(s) of the output changed since it was written"}[change]
     assert second.update.startswith("rebuild: ") and why in second.update, second.update
     refgrid.batch(str(grown / "tas_*.nc"), tmp_path / f"fresh.{name.split('.')[1]}",

@@ -263,3 +263,17 @@ def test_an_archive_growing_on_a_web_server_is_followed(tmp_path):
 
     for http in start_http(site, listings=True):
         follow_remote(tmp_path, f"{http.url}/landing/tas_*.nc", None, land)
+
+
+@pytest.mark.parametrize("option", [["--merge"], ["--data-url", "http://127.0.0.1:9/x.h5"],
+                                    ["--time-from", "tas_%Y.nc"], ["--allow-overlap"]])
+def test_combine_options_without_a_followed_archive_are_refused(tmp_path, option):
+    """``serve`` takes the combine and format options for its followed archives; given
+    without ``--follow`` they would be ignored, so they are refused before it starts."""
+    from click.testing import CliRunner
+
+    from refgrid.cli import main
+
+    result = CliRunner().invoke(main, ["serve", str(tmp_path), *option])
+    assert result.exit_code == 2, result.output
+    assert "are for followed archives: pass --follow NAME=PATTERN too" in result.output

@@ -142,14 +142,29 @@ def _earlier(output: Output, settings: Mapping[str, str]
         before = json.loads(output.report.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         return Plan("rebuild", f"the earlier run's report cannot be read ({e})")
-    if not isinstance(before, dict) or before.get("settings") != dict(settings) or \
-            before.get("error"):
-        return Plan("rebuild", "the earlier output was written with other settings (or "
-                    "failed)")
+    refused = _unlike(before, settings)
+    if refused is not None:
+        return Plan("rebuild", refused)
     try:
         return meta, output.sources(meta)
     except (RefgridError, AttributeError, KeyError, TypeError) as e:  # (a damaged section)
         return Plan("rebuild", f"the earlier output cannot be read ({type(e).__name__}: {e})")
+
+
+def _unlike(report: object, settings: Mapping[str, str]) -> str | None:
+    """Why the run that wrote ``report`` cannot be grown under ``settings`` (it failed, or
+    other settings — each named, then and now, so a user sees which option to pass); None
+    when it can."""
+    if not isinstance(report, dict) or not isinstance(report.get("settings"), dict):
+        return "the earlier run's report records no settings"
+    if report.get("error"):
+        return "the earlier run failed"
+    then: dict[str, object] = report["settings"]
+    differ = [f"{key} {then.get(key)!r} then, {settings.get(key)!r} now"
+              for key in sorted(then.keys() | settings.keys())
+              if then.get(key) != settings.get(key)]
+    return f"the earlier output was written with other settings ({'; '.join(differ)})" \
+        if differ else None
 
 
 def plan_added(output: Output, listed: Mapping[str, SourceIdentity | None],

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Literal
+from typing import Literal, cast
 
 from refgrid.combining.concat import (
     Combine,
@@ -142,10 +142,9 @@ def combine_with(groups: Sources, spec: CombineSpec, *, sources: Sequence[str] |
                        merged_sets(combined, set_labels, storage_options, fingerprint))
         values.append(value)
         named_parts.append(f"{sum(len(names) for _, names in sets)} files")
-    members = [v for v in values if v is not None]  # (stacking: every part's value)
-    root = results[0] if spec.stack_dim is None else stack(
-        results, members, named_parts, spec, storage_options=storage_options,
-        fingerprint=fingerprint)
+    root = results[0] if spec.stack_dim is None else stack(  # (stacking: every part valued)
+        results, cast("list[Value]", values), named_parts, spec,
+        storage_options=storage_options, fingerprint=fingerprint)
     return replace(root, report=once_per_variable((*report, *root.report)))
 
 

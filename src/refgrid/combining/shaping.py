@@ -92,6 +92,8 @@ class FileShape:
                 self.time_from is None:
             raise ArgumentError("time_units and calendar are for times from file names: "
                                 "pass time_from= too")
+        if self.time_from is not None:  # (explicit: a spec made again from its record equals it)
+            object.__setattr__(self, "time_units", self.units)
         if (self.stack_dim is None) != (self.stack_by is None):
             raise ArgumentError("stacking needs both stack_dim= (the new dimension's name) "
                                 "and stack_by= (a file-name pattern or 'attribute:NAME')")
@@ -391,4 +393,6 @@ def _names(value: Sequence[str] | str | None, what: str) -> tuple[str, ...] | No
     names = (value,) if isinstance(value, str) else tuple(value)
     if not all(isinstance(n, str) and n.strip("/") for n in names):
         raise ArgumentError(f"{what} must be variable names, not {value!r}")
+    if what == "variables" and not names:
+        raise ArgumentError("variables=[] keeps no variable: name some, or pass None for all")
     return names

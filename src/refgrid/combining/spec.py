@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal, cast, get_args
 
 from refgrid.combining.shaping import FileShape
 from refgrid.errors import ArgumentError
@@ -24,11 +24,9 @@ Overlap = Literal["error", "allow"]
 Others = Literal["identical", "stack"]
 Codecs = Literal["error", "recode"]
 Missing = Literal["error", "fill"]
-CHOICES: dict[str, tuple[str, ...]] = {"overlap": ("error", "allow"),
-                                       "others": ("identical", "stack"),
-                                       "codecs": ("error", "recode"),
-                                       "missing": ("error", "fill")}
-"""The policies' values."""
+CHOICES: dict[str, tuple[str, ...]] = {name: get_args(kind) for name, kind in (
+    ("overlap", Overlap), ("others", Others), ("codecs", Codecs), ("missing", Missing))}
+"""The policies' values (their types' own: one list of each)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,10 @@ class CombineSpec:
 
     @classmethod
     def from_dict(cls, settings: Mapping[str, str]) -> CombineSpec:
-        """What :meth:`to_dict` gave (other keys, a batch's output format say, ignored)."""
+        """The spec :meth:`to_dict` recorded, equal to it. Other keys are ignored: a
+        batch's output format, say, and ``time_rule`` (the rule of times from names a
+        record was made under: a batch compares it with today's and rebuilds an archive
+        made under another, it does not make a spec of it)."""
         def given(key: str) -> str | None:
             value = settings.get(key)
             return value if value else None
