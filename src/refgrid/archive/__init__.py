@@ -309,9 +309,13 @@ class Place:
         chosen = how.format or ("json" if target.name.endswith(".json") else "parquet")
         if chosen not in FORMATS:
             raise ArgumentError(f"format must be one of {', '.join(FORMATS)}, not {chosen!r}")
-        work = Path(how.work_dir) if how.work_dir is not None else \
+        return cls(target, repository, chosen, cls.work_of(target, how.work_dir))
+
+    @staticmethod
+    def work_of(target: Path, work_dir: str | os.PathLike[str] | None) -> Path:
+        """Where the scans are recorded: ``work_dir``, by default beside the output."""
+        return Path(work_dir) if work_dir is not None else \
             target.with_name(target.name + ".parts")
-        return cls(target, repository, chosen, work)
 
     @property
     def report(self) -> Path:
@@ -550,10 +554,7 @@ def _leaving_no_empty(work: Path) -> Iterator[None]:
 def _unguarded(output: object, work_dir: str | os.PathLike[str] | None) -> None:
     """(In a worker importing the script.) Tell the batch why its worker ends, and end."""
     if isinstance(output, str | os.PathLike) and "://" not in os.fspath(output):
-        target = Path(output)
-        work = Path(work_dir) if work_dir is not None else \
-            target.with_name(target.name + ".parts")
-        note_unguarded(work / TIMED_OUT)
+        note_unguarded(Place.work_of(Path(output), work_dir) / TIMED_OUT)
     raise BatchError(GUARD)
 
 
