@@ -17,6 +17,9 @@ CORE   := $(VENV)/.refgrid-core
 STAMP  := $(VENV)/.refgrid-installed
 OLDEST := .venv-oldest
 DEMO_OUT ?= demo-output
+# the suite's worker processes (pytest-xdist): CI has two cores; `make test WORKERS=0` runs it
+# in one process (a debugger, or output in order)
+WORKERS ?= 2
 
 .PHONY: demo test test-oldest lint bench fixtures clean browser ncdump python FORCE
 
@@ -50,7 +53,7 @@ demo: $(CORE)
 test: $(STAMP) browser ncdump
 	$(BIN)/ruff check src tests benchmarks fixtures
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
 
 # The oldest supported stack: Python 3.11 with zarr 3.1 and Icechunk 1 (what pip resolves
 # there), the type checker and the suite (.ci/run runs it after `make test`).
@@ -65,7 +68,7 @@ $(OLDEST)/.refgrid-installed: pyproject.toml
 test-oldest: $(OLDEST)/.refgrid-installed browser ncdump
 	$(OLDEST)/bin/python -c 'import sys, zarr; print("oldest stack: Python", sys.version.split()[0], "zarr", zarr.__version__)'
 	$(OLDEST)/bin/mypy
-	$(OLDEST)/bin/python -m pytest
+	$(OLDEST)/bin/python -m pytest -n $(WORKERS) --dist worksteal
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
