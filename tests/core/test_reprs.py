@@ -72,9 +72,9 @@ def test_a_hundred_thousand_chunk_array_reprs_small_and_fast():
                              np.arange(100_000).reshape(grid.chunk_counts) * 1000,
                              np.full(grid.chunk_counts, 1000))
     array = refgrid.VirtualArray("tas", ("time", "lat", "lon"), np.dtype("f4"), grid, manifest)
-    started = time.perf_counter()
+    started = time.process_time()  # (CPU time: a loaded machine does not trip it)
     html, text = array._repr_html_(), repr(array)
-    assert time.perf_counter() - started < 0.2
+    assert time.process_time() - started < 0.2
     assert len(html.encode()) < 50_000
     assert "100,000 chunks of 30 x 90 x 180" in text and "95.4 MiB in 1 file" in text
 

@@ -48,9 +48,9 @@ def test_a_hundred_thousand_chunks_render_small_and_fast():
     encoded = lengths.copy()
     encoded[::7] = 40
     grid = RectilinearGrid.from_lengths([lengths, [180], [360]], [encoded, None, None])
-    started = time.perf_counter()
+    started = time.process_time()  # (CPU time: a loaded machine does not trip it)
     svg = grid.svg(["time", "lat", "lon"], "a century of daily files")
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert elapsed < 0.2, elapsed
     assert len(svg.encode()) < 50_000, len(svg.encode())
     ET.fromstring(svg)  # well-formed
