@@ -716,3 +716,22 @@ def test_damaged_records_are_dropped_never_misattributed(records, tmp_path_facto
             group, _ = loads(record, url)
             assert isinstance(group, refgrid.VirtualGroup)
     assert read_entries(work / RECORDS)[1]  # what is left is clean
+
+
+def test_sources_may_be_path_objects_and_anything_else_is_refused_by_name(tmp_path):
+    """A ``Path`` (or a list of them, mixed with text) names sources as its text does; what
+    is neither is an ArgumentError naming it (they were a bare TypeError and AttributeError)."""
+    months = sorted((FIXTURES / "monthly" / "chunk10").glob("tas_20010[12].nc"))
+    as_text = refgrid.batch([str(p) for p in months], tmp_path / "text.json",
+                            scheduler="synchronous", progress=False)
+    as_paths = refgrid.batch([months[0], str(months[1])], tmp_path / "paths.json",
+                             scheduler="synchronous", progress=False)
+    one = refgrid.batch(months[0], tmp_path / "one.json", scheduler="synchronous",
+                        progress=False)
+    assert as_text.scanned == as_paths.scanned == 2 and one.scanned == 1
+    assert (tmp_path / "text.json").read_bytes() == (tmp_path / "paths.json").read_bytes()
+    for bad, says in ((3, "not 3"), ([months[0], 3], "a source is a path, URL or glob "
+                                                     "pattern, not 3")):
+        with pytest.raises(refgrid.ArgumentError, match=says):
+            refgrid.batch(bad, tmp_path / "bad.json", scheduler="synchronous",
+                          progress=False)

@@ -39,7 +39,7 @@ from refgrid.archive.task import Failed, ScanJob, Scanned
 from refgrid.combining.shaping import FileShape
 from refgrid.combining.spec import CombineSpec
 from refgrid.core.bounds import current
-from refgrid.core.inputs import expand
+from refgrid.core.inputs import Named, expand, source_names
 from refgrid.core.keys import REPORT_SUFFIX
 from refgrid.core.sources import SourceIdentity, identity_difference
 from refgrid.core.tasks import progress_bar, showing
@@ -139,7 +139,7 @@ def _shown(path: Path) -> str:
 
 
 def batch(
-    sources: str | Iterable[str],
+    sources: Named | Iterable[Named],
     output: str | os.PathLike[str] | Repository,
     *,
     concat_dim: str = "time",
@@ -176,11 +176,12 @@ def batch(
     stopped with its worker process, recorded as failed, and the batch goes on (with
     ``scheduler="synchronous"``, which runs in this process, its thread is left behind).
 
-    ``sources``: paths, URLs, glob patterns (local or remote, e.g. ``s3://b/era5/*.nc``) and
-    ``@FILE`` lists (one source per line). ``output``: parquet references, or JSON when the
-    name ends in ``.json`` (``format`` overrides). Scans run on dask: by default in one
-    process per core (``workers``) on this machine; ``scheduler`` may be a scheduler address
-    (``"tcp://HOST:8786"``) or a ``distributed.Client`` — the workers then open the sources.
+    ``sources``: paths (text or path objects), URLs, glob patterns (local or remote, e.g.
+    ``s3://b/era5/*.nc``) and ``@FILE`` lists (one source per line). ``output``: parquet
+    references, or JSON when the name ends in ``.json`` (``format`` overrides). Scans run on
+    dask: by default in one process per core (``workers``) on this machine; ``scheduler`` may
+    be a scheduler address (``"tcp://HOST:8786"``) or a ``distributed.Client`` — the
+    workers then open the sources.
 
     Each scanned file is recorded in ``work_dir`` (default ``OUTPUT.parts``) as soon as its
     scan ends, keyed by URL and identity (size and mtime, or ETag). A later run scans only
@@ -256,7 +257,7 @@ class BatchRun:
                                 f"{self.file_timeout!r}")
 
 
-def convert(sources: str | Iterable[str], output: str | os.PathLike[str] | Repository,
+def convert(sources: Named | Iterable[Named], output: str | os.PathLike[str] | Repository,
             spec: CombineSpec, how: BatchRun) -> BatchResult:
     """:func:`batch`, its settings as objects, in its steps: :func:`plan_batch` →
     :func:`scan_planned` → :func:`extend_planned` or :func:`combine_planned` → the output
@@ -264,8 +265,7 @@ def convert(sources: str | Iterable[str], output: str | os.PathLike[str] | Repos
     if importing_script():
         _unguarded(output, how.work_dir)
     place = Place.of(output, how)
-    listed = expand([sources] if isinstance(sources, str) else list(sources),
-                    how.storage_options)
+    listed = expand(source_names(sources), how.storage_options)
     if not listed:
         raise ArgumentError("no sources given")
     settings = {"concat_dim": spec.concat_dim, "format": place.format, "padded": how.padded,

@@ -31,6 +31,25 @@ from refgrid.errors import ArgumentError, DirectoryError, RefgridError
 GLOB_CHARACTERS = "*?["
 
 
+Named = str | os.PathLike[str]
+"""A source as a user names it: text, or a path object."""
+
+
+def source_names(sources: Named | Iterable[Named]) -> list[str]:
+    """``sources`` — one source or many, each text or a path object — as text; anything
+    else is refused by name (not left to fail in a string method)."""
+    if isinstance(sources, str | os.PathLike):
+        return [os.fspath(sources)]
+    if not isinstance(sources, Iterable):
+        raise ArgumentError(f"sources are paths, URLs and glob patterns (one, or a list), "
+                            f"not {sources!r}")
+    listed = list(sources)
+    for source in listed:
+        if not isinstance(source, str | os.PathLike):
+            raise ArgumentError(f"a source is a path, URL or glob pattern, not {source!r}")
+    return [os.fspath(source) for source in listed]
+
+
 def is_pattern(source: str) -> bool:
     return any(ch in source for ch in GLOB_CHARACTERS)
 
