@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import refgrid
 from archive_files import CHUNK, lengths, write_archive, write_corrupt
-from helpers import FIXTURES, killed
+from helpers import FIXTURES, QUIET_CLUSTER, killed
 from refgrid.archive.journal import RECORDS, Journal, read_entries
 from refgrid.cli import main
 from refgrid.refs.source_pages import StoredSources
@@ -112,7 +112,7 @@ def test_on_a_distributed_cluster_by_address(archive, expected, tmp_path):
     distributed = pytest.importorskip("distributed")
     root, _, corrupt = archive
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as cluster:
+                                  host="127.0.0.1", **QUIET_CLUSTER) as cluster:
         result = refgrid.batch(str(root / "tas_*.nc"), tmp_path / "tas.parq",
                                scheduler=cluster.scheduler_address, progress=False)
         with distributed.Client(cluster) as client:  # a Client object works too
@@ -650,7 +650,7 @@ def test_an_s3_glob_is_scanned_by_the_workers_in_few_requests_with_one_pool_each
         s3_server.upload(path, f"batch/{path.name}")
     s3_server.counter.reset()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+                                  host="127.0.0.1", **QUIET_CLUSTER) as cluster, \
             distributed.Client(cluster) as client:
         result = refgrid.batch(f"s3://{s3_server.bucket}/batch/tas_*.nc", tmp_path / "s3.parq",
                                storage_options=s3_server.storage_options, scheduler=client,

@@ -66,6 +66,10 @@ def test_times_from_names_record_their_units_and_rule():
     ({"variables": []}, "variables=[] keeps no variable"),
     ({"variables": ["tas", ""]}, "variables must be variable names"),
     ({"drop_variables": [3]}, "drop_variables must be variable names"),
+    ({"variables": 3}, "variables must be variable names, not 3"),
+    ({"variables": b"tas"}, "variables must be variable names"),
+    ({"stack_dim": "member", "stack_by": 3}, "stack_by must be text, not 3"),
+    ({"time_from": ["tas_%Y.nc"]}, "time_from must be text"),
     ({"time_from": "tas.nc"}, "holds no date directive"),
     ({"time_from": "tas_%Y.nc", "time_units": "fortnights"}, "are not CF time units"),
     ({"calendar": "noleap"}, "pass time_from= too"),
@@ -78,9 +82,27 @@ def test_a_spec_is_checked_when_made(kwargs, says):
     assert says in str(caught.value)
 
 
-def test_a_record_without_its_dimension_is_refused_by_name():
-    with pytest.raises(ArgumentError, match="combine settings without 'concat_dim'"):
-        CombineSpec.from_dict({"overlap": "error"})
+@pytest.mark.parametrize("record, says", [
+    ({"overlap": "error"}, "combine settings without 'concat_dim'"),
+    ({"concat_dim": "time", "merge": "yes"}, "merge is 'true' or 'false', not 'yes'"),
+    ({"concat_dim": "time", "overlap": 1}, "combine settings hold text: overlap=1"),
+    ({"concat_dim": 7}, "concat_dim must be a dimension's name, not 7"),
+])
+def test_a_record_that_is_not_a_spec_is_refused_by_name(record, says):
+    with pytest.raises(ArgumentError) as caught:
+        CombineSpec.from_dict(record)
+    assert says in str(caught.value)
+
+
+def test_scan_refuses_an_empty_choice_as_combine_does():
+    """``variables=[]`` kept nothing: an empty group without a word."""
+    import refgrid
+    from helpers import FIXTURES
+
+    for call in (lambda f: refgrid.scan(f, variables=[]),
+                 lambda f: refgrid.combine([f], variables=[])):
+        with pytest.raises(ArgumentError, match=r"variables=\[\] keeps no variable"):
+            call(FIXTURES / "monthly" / "chunk10" / "tas_200101.nc")
 
 
 @pytest.mark.parametrize("spec, whole", [

@@ -18,6 +18,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 import refgrid
+from helpers import QUIET_CLUSTER
 from refgrid.cli import main
 from refgrid.materializing import JOURNAL, materialize
 from tests.combining.test_combine import ARCHIVES, _files
@@ -131,7 +132,7 @@ def test_through_a_local_cluster(tmp_path):
 
     refs = _refs("yearly/chunk73", tmp_path)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      **QUIET_CLUSTER) as cluster, Client(cluster) as client:
         result = materialize(refs, tmp_path / "out.zarr", {"time": 50}, scheduler=client,
                              progress=False, block_bytes=1)
     assert result.blocks > 2 and result.written == result.blocks
@@ -145,7 +146,7 @@ def test_by_address_the_client_made_for_the_job_is_closed(tmp_path):
 
     refs = _refs("yearly/chunk73", tmp_path)
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as cluster:
+                      **QUIET_CLUSTER) as cluster:
         materialize(refs, tmp_path / "a.zarr", {"time": 50}, block_bytes=1,
                     scheduler=cluster.scheduler_address, progress=False)
         assert cluster.scheduler.clients == {} or set(cluster.scheduler.clients) <= {

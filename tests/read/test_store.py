@@ -16,7 +16,7 @@ import zarr
 
 import refgrid
 from ground_truth import assert_like_source, ground_truth, restore, same
-from helpers import FIXTURES, RECTILINEAR, closed, data_files, zarr_at_least
+from helpers import FIXTURES, QUIET_CLUSTER, RECTILINEAR, closed, data_files, zarr_at_least
 from tests.combining.test_combine import ARCHIVES, _files
 
 FILES = data_files(FIXTURES)
@@ -192,7 +192,7 @@ def test_the_store_pickles_and_reads_on_a_local_cluster(tmp_path, monkeypatch):
     assert pickle.loads(pickle.dumps(store)) == store
     expected = _expected("monthly/chunk10", **RAW)["tas"].values
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+                                  host="127.0.0.1", **QUIET_CLUSTER) as cluster, \
             distributed.Client(cluster):
         ds = xr.open_zarr(store, chunks={}, **RAW)
         np.testing.assert_allclose(ds["tas"].mean("time").compute().values,

@@ -16,7 +16,7 @@ import xarray as xr
 
 import refgrid
 from faults import every_other, first_of_each, start_proxy
-from helpers import FIXTURES, RECTILINEAR, closed
+from helpers import FIXTURES, QUIET_CLUSTER, RECTILINEAR, closed
 
 MONTHS = ["monthly/chunk10/tas_200101.nc", "monthly/chunk10/tas_200102.nc"]
 QUICK = {"read_timeout": 1.0, "connect_timeout": 1.0, "attempts": 3, "retry_seconds": 10.0}
@@ -236,7 +236,7 @@ def test_a_hung_scan_on_a_cluster_gives_up_only_that_file(tmp_path):
     distributed = pytest.importorskip("distributed")
     files = _archive_with_a_hang(tmp_path)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+                                  host="127.0.0.1", **QUIET_CLUSTER) as cluster, \
             distributed.Client(cluster) as client:
         result = refgrid.batch(files, tmp_path / "out.json", scheduler=client,
                                file_timeout=2, progress=False)

@@ -267,12 +267,19 @@ def test_an_archive_growing_on_a_web_server_is_followed(tmp_path):
 
 @pytest.mark.parametrize("option", [["--merge"], ["--data-url", "http://127.0.0.1:9/x.h5"],
                                     ["--time-from", "tas_%Y.nc"], ["--allow-overlap"]])
-def test_combine_options_without_a_followed_archive_are_refused(tmp_path, option):
+def test_combine_options_without_a_followed_archive_are_refused(tmp_path, monkeypatch,
+                                                                option):
     """``serve`` takes the combine and format options for its followed archives; given
     without ``--follow`` they would be ignored, so they are refused before it starts."""
     from click.testing import CliRunner
 
+    import refgrid.serve
     from refgrid.cli import main
+
+    def started(*args: object, **kwargs: object) -> None:  # (not a server that never ends)
+        raise AssertionError("serve started")
+
+    monkeypatch.setattr(refgrid.serve, "run", started)
 
     result = CliRunner().invoke(main, ["serve", str(tmp_path), *option])
     assert result.exit_code == 2, result.output

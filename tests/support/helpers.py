@@ -13,6 +13,11 @@ FIXTURES = ROOT / "fixtures"
 SHARED = ROOT.parent / "shared"
 RECTILINEAR_SCHEMA = SHARED / "spec" / "rectilinear.schema.json"
 CORPUS = SHARED / "corpus" / "files"
+QUIET_CLUSTER: dict[str, object] = {"dashboard_address": None,
+                                    "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"}}
+"""A test LocalCluster's options: no dashboard, and the HTTP server distributed's scheduler
+starts even so (on port 8787 unless told) on a free port of 127.0.0.1 — the suite's worker
+processes start clusters at once, and a taken port is a warning, so an error."""
 
 
 def zarr_at_least(version: str) -> bool:

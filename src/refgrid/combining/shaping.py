@@ -36,7 +36,7 @@ from refgrid.core.dtypes import STRING
 from refgrid.core.names import DATE_FIELDS, DateParts, NamePattern, Value, date_of
 from refgrid.errors import ArgumentError, CombineError
 from refgrid.grid.rectilinear import RectilinearGrid
-from refgrid.model.choose import choose, coordinate_names, held_names
+from refgrid.model.choose import choose, chosen_names, coordinate_names, held_names
 from refgrid.model.manifest import ManifestBuilder
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
 
@@ -77,11 +77,19 @@ class FileShape:
            drop_variables: Sequence[str] | str | None = None, time_from: str | None = None,
            time_units: str | None = None, calendar: str | None = None,
            stack_dim: str | None = None, stack_by: str | None = None) -> FileShape:
-        """The choices as the public functions take them, checked."""
-        return cls(_names(variables, "variables"), _names(drop_variables, "drop_variables")
-                   or (), time_from, time_units, calendar or "standard", stack_dim, stack_by)
+        """The choices as the public functions take them, checked; times from names get
+        their units explicit, so that a spec made again from its record equals it."""
+        shape = cls(chosen_names(variables, "variables", keeping=True),
+                    chosen_names(drop_variables, "drop_variables", keeping=False) or (),
+                    time_from, time_units, calendar or "standard", stack_dim, stack_by)
+        return shape if shape.time_from is None or shape.time_units is not None else \
+            replace(shape, time_units=shape.units)
 
     def __post_init__(self) -> None:
+        for name in ("time_from", "time_units", "calendar", "stack_dim", "stack_by"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ArgumentError(f"{name} must be text, not {value!r}")
         if self.time_from is not None and not NamePattern.parse(self.time_from).directives:
             raise ArgumentError(f"time_from={self.time_from!r} holds no date directive "
                                 "(%Y, %m, %d...): it cannot give a time")
@@ -92,8 +100,6 @@ class FileShape:
                 self.time_from is None:
             raise ArgumentError("time_units and calendar are for times from file names: "
                                 "pass time_from= too")
-        if self.time_from is not None:  # (explicit: a spec made again from its record equals it)
-            object.__setattr__(self, "time_units", self.units)
         if (self.stack_dim is None) != (self.stack_by is None):
             raise ArgumentError("stacking needs both stack_dim= (the new dimension's name) "
                                 "and stack_by= (a file-name pattern or 'attribute:NAME')")
@@ -385,14 +391,3 @@ def _attribute_value(value: object, url: str, name: str) -> Value:
                                "number: coordinates from attributes are text or integers")
         value = int(value)
     return value
-
-
-def _names(value: Sequence[str] | str | None, what: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    names = (value,) if isinstance(value, str) else tuple(value)
-    if not all(isinstance(n, str) and n.strip("/") for n in names):
-        raise ArgumentError(f"{what} must be variable names, not {value!r}")
-    if what == "variables" and not names:
-        raise ArgumentError("variables=[] keeps no variable: name some, or pass None for all")
-    return names

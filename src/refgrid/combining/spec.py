@@ -106,17 +106,22 @@ class CombineSpec:
         made under another, it does not make a spec of it)."""
         def given(key: str) -> str | None:
             value = settings.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ArgumentError(f"combine settings hold text: {key}={value!r}")
             return value if value else None
 
         def names(key: str) -> list[str] | None:
-            value = settings.get(key)
+            value = given(key)
             return value.split(",") if value else None
 
+        if settings.get("merge", "false") not in ("true", "false"):
+            raise ArgumentError(f"combine settings: merge is 'true' or 'false', not "
+                                f"{settings['merge']!r}")
         try:
-            return cls.of(settings["concat_dim"], overlap=settings.get("overlap", "error"),
-                          others=settings.get("others", "identical"),
-                          codecs=settings.get("codecs", "error"),
-                          missing=settings.get("missing", "error"),
+            return cls.of(settings["concat_dim"], overlap=given("overlap") or "error",
+                          others=given("others") or "identical",
+                          codecs=given("codecs") or "error",
+                          missing=given("missing") or "error",
                           merge=settings.get("merge", "false") == "true",
                           variables=names("variables"), drop_variables=names("drop_variables"),
                           stack_dim=given("stack_dim"), stack_by=given("stack_by"),

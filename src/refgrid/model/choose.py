@@ -13,7 +13,7 @@ variables their CF attributes name (``coordinates``, ``bounds``, ``climatology``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 
 from refgrid.errors import ArgumentError
@@ -54,6 +54,24 @@ def choose(group: VirtualGroup, variables: Sequence[str] | None,
     report = tuple(e for e in group.report if not e.variable or e.variable.split("@")[0]
                    in kept or not _under(e.variable, named))
     return replace(chosen, report=report, sources=group.sources)
+
+
+def chosen_names(value: object, what: str, *, keeping: bool) -> tuple[str, ...] | None:
+    """The names a user passed as ``what`` (one name or several; None: no choice), checked:
+    each a non-empty string; none at all, where they are what is kept (``keeping``), is
+    refused (it would keep nothing: an empty dataset without a word)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = (value,)
+    if isinstance(value, bytes | bytearray) or not isinstance(value, Iterable):
+        raise ArgumentError(f"{what} must be variable names, not {value!r}")
+    names = tuple(value)
+    if not all(isinstance(n, str) and n.strip("/") for n in names):
+        raise ArgumentError(f"{what} must be variable names, not {value!r}")
+    if keeping and not names:
+        raise ArgumentError(f"{what}=[] keeps no variable: name some, or pass None for all")
+    return names
 
 
 def held_names(group: VirtualGroup) -> set[str]:

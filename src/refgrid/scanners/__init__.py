@@ -33,7 +33,7 @@ from refgrid.errors import (
     RefgridError,
     ScanError,
 )
-from refgrid.model.choose import choose
+from refgrid.model.choose import choose, chosen_names
 from refgrid.model.virtual import VirtualGroup
 from refgrid.scanners.allowed import check_sources, default_allowed
 from refgrid.scanners.options import OnError, ScanOptions
@@ -51,10 +51,6 @@ def scanner(kind: Format) -> Scanner:
     neither h5py nor, for JSON, pyarrow."""
     module, _, function = formats.input_format(kind).scanner.partition(":")
     return cast(Scanner, getattr(importlib.import_module(module), function))
-
-
-def _names(value: Sequence[str] | str | None) -> Sequence[str] | None:
-    return (value,) if isinstance(value, str) else value
 
 
 def scan(
@@ -92,12 +88,13 @@ def scan(
     ``drop_variables``: leave these out — unscanned, so a variable refgrid cannot read is no
     error once dropped. A name the input does not hold is an error.
     """
+    kept = chosen_names(variables, "variables", keeping=True)
+    dropped = chosen_names(drop_variables, "drop_variables", keeping=False) or ()
     options = ScanOptions(on_error, inline_threshold, fallback_inline_limit,
-                          contiguous_chunk_bytes, None, data_url, tuple(
-                              _names(drop_variables) or ()))
+                          contiguous_chunk_bytes, None, data_url, dropped)
     group = scan_with(source, options, allowed_sources, storage_options)
     where = "<references>" if isinstance(source, Mapping) else os.fspath(source)
-    return choose(group, _names(variables), _names(drop_variables), where)
+    return choose(group, kept, dropped, where)
 
 
 def scan_with(source: Input, options: ScanOptions, allowed_sources: Sequence[str] | None,
