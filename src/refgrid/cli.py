@@ -157,17 +157,21 @@ def combine_options(others: bool = False) -> Callable[[Callable[..., None]],
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(command)
-        def run(concat_dim: str, allow_overlap: bool, recode: bool, missing: str,
+        def run(concat_dim: str, allow_overlap: bool, recode: bool, strict_storage: bool,
+                missing: str,
                 merge: bool, stack_dim: str | None, stack_by: str | None,
                 time_from: str | None, time_units: str | None, calendar: str | None,
                 variables: tuple[str, ...], drop_variables: tuple[str, ...],
                 stack_others: bool = False, **kwargs: Any) -> None:
             from refgrid.combining.spec import CombineSpec
 
+            if recode and strict_storage:
+                raise click.UsageError("--recode and --strict-storage exclude each other")
             spec = CombineSpec.of(
                 concat_dim, overlap="allow" if allow_overlap else "error",
                 others="stack" if stack_others else "identical",
-                codecs="recode" if recode else "error", missing=missing, merge=merge,
+                codecs="recode" if recode else "error" if strict_storage else "segments",
+                missing=missing, merge=merge,
                 variables=_names(variables), drop_variables=_names(drop_variables),
                 stack_dim=stack_dim, stack_by=stack_by, time_from=time_from,
                 time_units=time_units, calendar=calendar)
@@ -185,8 +189,12 @@ def combine_options(others: bool = False) -> Callable[[Callable[..., None]],
               if others else []),
             click.option("--recode", is_flag=True,
                          help="Re-encode (and inline) the chunks of files whose codecs differ "
-                              "from the first file's, instead of failing. Copies their "
-                              "data."),
+                              "from the first file's: a uniform copy, instead of segments. "
+                              "Copies their data."),
+            click.option("--strict-storage", is_flag=True,
+                         help="Refuse files that store a variable in other ways (type, "
+                              "codecs, packing) instead of joining them in segments, each "
+                              "read by its own encoding."),
             click.option("--missing", type=click.Choice(["error", "fill"]), default="error",
                          show_default=True,
                          help="A variable absent from some files: an error, or read as its "

@@ -38,7 +38,7 @@ from refgrid.core.util import import_extra
 from refgrid.errors import ArgumentError, RefgridError, WriteError
 from refgrid.explore.advise import advise_chunks
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.read.array import Reader
+from refgrid.read.array import ArrayReader, reader_of
 from refgrid.scanners import Input, scan
 from refgrid.writers.atomic import write_file
 
@@ -337,7 +337,7 @@ class _Copy:
         self.group = group
         self.check: SourceCheck | None = None
         """One check of the sources for all arrays (each source checked once)."""
-        self.readers: dict[str, tuple[Reader, Array]] = {}
+        self.readers: dict[str, tuple[ArrayReader, Array]] = {}
 
     def __getstate__(self) -> _CopyState:
         return {"refs": self.refs, "store": self.store, "options": self.options}
@@ -345,7 +345,7 @@ class _Copy:
     def __setstate__(self, state: _CopyState) -> None:
         self.__init__(state["refs"], state["store"], state["options"])  # type: ignore[misc]
 
-    def _reader(self, name: str) -> tuple[Reader, Array]:
+    def _reader(self, name: str) -> tuple[ArrayReader, Array]:
         found = self.readers.get(name)
         if found is None:
             import zarr
@@ -357,7 +357,7 @@ class _Copy:
             array = self.group[name]
             assert isinstance(array, VirtualArray)
             target = zarr.open_array(self.store, path=name, mode="r+")
-            found = self.readers[name] = (Reader(array, name, self.options, self.check),
+            found = self.readers[name] = (reader_of(array, name, self.options, self.check),
                                           target)
         return found
 

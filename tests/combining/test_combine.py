@@ -132,10 +132,20 @@ def test_overlapping_files_name_both():
     assert combine([jan, jan], "time", overlap="allow")["tas"].shape == (62, 6, 8)
 
 
-def test_different_codecs_name_the_files():
-    groups = _monthly(1, 2) + _monthly(3, kind="contiguous")
-    with pytest.raises(CombineError, match=r"tas: codecs differs in m3\.nc from m1\.nc"):
-        combine(groups, "time", sources=["m1.nc", "m2.nc", "m3.nc"])
+def test_files_with_other_codecs_join_in_segments_read_as_xarray_reads_them(tmp_path):
+    files = [FIXTURES / "monthly" / "chunk10" / f"tas_20010{m}.nc" for m in (1, 2)] + [
+        FIXTURES / "monthly" / "contiguous" / "tas_200103.nc"]
+    group = combine([refgrid.scan(f) for f in files], "time")
+    assert group["tas"].segments is not None and len(group["tas"].segments) == 2
+    ours = xr.open_dataset(refgrid.write(group, tmp_path / "refs.json"), engine="refgrid")
+    expected = closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                        data_vars="minimal", compat="equals"))
+    xr.testing.assert_identical(ours.tas, expected.tas)
+    assert ours.tas.dtype == expected.tas.dtype
+    with pytest.raises(CombineError, match=r"tas: codecs differs in m3\.nc from m1\.nc.*"
+                                           r"codecs='recode'"):
+        combine(_monthly(1, 2) + _monthly(3, kind="contiguous"), "time",
+                sources=["m1.nc", "m2.nc", "m3.nc"], codecs="error")
 
 
 def test_compression_level_alone_is_fine():
@@ -153,8 +163,7 @@ def test_shape_dtype_and_missing_variables_name_every_file():
 
     monthly = only_tas(_monthly(1)[0])
     yearly = only_tas(refgrid.scan(FIXTURES / "yearly" / "chunk73" / "tas_2002.nc"))
-    with pytest.raises(CombineError, match=r"tas: dtype differs in y\.nc from m\.nc .*shape on "
-                                           r"other dimensions differs in y\.nc"):
+    with pytest.raises(CombineError, match=r"tas: shape on other dimensions differs in y\.nc"):
         combine([monthly, yearly], "time", sources=["m.nc", "y.nc"])
     jan, feb, mar = _monthly(1, 2, 3)
     feb = replace(feb, arrays={k: v for k, v in feb.arrays.items() if k != "tas"})
@@ -164,13 +173,29 @@ def test_shape_dtype_and_missing_variables_name_every_file():
         combine([jan, feb, mar], "time", sources=["a.nc", "b.nc", "c.nc"])
 
 
-def test_decoding_attributes_must_agree():
+def _decoded(tas: refgrid.VirtualArray) -> np.ndarray:
+    """A file's ``tas`` as xarray decodes its stored values under its attributes."""
+    from refgrid.core.dtypes import reader_attrs
+    from refgrid.read.array import read
+
+    variable = xr.Variable(tas.dims, read(tas), reader_attrs(tas.attrs))
+    return xr.conventions.decode_cf_variable("tas", variable, decode_times=False).values
+
+
+def test_units_must_agree_and_packing_decodes_per_file():
     a, b = (refgrid.scan(FIXTURES / "yearly" / "chunk73" / f"tas_{y}.nc") for y in (2000, 2001))
     tas = b["tas"]
-    b = replace(b, arrays={**b.arrays, "tas": replace(tas, attrs={**tas.attrs,
-                                                                  "scale_factor": 0.02})})
-    with pytest.raises(CombineError, match=r"tas: scale_factor differs in b\.nc from a\.nc"):
-        combine([a, b], "time", sources=["a.nc", "b.nc"])
+    other = replace(b, arrays={**b.arrays, "tas": replace(tas, attrs={**tas.attrs,
+                                                                      "units": "degC"})})
+    with pytest.raises(CombineError, match=r"tas: units differs in b\.nc from a\.nc"):
+        combine([a, other], "time", sources=["a.nc", "b.nc"])
+    packed = replace(tas, attrs={**tas.attrs, "scale_factor": 0.02})
+    joined = combine([a, replace(b, arrays={**b.arrays, "tas": packed})], "time")["tas"]
+    from refgrid.read.array import read
+
+    expected = np.concatenate([_decoded(a["tas"]), _decoded(packed)])
+    assert joined.dtype == expected.dtype
+    np.testing.assert_array_equal(read(joined), expected)
 
 
 def test_variables_without_the_concat_dimension_must_be_identical_or_stacked():
@@ -248,11 +273,12 @@ def test_chunking_on_other_dimensions_must_agree():
         combine([jan, feb], "time", sources=["jan.nc", "feb.nc"])
 
 
-def test_fill_values_must_agree():
+def test_fill_values_that_differ_decode_per_file():
     a, b = (refgrid.scan(FIXTURES / "yearly" / "chunk73" / f"tas_{y}.nc") for y in (2000, 2001))
-    tas = b["tas"]
-    b = replace(b, arrays={**b.arrays, "tas": replace(
-        tas, fill_value=np.int16(-1), attrs={**tas.attrs, "_FillValue": -1})})
-    with pytest.raises(CombineError, match=r"tas: fill value differs in b\.nc from a\.nc.*"
-                                           r"_FillValue differs in b\.nc from a\.nc"):
-        combine([a, b], "time", sources=["a.nc", "b.nc"])
+    attrs = {k: v for k, v in b["tas"].attrs.items() if k != "missing_value"}
+    marked = replace(b["tas"], fill_value=np.float32(-1), attrs={**attrs, "_FillValue": -1.0})
+    joined = combine([a, replace(b, arrays={**b.arrays, "tas": marked})], "time")["tas"]
+    from refgrid.read.array import read
+
+    np.testing.assert_array_equal(read(joined), np.concatenate([_decoded(a["tas"]),
+                                                                _decoded(marked)]))

@@ -232,15 +232,9 @@ def test_times_in_some_files_only_are_refused(tmp_path):
 
 HUNT = {
     "units": ("tas.units", "degC", r"tas: units differs in .*200102\.nc .*\('degC' vs 'K'\)"),
-    "scale_factor type": ("pr.scale_factor", np.float64(0.001),
-                          r"pr: scale_factor differs .*\(0\.001 \(float64\) vs "
-                          r"0\.0010000000474974513 \(float32\)\)|pr: scale_factor differs"),
-    "add_offset": ("pr.add_offset", np.float32(1), r"pr: add_offset differs"),
-    "missing_value": ("tas.missing_value", np.float32(-1), r"tas: missing_value differs"),
     "valid_range": ("pr.valid_range", np.array([0, 10000], "i2"), r"pr: valid_range differs"),
     "valid_min": ("tas.valid_min", np.float32(0), r"tas: valid_min differs"),
     "valid_max": ("tas.valid_max", np.float32(400), r"tas: valid_max differs"),
-    "_Unsigned": ("pr._Unsigned", "true", r"pr: _Unsigned differs"),
     "constant units": ("orog.units", "ft", r"orog: has no 'time' dimension and its units "
                                            r"differs in .*200102\.nc"),
     "constant packing": ("orog.scale_factor", np.float32(2), r"orog: has no 'time' dimension "
@@ -256,6 +250,33 @@ def test_an_attribute_that_changes_meaning_must_agree(tmp_path, case):
     if case == "attribute type":  # float32 in one file, float64 in the other
         jan = replace(jan, extra={key: np.float32(400)})
     _refused(tmp_path, [jan, replace(feb, extra={key: value})], match)
+
+
+DECODED_PER_FILE = {
+    "scale_factor type": ("pr.scale_factor", np.float64(0.001)),
+    "add_offset": ("pr.add_offset", np.float32(1)),
+    "missing_value": ("tas.missing_value", np.float32(-1)),
+    "_Unsigned": ("pr._Unsigned", "true"),
+}
+
+
+@pytest.mark.parametrize("case", DECODED_PER_FILE)
+@pytest.mark.filterwarnings("ignore:variable 'tas' has multiple fill values")  # (xarray's
+# own warning, reading the file with both markers, as refgrid decoding it does)
+def test_packing_and_markers_that_differ_decode_per_file_as_xarray(tmp_path, case):
+    """What xarray applies to each file before joining them (mask and scale) may differ:
+    each file's values are decoded by its own attributes (segments), and read exactly as
+    ``open_mfdataset`` reads them, types included; the strict choice still refuses."""
+    key, value = DECODED_PER_FILE[case]
+    files = write(tmp_path, [*months(2001, 1, "days since 2001-01-01"), replace(
+        months(2001, 2, "days since 2001-01-01")[1], extra={key: value})])
+    group = refgrid.combine([str(f) for f in files], "time")
+    variable = key.split(".")[0]
+    assert [e.action for e in group.report if e.variable == variable] == ["segmented"]
+    with xr.open_dataset(refgrid.write(group, tmp_path / "refs.json"), engine="refgrid") as ours:
+        _assert_like_xarray(ours, files)
+    with pytest.raises(CombineError, match=rf"{variable}: {key.split('.')[1]} differs"):
+        refgrid.combine([str(f) for f in files], "time", codecs="error")
 
 
 def test_equivalent_calendar_names_and_harmless_attributes_combine(tmp_path):

@@ -738,25 +738,29 @@ def test_scan_chooses_variables_too(tmp_path):
 
 # -- packing: one encoding per array -----------------------------------------------------------
 
-def test_files_packed_differently_are_refused_in_a_set_a_merge_and_a_stack(tmp_path):
-    """A Zarr array has one scale_factor: pr packed by 0.01 in one file and 0.02 in the next
-    cannot be one array — refused whether concatenated, merged or stacked."""
+def test_files_packed_differently_join_in_segments_in_a_set_and_a_merge(tmp_path):
+    """pr packed by 0.01 in one file and 0.02 in the next: each file decoded by its own
+    packing, as xarray reads them, whether concatenated, merged or stacked as members."""
     tas = [_write(tmp_path / "a" / f"tas_{m}.nc", "tas", *MONTHS[m]) for m in (0, 1)]
     pr = [_write(tmp_path / "a" / "pr_0.nc", "pr", *MONTHS[0], packed=0.01),
           _write(tmp_path / "a" / "pr_1.nc", "pr", *MONTHS[1], packed=0.02)]
-    with pytest.raises(CombineError, match=r"pr: scale_factor differs in .*pr_1\.nc from "
-                                           r".*pr_0\.nc"):
-        refgrid.combine([str(f) for f in pr])
-    with pytest.raises(CombineError, match=r"pr: scale_factor differs"):
-        refgrid.combine([str(f) for f in [*tas, *pr]], merge=True)
-    # each member packed one way, the members two ways
+    joined = refgrid.combine([str(f) for f in pr])
+    assert [e.action for e in joined.report if e.variable == "pr"] == ["segmented"]
+    _assert_same(_ours(refgrid.write(joined, tmp_path / "pr.json")), _mf(pr))
+    merged = refgrid.combine([str(f) for f in [*tas, *pr]], merge=True)
+    _assert_same(_ours(refgrid.write(merged, tmp_path / "merged.json")),
+                 _expected_member([*tas, *pr], order=("tas", "pr")))
     files = []
-    for k, (member, factor) in enumerate((("r1i1p1f1", 0.01), ("r2i1p1f1", 0.02)), 1):
+    for k, (member, factor) in enumerate(zip(MEMBERS[:2], (0.01, 0.02), strict=True), 1):
         files += [_write(tmp_path / "b" / member / f"pr_{m}.nc", "pr", *MONTHS[m], member=k,
                          packed=factor) for m in (0, 1)]
-    with pytest.raises(CombineError, match=r"do not agree.*scale_factor") as caught:
-        refgrid.combine([str(f) for f in files], stack_dim="member", stack_by="{member}/*.nc")
-    assert "member=r2i1p1f1" in str(caught.value)
+    stacked = refgrid.combine([str(f) for f in files], stack_dim="member",
+                              stack_by="{member}/*.nc")
+    members = [_mf([f for f in files if f.parent.name == m]) for m in MEMBERS[:2]]
+    expected = xr.concat(members, dim="member", data_vars="all", coords="minimal",
+                         compat="equals", join="exact", combine_attrs="override")
+    _assert_same(_ours(refgrid.write(stacked, tmp_path / "stacked.json")),
+                 expected.assign_coords(member=("member", np.asarray(MEMBERS[:2]))))
 
 
 def test_packed_members_packed_alike_stack_like_xarray(tmp_path):

@@ -43,7 +43,7 @@ def test_a_spec_is_made_again_from_its_record(spec):
 
 def test_the_default_record_is_what_batch_reports_held():
     assert CombineSpec().to_dict() == {
-        "concat_dim": "time", "overlap": "error", "codecs": "error", "missing": "error",
+        "concat_dim": "time", "overlap": "error", "codecs": "segments", "missing": "error",
         "merge": "false", "variables": "", "drop_variables": ""}
 
 
@@ -60,7 +60,7 @@ def test_times_from_names_record_their_units_and_rule():
     ({"concat_dim": ""}, "concat_dim must be a dimension's name"),
     ({"overlap": "maybe"}, "overlap must be one of 'error', 'allow', not 'maybe'"),
     ({"others": "minimal"}, "others must be one of 'identical', 'stack'"),
-    ({"codecs": "copy"}, "codecs must be one of 'error', 'recode'"),
+    ({"codecs": "copy"}, "codecs must be one of 'segments', 'recode', 'error'"),
     ({"missing": "drop"}, "missing must be one of 'error', 'fill'"),
     ({"merge": "yes"}, "merge must be True or False"),
     ({"variables": []}, "variables=[] keeps no variable"),

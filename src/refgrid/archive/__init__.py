@@ -149,7 +149,7 @@ def batch(
     on_error: Literal["raise", "report"] = "report",
     progress: bool | None = None,
     overlap: Literal["error", "allow"] = "error",
-    codecs: Literal["error", "recode"] = "error",
+    codecs: Literal["segments", "recode", "error"] = "segments",
     format: Format | None = None,
     padded: Padded = DEFAULT_PADDED,
     message: str | None = None,

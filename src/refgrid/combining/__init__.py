@@ -46,7 +46,7 @@ def combine(
     sources: Sequence[str] | None = None,
     overlap: Literal["error", "allow"] = "error",
     others: Literal["identical", "stack"] = "identical",
-    codecs: Literal["error", "recode"] = "error",
+    codecs: Literal["segments", "recode", "error"] = "segments",
     missing: Missing = "error",
     variables: Sequence[str] | str | None = None,
     drop_variables: Sequence[str] | str | None = None,
@@ -98,9 +98,14 @@ def combine(
 
     ``overlap="allow"`` keeps files whose coordinate ranges overlap. ``others="stack"``
     keeps variables without the concat dimension per file along a new leading ``file``
-    dimension. ``codecs="recode"`` accepts files whose codecs decode differently from the
-    first file's: their chunks are decoded, re-encoded with the first file's codecs and
-    inlined — data is copied, and each such variable is reported. ``storage_options`` reach
+    dimension. Files that store a variable in other ways — its type (float64 among
+    float32), byte order, codecs, packing (``scale_factor``/``add_offset`` per file) or fill
+    markers — join in *segments* (``codecs="segments"``): each file's chunks are decoded by
+    its own encoding and shown as xarray's ``open_mfdataset`` shows them, no data copied
+    (``docs/segments.md``; the report says so per variable). ``codecs="recode"`` instead
+    re-encodes the chunks of files whose codecs differ with the first file's and inlines
+    them — data is copied, and each such variable is reported; ``codecs="error"`` refuses
+    any such difference. ``storage_options`` reach
     the source files, which are read for the concat coordinate, for times to re-encode and
     to compare variables without the concat dimension. ``fingerprint`` gives a digest of an
     array's values where one is known without reading (batch workers compute them where

@@ -14,13 +14,19 @@ Policies, all reported rather than silent:
 - variables without the concat dimension are taken from the first file after checking they
   are identical in every file — times compared as dates, not as numbers — (``others="stack"``
   keeps them per file along a new leading dimension ``file`` instead);
-- every attribute that changes what a stored number means (packing, fill values, units,
-  calendars, valid ranges: :data:`refgrid.core.cf.MEANING_ATTRS`, values and types) must agree
-  across files, or the combine is refused: a Zarr array has one encoding;
+- every other attribute that changes what a stored number means (units, calendars, valid
+  ranges: :data:`refgrid.core.cf.MEANING_ATTRS`, values and types) must agree across files,
+  or the combine is refused — so must packing and fill markers where segments are not
+  made (variables without the dimension, ``codecs="error"``/``"recode"``); where values
+  are read and written anew (the concat coordinate), fill markers agree when they mark the
+  same values;
 - other attributes are the first file's; differing values in other files are recorded in
   ``VirtualGroup.report`` (action ``attribute-conflict``);
-- files whose codecs decode differently are an error, or with ``codecs="recode"`` re-encoded
-  to the first file's codecs and inlined (reported: the data is copied).
+- files that store a variable along the dimension in other ways (type, byte order, codecs,
+  packing, fill markers) join in segments, each decoded by its own encoding
+  (:mod:`refgrid.model.segments`, reported); with ``codecs="recode"`` files whose codecs
+  differ are re-encoded to the first file's codecs and inlined (reported: the data is
+  copied); with ``codecs="error"`` any such difference is refused.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from refgrid.core.typed import Attributes, Untyped
 from refgrid.errors import CombineError, RefgridError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
 from refgrid.model.manifest import MISSING, ChunkManifest, ManifestBuilder
+from refgrid.model.segments import Encoding
 from refgrid.model.virtual import (
     ReportEntry,
     VirtualArray,
@@ -162,6 +169,7 @@ class Combine:
                  stacking: bool = False) -> None:
         self.dim, self.overlap, self.others = spec.concat_dim, spec.overlap, spec.others
         self.recode, self.fill = spec.codecs == "recode", spec.missing == "fill"
+        self.segmenting = spec.codecs == "segments"
         self.stacking = stacking
         """Whether the groups are members stacked along a new dimension (whose coordinates
         must agree: no per-file copies)."""
@@ -277,7 +285,8 @@ class Combine:
         axes = list(template.grid.axes)
         axes[axis] = AxisChunks(steps, steps.copy())
         grid = RectilinearGrid(tuple(axes))
-        return replace(template, grid=grid, manifest=ChunkManifest.empty(grid.chunk_counts))
+        return replace(template, grid=grid, manifest=ChunkManifest.empty(grid.chunk_counts),
+                       segments=None)  # (a combined part's: read as its fill as shown)
 
     def absent_group(self, template: VirtualGroup, label: str, path: str) -> VirtualGroup:
         return VirtualGroup(template.attrs, {
@@ -377,8 +386,11 @@ class Combine:
               times: Times) -> VirtualArray:
         first = parts[0]
         timed = any(t is not None for t in times)
-        attrs = self.attributes([p.attrs for p in parts], labels, where,
-                                skip=TIME_ATTRS if timed else ())
+        segmented = self.segmented(parts, times)
+        attrs = self.attributes([p.attrs for p in parts], labels, where, skip=(
+            TIME_ATTRS if timed else ()) + (tuple(cf.PACKING_ATTRS) if segmented else ()))
+        if segmented:
+            return self.segments(parts, labels, where, times, attrs)
         if self.dim not in first.dims:
             kept = self.constant(parts, labels, where, times)
             if DIMENSION_NAMES_ATTR in kept.attrs:  # stacked: a dimension more
@@ -395,38 +407,93 @@ class Combine:
         if self.recode:
             parts = [self.recoded(p, first, lab, where) for p, lab in zip(parts, labels,
                                                                              strict=True)]
-        aligned = [replace(p, codecs=first.codecs, attrs=first.attrs) for p in parts]
+        fill = _read_fill(parts)
+        aligned = [replace(p, codecs=first.codecs, attrs=first.attrs, fill_value=fill)
+                   for p in parts]
         try:
             joined = VirtualArray.concat(aligned, self.dim)
         except RefgridError as e:
             raise CombineError(f"{where}: {e}") from e
         return replace(joined, attrs=attrs)
 
+    def segmented(self, parts: list[VirtualArray], times: Times) -> bool:
+        """Whether ``parts`` join as segments (:mod:`refgrid.model.segments`): a variable
+        along the dimension (not its coordinate, nor times re-encoded), of numbers, that
+        files store or pack in other ways — as ``codecs="segments"`` (the default) asks."""
+        first = parts[0]
+        if not self.segmenting or self.dim not in first.dims or first.name == self.dim or any(
+                t is not None for t in times) or not all(
+                p.dtype.kind in "iuf" and p.dtype.fields is None for p in parts):
+            return False
+        fill = _read_fill(parts)
+        kept = _encoding(first, fill)
+        return any(p.segments is not None or _encoding(p, fill) != kept for p in parts)
+
+    def segments(self, parts: list[VirtualArray], labels: list[str], where: str,
+                 times: Times, attrs: Attributes) -> VirtualArray:
+        """``parts`` joined in segments, each read by its own encoding; what else must
+        agree is checked as for any variable."""
+        from refgrid.read.segmented import joined
+
+        self.check(parts, labels, where, times, segmenting=True)
+        fill = _read_fill(parts)
+        try:
+            array = joined([p if p.manifest.missing.any() else replace(p, fill_value=fill)
+                            for p in parts], self.dim, attrs)
+        except RefgridError as e:
+            raise CombineError(f"{where}: {e}") from e
+        segments = array.segments
+        if segments is not None:
+            self.report.append(ReportEntry(labels[0], where, "segmented", (
+                f"stored in {len(segments)} runs of files of other types, codecs or packing: "
+                f"each read by its own encoding and shown "
+                f"{'decoded as xarray decodes each file' if segments.decoded else 'as stored'}"
+                f" ({array.dtype}); no data copied")))
+        return array
+
     def check(self, parts: list[VirtualArray], labels: list[str], where: str, times: Times,
-              *, reread: bool = False) -> None:
+              *, reread: bool = False, segmenting: bool = False) -> None:
         """Every disagreement that would mis-place or mis-decode data, with every file.
         ``reread``: the values are read and written anew (in the first file's type and
-        units), so only what decides their meaning must agree, not how they are stored."""
+        units), so only what decides their meaning must agree, not how they are stored;
+        ``segmenting``: each file's values are decoded by its own encoding, which may
+        differ (:data:`SEGMENT_KEYS`)."""
         timed = any(t is not None for t in times)
         axis = parts[0].axis(self.dim) if self.dim in parts[0].dims else None
         signatures = [_signature(p, axis, timed) for p in parts]
         reference = signatures[0]
         problems = []
         for what, expected in reference.items():
-            if (what == "codecs" and self.recode) or (reread and what in STORAGE_KEYS):
+            if (what == "codecs" and self.recode) or (reread and what in STORAGE_KEYS) or (
+                    segmenting and what in SEGMENT_KEYS):
                 continue
             exact = what in EXACT_KEYS
             odd = [k for k, sig in enumerate(signatures) if not (
                 sig[what] == expected if exact else same_value(sig[what], expected))]
+            ref = 0
+            if what == "fill value":
+                odd, ref = _unread_fills(parts, odd)
+                expected = signatures[ref][what]
+            elif reread and what in MARKER_ATTRS:
+                odd = [k for k in odd if not self.marks_alike(parts[0], parts[k])]
             if odd:
                 names = ", ".join(labels[k] for k in odd)
-                problems.append(f"{what} differs in {names} from {labels[0]} "
+                problems.append(f"{what} differs in {names} from {labels[ref]} "
                                 f"({brief(signatures[odd[0]][what])} vs {brief(expected)})")
         if problems:
             lead = f"has no {self.dim!r} dimension and its " if axis is None else ""
             recode = " (pass codecs='recode' to re-encode them, copying their data)" if any(
                 p.startswith("codecs ") for p in problems) else ""
             raise CombineError(f"{where}: {lead}" + "; ".join(problems) + recode)
+
+    def marks_alike(self, first: VirtualArray, part: VirtualArray) -> bool:
+        """Whether ``part``'s values, read and written anew under ``first``'s attributes,
+        are missing exactly where its own ``_FillValue`` and ``missing_value`` say: then its
+        markers mean nothing else (xarray's re-save gives float coordinates a NaN
+        ``_FillValue`` that marks no value)."""
+        values = self.read(part)
+        return bool(np.array_equal(cf.stored_mask(values, reader_attrs(part.attrs)),
+                                   cf.stored_mask(values, reader_attrs(first.attrs))))
 
     def recoded(self, part: VirtualArray, first: VirtualArray, label: str,
                 where: str) -> VirtualArray:
@@ -465,8 +532,9 @@ class Combine:
                 raise CombineError(f"{where}: its times are in other units in {some(odd)} "
                                    f"than in {labels[0]}: stacked files keep one encoding")
             stacked = [with_leading_axis(p, "file") for p in parts]
-            return VirtualArray.concat([replace(s, attrs=stacked[0].attrs) for s in stacked],
-                                       "file")
+            fill = _read_fill(stacked)
+            return VirtualArray.concat([replace(s, attrs=stacked[0].attrs, fill_value=fill)
+                                        for s in stacked], "file")
         reference = None
         first_digest = self.fingerprint(first)
         odd = []
@@ -542,6 +610,11 @@ EXACT_KEYS = frozenset({"dimensions", "dtype", "shape on other dimensions",
 STORAGE_KEYS = frozenset({"dtype", "chunking on other dimensions", "codecs", "fill value"})
 """How values are stored, not what they mean: free to differ where values are read and
 written anew."""
+SEGMENT_KEYS = frozenset({"dtype", "codecs", "fill value", *cf.PACKING_ATTRS})
+"""What files may differ in where each is decoded by its own encoding (segments)."""
+MARKER_ATTRS = frozenset({"_FillValue", "missing_value"})
+"""Attributes that mark values missing: where values are read and written anew, they agree
+when they mark the same values (:meth:`Combine.marks_alike`)."""
 TIME_ATTRS = ("units", "calendar")
 """The attributes of times that re-encoding makes the first file's."""
 
@@ -603,6 +676,32 @@ def _stored_differently(a: VirtualArray, b: VirtualArray) -> bool:
     return a.dtype != b.dtype or _decoding(a.codecs) != _decoding(b.codecs) or any(
         not np.array_equal(a.grid.lengths(d), b.grid.lengths(d))
         for d in range(1, a.grid.ndim) if a.grid.ndim == b.grid.ndim)
+
+
+def _unread_fills(parts: Sequence[VirtualArray], odd: list[int]) -> tuple[list[int], int]:
+    """The files whose storage fill differs where a reader meets it — a chunk never written
+    — and the file they are compared with: a fill no missing chunk uses decodes nothing
+    (``nccopy`` turns HDF5's fill off, storing 0 where ``_FillValue`` says 1e20), so only
+    the files with missing chunks must agree, with the first of them."""
+    holed = [k for k, p in enumerate(parts) if p.manifest.missing.any()]
+    if not odd or not holed:
+        return [], 0
+    expected = _comparable(parts[holed[0]].fill_value)
+    return [k for k in holed if not same_value(_comparable(parts[k].fill_value),
+                                               expected)], holed[0]
+
+
+def _encoding(part: VirtualArray, fill: object) -> Encoding:
+    """How a file stores a variable, its storage fill ``fill`` where it has no missing chunk
+    (a fill nothing reads does not make a segment)."""
+    return Encoding.of(part.dtype, part.codecs, part.fill_value if part.manifest.missing.any()
+                       else fill, part.attrs)
+
+
+def _read_fill(parts: Sequence[VirtualArray]) -> object:
+    """The storage fill of joined files (checked by :func:`_unread_fills`): that of the
+    files with missing chunks, where readers meet it; the first file's where none has."""
+    return next((p.fill_value for p in parts if p.manifest.missing.any()), parts[0].fill_value)
 
 
 def _retimed(values: np.ndarray, encoding: cf.TimeEncoding, target: cf.TimeEncoding,

@@ -22,7 +22,7 @@ from refgrid.errors import ArgumentError
 
 Overlap = Literal["error", "allow"]
 Others = Literal["identical", "stack"]
-Codecs = Literal["error", "recode"]
+Codecs = Literal["segments", "recode", "error"]
 Missing = Literal["error", "fill"]
 CHOICES: dict[str, tuple[str, ...]] = {name: get_args(kind) for name, kind in (
     ("overlap", Overlap), ("others", Others), ("codecs", Codecs), ("missing", Missing))}
@@ -38,8 +38,10 @@ class CombineSpec:
     """``"allow"``: files whose coordinate ranges overlap are kept."""
     others: Others = "identical"
     """``"stack"``: variables without the concat dimension are kept per file."""
-    codecs: Codecs = "error"
-    """``"recode"``: chunks of files whose codecs differ are re-encoded and inlined."""
+    codecs: Codecs = "segments"
+    """Files that store a variable in other ways (types, codecs, packing, fill markers):
+    ``"segments"`` joins them, each read by its own encoding; ``"recode"`` re-encodes and
+    inlines the chunks of files whose codecs differ; ``"error"`` refuses any difference."""
     missing: Missing = "error"
     """``"fill"``: a variable absent from some files reads as its fill value there."""
     merge: bool = False

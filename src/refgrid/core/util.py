@@ -9,11 +9,13 @@ import gc
 import importlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from types import MappingProxyType, ModuleType
 from typing import Concatenate, Generic, ParamSpec, TypeVar, overload
+
+import numpy as np
 
 from refgrid.errors import MissingExtraError
 
@@ -115,3 +117,21 @@ class lazy(Generic[Owner, T]):
         value = self.compute(instance)
         instance.__dict__[self.name] = value  # found there first from now on
         return value
+
+
+def same_value(a: object, b: object) -> bool:
+    """Equality for attribute and fill values: NaN equals NaN, arrays compare element-wise."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same_value(p, q) for p, q in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        x, y = np.asarray(a), np.asarray(b)
+        if x.shape != y.shape:
+            return False
+        if x.dtype.kind in "fc" and y.dtype.kind in "fc":
+            return bool(np.array_equal(x, y, equal_nan=True))
+        return bool(np.array_equal(x, y))
+    if isinstance(a, float | np.floating) and isinstance(b, float | np.floating):
+        return bool(a == b or (np.isnan(a) and np.isnan(b)))
+    return bool(a == b)

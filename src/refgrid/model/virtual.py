@@ -19,10 +19,11 @@ import numpy as np
 from refgrid.codecs.filters import CodecJSON
 from refgrid.core.reprs import Displayed
 from refgrid.core.sources import PagedSources, SourceIdentity
-from refgrid.core.util import FrozenPickle
+from refgrid.core.util import FrozenPickle, same_value
 from refgrid.errors import GridError, ModelError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import INLINE, ChunkManifest, ManifestBuilder
+from refgrid.model.segments import Segments
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -34,7 +35,8 @@ coordinate, re-encoded times; :func:`in_pieces`): an append rewrites the last pi
 length."""
 
 Action = Literal["skipped", "inlined", "encoded", "attribute-skipped", "attribute-conflict",
-                 "duplicate", "re-encoded", "filled", "from-name", "own-time", "dropped"]
+                 "duplicate", "re-encoded", "filled", "from-name", "own-time", "dropped",
+                 "segmented"]
 """What was done with something plain references cannot express (``attribute-conflict``:
 combine kept the first file's value of an attribute that differs between files;
 ``re-encoded``: combine wrote times that files encode in other units in the first file's;
@@ -42,7 +44,8 @@ combine kept the first file's value of an attribute that differs between files;
 from some files reads as its fill value there; ``from-name``: files without a time took the
 date their name gives, ``own-time``: files with one kept it, checked against their name —
 ``time_from``; ``dropped``: a scan left a variable unscanned as ``drop_variables`` asked, a
-note :func:`~refgrid.model.choose.choose` takes off)."""
+note :func:`~refgrid.model.choose.choose` takes off; ``segmented``: files store a variable in
+other ways, each read by its own encoding — :mod:`refgrid.model.segments`)."""
 
 
 @dataclass(frozen=True)
@@ -58,24 +61,6 @@ class ReportEntry:
 
     def __str__(self) -> str:
         return f"{self.url}: {self.variable}: {self.action}: {self.reason}"
-
-
-def same_value(a: object, b: object) -> bool:
-    """Equality for attribute and fill values: NaN equals NaN, arrays compare element-wise."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(same_value(p, q) for p, q in zip(a, b, strict=True))
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        x, y = np.asarray(a), np.asarray(b)
-        if x.shape != y.shape:
-            return False
-        if x.dtype.kind in "fc" and y.dtype.kind in "fc":
-            return bool(np.array_equal(x, y, equal_nan=True))
-        return bool(np.array_equal(x, y))
-    if isinstance(a, float | np.floating) and isinstance(b, float | np.floating):
-        return bool(a == b or (np.isnan(a) and np.isnan(b)))
-    return bool(a == b)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -95,6 +80,10 @@ class VirtualArray(Displayed, FrozenPickle):
     codecs: tuple[CodecJSON, ...] = ()
     """Zarr v3 codec pipeline (JSON), array→bytes codec first as Zarr lists it."""
     attrs: Mapping[str, object] = field(default_factory=dict)
+    segments: Segments | None = None
+    """Where runs of chunks along one dimension are stored in their own ways (files written
+    by other tools): then ``dtype``, ``codecs``, ``fill_value`` and ``attrs`` are what
+    readers are shown, each chunk decoded by its segment's encoding (:mod:`.segments`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dims", tuple(self.dims))
@@ -116,6 +105,12 @@ class VirtualArray(Displayed, FrozenPickle):
         if self.manifest.shape != self.grid.chunk_counts:
             raise ModelError(f"array {self.name!r}: manifest of {self.manifest.shape} chunks "
                              f"for a grid of {self.grid.chunk_counts} chunks")
+        if self.segments is not None and (
+                self.segments.dim not in self.dims or self.segments.starts[-1]
+                >= max(1, self.grid.chunk_counts[self.dims.index(self.segments.dim)])):
+            raise ModelError(f"array {self.name!r}: segments along {self.segments.dim!r} "
+                             f"do not fit its dimensions {self.dims} and chunks "
+                             f"{self.grid.chunk_counts}")
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -166,7 +161,11 @@ class VirtualArray(Displayed, FrozenPickle):
             grid, chunks = self.grid.slice(axis, start, stop)
         except GridError as e:
             raise ModelError(f"array {self.name!r}: {e}") from e
-        return replace(self, grid=grid, manifest=self.manifest.slice(axis, chunks))
+        segments = self.segments
+        if segments is not None and segments.dim == dim:
+            segments = segments.sliced(chunks)
+        return replace(self, grid=grid, manifest=self.manifest.slice(axis, chunks),
+                       segments=segments)
 
     @classmethod
     def concat(cls, arrays: Sequence[VirtualArray], dim: str) -> VirtualArray:
@@ -178,6 +177,9 @@ class VirtualArray(Displayed, FrozenPickle):
         if not arrays:
             raise ModelError("cannot concatenate an empty list of arrays")
         first = arrays[0]
+        if any(a.segments is not None for a in arrays):
+            raise ModelError(f"cannot concatenate array {first.name!r} along {dim!r}: it is "
+                             "stored in segments (refgrid.combine joins those)")
         problems = [f"#{k} {p}" for k, a in enumerate(arrays[1:], start=1)
                     for p in _concat_conflicts(first, a)]
         if problems:
@@ -200,7 +202,8 @@ class VirtualArray(Displayed, FrozenPickle):
                 and self.manifest == other.manifest
                 and same_value(self.fill_value, other.fill_value)
                 and same_value(list(self.codecs), list(other.codecs))
-                and same_value(dict(self.attrs), dict(other.attrs)))
+                and same_value(dict(self.attrs), dict(other.attrs))
+                and self.segments == other.segments)
 
     __hash__ = None  # type: ignore[assignment]
 

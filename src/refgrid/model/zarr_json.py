@@ -36,10 +36,11 @@ from refgrid.core.keys import (
     document_key,
 )
 from refgrid.core.typed import JSON, Attributes
-from refgrid.errors import FormatError, ModelError, RefgridError
+from refgrid.errors import FormatError, ModelError, RefgridError, WriteError
 from refgrid.grid.json_forms import ChunkGridJSON, emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import GridForm, RectilinearGrid
 from refgrid.model.manifest import ChunkManifest
+from refgrid.model.segments import Encoding, Segments
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 
 if TYPE_CHECKING:
@@ -127,13 +128,80 @@ def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDo
         "chunk_grid": emit_chunk_grid(array.grid, grid_form),
         "chunk_key_encoding": key_encoding(array).to_json(),
         "fill_value": fill,
-        "codecs": [c.copy() for c in array.codecs],
+        "codecs": [c.copy() for c in array.codecs] if array.segments is None else
+        [segments_codec(array.segments)],
         "attributes": zarr_attributes(split_bookkeeping(array.attrs)[0], array.value_dtype),
         "storage_transformers": [],
     }
     if names is not None:
         doc["dimension_names"] = list(names)
     return doc
+
+
+SEGMENTS_CODEC = "refgrid.segments"
+"""The codec an array in segments declares in written documents (``docs/segments.md``): its
+configuration holds each segment's encoding. Stock readers refuse a codec they do not know —
+loudly, never reading one segment's bytes with another's encoding; refgrid reads it back."""
+
+
+def segments_codec(segments: Segments) -> CodecJSON:
+    """The ``refgrid.segments`` codec of an array in ``segments``."""
+    return {"name": SEGMENTS_CODEC, "configuration": {
+        "dimension": segments.dim,
+        "shown": "decoded" if segments.decoded else "stored",
+        "segments": [{
+            "start": start,
+            "data_type": zarr_data_type(e.dtype),
+            "fill_value": zarr_fill_value(e.dtype, e.fill_value),
+            "codecs": [dict(c) for c in e.codecs],
+            "attributes": zarr_attributes(e.attrs, e.dtype),
+        } for start, e in zip(segments.starts, segments.encodings, strict=True)]}}
+
+
+def refuse_segments(arrays: VirtualGroup | Mapping[str, VirtualArray], output: str) -> None:
+    """A :class:`WriteError` naming the arrays (of a group, or by path) stored in segments,
+    where ``output`` cannot record them (its readers would read every segment by one
+    encoding)."""
+    nodes = arrays.walk() if isinstance(arrays, VirtualGroup) else arrays.items()
+    found = [(path, node.segments) for path, node in nodes
+             if isinstance(node, VirtualArray) and node.segments is not None]
+    if found:
+        named = "; ".join(f"{path!r}: {len(seg)} segments along {seg.dim!r}"
+                          for path, seg in found[:5])
+        raise WriteError(
+            f"{output} cannot record arrays whose files store them in other ways ({named}"
+            f"{' ...' if len(found) > 5 else ''}): its readers would decode every segment "
+            "by one encoding. Write format='json' or 'parquet' (read by refgrid's engine, "
+            "open_store, get_mapper and serve), or combine with codecs='recode' for a "
+            "uniform copy")
+
+
+def _segments(codec: Mapping[str, object]) -> Segments:
+    """The inverse of :func:`segments_codec` (a configuration that does not fit is a
+    ``ValueError``/``KeyError``/``TypeError``: the caller names the document)."""
+    from zarr.core.dtype import get_data_type_from_json
+
+    config = codec["configuration"]
+    if not isinstance(config, Mapping) or config.get("shown") not in ("decoded", "stored") \
+            or not isinstance(config["dimension"], str) or not isinstance(
+            config["segments"], list) or not config["segments"]:
+        raise ValueError(f"{SEGMENTS_CODEC} configuration {config!r:.120} is not one")
+    starts, encodings = [], []
+    for found in config["segments"]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            zdtype = get_data_type_from_json(found["data_type"], zarr_format=3)
+            codecs = tuple(found["codecs"])
+            dtype = stored_dtype(zdtype.to_native_dtype(), codecs)
+            fill = zdtype.from_json_scalar(found["fill_value"], zarr_format=3)
+        if not isinstance(found["start"], int) or not codecs or not all(
+                isinstance(c, Mapping) and isinstance(c.get("name"), str) for c in codecs):
+            raise ValueError(f"segment {found!r:.120} is not one")
+        starts.append(found["start"])
+        encodings.append(Encoding.of(dtype, codecs, fill,
+                                     model_attributes(found.get("attributes") or {}, dtype)))
+    return Segments(config["dimension"], tuple(starts), tuple(encodings),
+                    config["shown"] == "decoded")
 
 
 def consolidated(root: Mapping[str, object], docs: Mapping[str, Document]
@@ -306,7 +374,11 @@ def _array(path: str, found: Mapping[str, object], manifest_for: ManifestFor,
             zdtype = get_data_type_from_json(doc["data_type"], zarr_format=3)
             dtype = zdtype.to_native_dtype()
             given_fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
-        if codecs:
+        segments = _segments(codecs[0]) if codecs and codecs[0].get("name") == \
+            SEGMENTS_CODEC else None
+        if segments is not None:
+            codecs = (bytes_codec(dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype),)
+        elif codecs:
             dtype = stored_dtype(dtype, codecs)
         dtype, fill, codecs, records = _records_stored(dtype, given_fill, codecs)
         given = doc.get("dimension_names")
@@ -323,7 +395,9 @@ def _array(path: str, found: Mapping[str, object], manifest_for: ManifestFor,
         if encoding != DEFAULT_ENCODING:
             attrs[KEY_ENCODING_ATTR] = encoding.to_json()
         return VirtualArray(path.rsplit("/", 1)[-1], dims, dtype, grid,
-                            manifest_for(path, grid), fill, codecs, attrs)
+                            manifest_for(path, grid), fill, codecs, attrs, segments)
+    except ModelError as e:  # (segments that do not fit the array, say)
+        raise FormatError(source, path, f"unusable zarr.json: {e}") from e
     except RefgridError:
         raise
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:

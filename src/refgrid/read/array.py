@@ -17,7 +17,7 @@ import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NoReturn, cast
+from typing import NoReturn, Protocol, cast
 
 import numpy as np
 
@@ -56,7 +56,24 @@ def read(array: VirtualArray, selection: object = ..., *,
          check: SourceCheck | None = None) -> np.ndarray:
     """``array[selection]`` (orthogonal indexing) read through the references; ``check``
     verifies each source file's identity before its first read."""
-    return Reader(array, path or array.name, storage_options, check).read(selection)
+    return reader_of(array, path or array.name, storage_options, check).read(selection)
+
+
+class ArrayReader(Protocol):
+    """What reads one array: :class:`Reader`, or for an array stored in segments
+    :class:`~refgrid.read.segmented.SegmentedReader`."""
+
+    def read(self, selection: object = ...) -> np.ndarray: ...
+
+
+def reader_of(array: VirtualArray, name: str, storage_options: StorageOptions | None,
+              check: SourceCheck | None) -> ArrayReader:
+    """The reader of ``array``: :class:`Reader`, made per segment where it has them."""
+    if array.segments is not None:
+        from refgrid.read.segmented import SegmentedReader
+
+        return SegmentedReader(array, name, storage_options, check)
+    return Reader(array, name, storage_options, check)
 
 
 def chunk_error(array: VirtualArray, name: str, flat: int, reason: str) -> ReadError:

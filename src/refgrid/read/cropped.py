@@ -129,11 +129,19 @@ class Cropper:
         self.path = path
         self.array = array
         self.grid = portable_grid(array.grid, end)
+        segments = array.segments
+        stored = [(array.codecs, array.dtype)] if segments is None else [
+            (e.codecs, e.dtype) for e in segments.encodings]
         try:
-            self.codec = ChunkCodec(array.codecs, array.dtype)
+            self.codecs = [ChunkCodec(codecs, dtype) for codecs, dtype in stored]
         except Exception as e:  # a codec's own configuration checks raise anything
             raise ReadError(f"array {path!r}: cannot decode its codecs to crop its padded "
                             f"chunks: {type(e).__name__}: {e}") from e
+        self.starts = np.zeros(1, np.int64) if segments is None else np.asarray(
+            segments.starts)
+        """Where each segment's chunks begin along :attr:`axis`: a chunk is cropped and
+        re-encoded in its own segment's encoding (one, where the array has none)."""
+        self.axis = 0 if segments is None else array.axis(segments.dim)
 
     def chunks(self, flats: np.ndarray, storage_options: StorageOptions,
                check: SourceCheck | None) -> Iterator[tuple[tuple[int, ...], bytes | None]]:
@@ -156,9 +164,11 @@ class Cropper:
         """One chunk's stored bytes decoded, cropped to its portable extent, re-encoded."""
         encoded_shape = self.array.grid.encoded_chunk_shape(coords)
         keep = tuple(slice(0, n) for n in self.grid.encoded_chunk_shape(coords))
+        codec = self.codecs[int(np.searchsorted(self.starts, coords[self.axis],
+                                                side="right")) - 1] if coords else self.codecs[0]
         try:
-            values = self.codec.decode(data, encoded_shape)
-            return self.codec.encode(np.ascontiguousarray(values[keep]))
+            values = codec.decode(data, encoded_shape)
+            return codec.encode(np.ascontiguousarray(values[keep]))
         except RefgridError:
             raise
         except Exception as e:  # codecs raise anything on bytes they cannot take

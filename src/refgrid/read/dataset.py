@@ -28,7 +28,7 @@ from refgrid.core.dtypes import (
 from refgrid.core.sources import SourceCheck, Verify, source_check
 from refgrid.errors import ArgumentError, FormatError, GroupError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.read.array import Reader
+from refgrid.read.array import ArrayReader, reader_of
 from refgrid.scanners import Input, OnError, ScanOptions, scan_with
 
 
@@ -40,7 +40,7 @@ class RefgridBackendArray(BackendArray):
         self.virtual = virtual
         """(Not ``array``: xarray's helpers walk an ``array`` attribute as a wrapped array.)"""
         self.read_options = (path, storage_options, check)
-        self.reader: Reader | None = None
+        self.reader: ArrayReader | None = None
         """Made at the first read (a codec refgrid cannot decode fails the read, not the
         open) and kept for the next ones; not pickled (dask sends arrays to workers)."""
         self.shape = virtual.shape
@@ -66,7 +66,7 @@ class RefgridBackendArray(BackendArray):
 
     def _read(self, key: tuple[int | slice | np.ndarray, ...]) -> np.ndarray:
         if self.reader is None:
-            self.reader = Reader(self.virtual, *self.read_options)
+            self.reader = reader_of(self.virtual, *self.read_options)
         values = self.reader.read(key)
         if self.element is not None:
             return _sequences(values, self.element)

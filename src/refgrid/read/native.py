@@ -56,7 +56,14 @@ from refgrid.model.zarr_json import (
     root_array,
     store_documents,
 )
-from refgrid.read.array import Reader, chunk_error, fetch_chunks
+from refgrid.read.array import (
+    ArrayReader,
+    Reader,
+    chunk_error,
+    fetch_chunks,
+    read_fill,
+    reader_of,
+)
 from refgrid.read.batching import ChunkBatcher
 from refgrid.read.cropped import (
     Cropper,
@@ -104,8 +111,13 @@ class NativeView:
         self.ends = {path: end_axis(a, growing) for path, a in self.arrays.items()}
         """Per array, the axis along which its final chunk is cropped too (growing)."""
         portable = portable_documents_group(group, growing)
-        self.unpacked = {path: unpacked_array(node) for path, node in
-                         node_paths(portable).items() if unpack and packed(node)}
+        self.unpack = unpack
+        self.unpacked = {path: unpacked_array(node) if unpack and packed(node) else
+                         replace(node, segments=None) for path, node in
+                         node_paths(portable).items()
+                         if (unpack and packed(node)) or node.segments is not None}
+        """Arrays whose chunks refgrid decodes and serves plain, as documented: unpacked,
+        or stored in segments (each chunk decoded by its own, :mod:`.segmented`)."""
         self.sliced = {path: _sliced(a) for path, a in self.arrays.items()
                        if path not in self.unpacked and _sliceable(a, growing)}
         """Arrays stored as one inline chunk along ``growing``, on the grid they are
@@ -133,7 +145,7 @@ class NativeView:
         self.files = OpenFiles()
         self._croppers: dict[str, Cropper] = {}
         self._local_sources: bool | None = None
-        self._readers: dict[str, Reader] = {}
+        self._readers: dict[str, ArrayReader] = {}
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ChunkBatcher] = \
             weakref.WeakKeyDictionary()
 
@@ -262,13 +274,20 @@ class NativeView:
                                       for u in a.manifest.table)
         return self._local_sources
 
-    def reader(self, path: str) -> Reader:
+    def reader(self, path: str) -> ArrayReader:
         """The reader of array ``path`` (made once)."""
         found = self._readers.get(path)
         if found is None:
-            found = self._readers[path] = Reader(self.arrays[path], path,
-                                                 self.storage_options, self.check)
+            found = self._readers[path] = reader_of(self.arrays[path], path,
+                                                    self.storage_options, self.check)
         return found
+
+    def stored_reader(self, path: str) -> Reader:
+        """The reader of array ``path`` whose chunks are served as stored (not
+        :attr:`unpacked`): its decoder decodes the bytes served."""
+        reader = self.reader(path)
+        assert isinstance(reader, Reader), path
+        return reader
 
     def _single(self, path: str, flat: int) -> list[bytes | None]:
         """One stored chunk: of a local file, one ``pread`` on the file kept open; anything
@@ -318,13 +337,15 @@ class NativeView:
         region = tuple(slice(int(a.bounds[c]), int(a.bounds[c] + a.logical[c]))
                        for a, c in zip(served.grid.axes, chunk.coords, strict=True))
         values = self.reader(chunk.array).read(region)
-        block = np.full(served.grid.encoded_chunk_shape(chunk.coords), np.nan, served.dtype)
-        block[tuple(slice(0, r.stop - r.start) for r in region) or ...] = \
-            unpack_values(array, values)
+        if self.unpack and packed(array):
+            values = unpack_values(array, values)
+        block = np.full(served.grid.encoded_chunk_shape(chunk.coords), read_fill(served),
+                        served.dtype)
+        block[tuple(slice(0, r.stop - r.start) for r in region) or ...] = values
         return np.ascontiguousarray(block, block.dtype.newbyteorder("<")).tobytes()
 
     def _check_decodes(self, chunk: Chunk, data: bytes) -> None:
-        reader = self.reader(chunk.array)
+        reader = self.stored_reader(chunk.array)
         try:
             reader.decoder.decode(data, self.arrays[chunk.array].grid.encoded_chunk_shape(
                 chunk.coords))

@@ -169,7 +169,7 @@ def _decode_part(view: NativeView, path: str, chunks: list[_Chunk],
     array = view.arrays[path]
     manifest = array.manifest
     kinds = manifest.locate([c.flat for c in chunks]).path_id.tolist()
-    reader = view.reader(path)
+    reader = view.stored_reader(path)
     results: list[Result] = [{"status": "present"}] * len(chunks)
     shapes: dict[tuple[int, ...], list[int]] = {}
     for k, chunk in enumerate(chunks):

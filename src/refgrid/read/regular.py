@@ -57,7 +57,7 @@ from refgrid.model.zarr_json import (
     group_document,
     node_paths,
 )
-from refgrid.read.array import Reader, read_fill
+from refgrid.read.array import ArrayReader, read_fill, reader_of
 from refgrid.read.unpacked import packed, plain_codec, unpack_values, unpacked_array
 from refgrid.read.view import Chunk, Parsed, Tree
 from refgrid.read.view_chunks import ViewChunks, view_chunks
@@ -222,7 +222,7 @@ class RegularView:
         except Exception as e:  # metadata the scan accepted but no Zarr document can hold
             raise FormatError(name, None, f"cannot be served as Zarr: "
                               f"{type(e).__name__}: {e}") from e
-        self.arrays = {path: replace(v.array, grid=v.grid,
+        self.arrays = {path: replace(v.array, grid=v.grid, segments=None,
                                      manifest=ChunkManifest.empty(v.grid.chunk_counts))
                        for path, v in self.served.items()}
         """The arrays as the view's keys name them: on the view's grids."""
@@ -232,7 +232,7 @@ class RegularView:
                          {BOOKKEEPING: _bookkeeping(group)})
         if limits is not None:
             self._check(limits)
-        self._readers: dict[str, Reader] = {}
+        self._readers: dict[str, ArrayReader] = {}
 
     def _check(self, limits: ViewLimits) -> None:
         for path, served in self.served.items():
@@ -285,7 +285,7 @@ class RegularView:
             return None
         reader = self._readers.get(chunk.array)
         if reader is None:
-            reader = self._readers[chunk.array] = Reader(array, chunk.array,
+            reader = self._readers[chunk.array] = reader_of(array, chunk.array,
                                                          self.storage_options, self.check)
         values = reader.read(region)
         fill = read_fill(array)

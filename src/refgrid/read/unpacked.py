@@ -9,6 +9,7 @@ reader of the file gets.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -29,26 +30,34 @@ def packed(array: VirtualArray) -> bool:
 def unpacked_array(array: VirtualArray) -> VirtualArray:
     """``array`` as served unpacked (for its documents): the type xarray unpacks it to, NaN
     for a fill value, plain little-endian bytes, no packing attributes."""
-    template = _decoded(array, np.zeros((0,) * array.grid.ndim, array.value_dtype))
+    template = _masked_and_scaled(array.name, array.dims, array.attrs,
+                                  np.zeros((0,) * array.grid.ndim, array.value_dtype))
     attrs = {k: v for k, v in array.attrs.items() if k not in template.encoding}
     return replace(array, dtype=template.dtype, fill_value=np.nan,
-                   codecs=(plain_codec(template.dtype),), attrs=attrs)
+                   codecs=(plain_codec(template.dtype),), attrs=attrs, segments=None)
 
 
 def unpack_values(array: VirtualArray, values: np.ndarray) -> np.ndarray:
     """``values`` of ``array`` as stored, masked and scaled as xarray unpacks them."""
-    return np.asarray(_decoded(array, values).values)
+    return decode_values(array.name, array.dims, array.attrs, values)
 
 
-def _decoded(array: VirtualArray, values: np.ndarray) -> Variable:
+def decode_values(name: str, dims: tuple[str, ...], attrs: Mapping[str, object],
+                  values: np.ndarray) -> np.ndarray:
+    """``values`` stored under ``attrs``, masked and scaled as xarray decodes them."""
+    return np.asarray(_masked_and_scaled(name, dims, attrs, values).values)
+
+
+def _masked_and_scaled(name: str, dims: tuple[str, ...], stored: Mapping[str, object],
+                       values: np.ndarray) -> Variable:
     """xarray's own mask-and-scale of ``values``, with the attribute types the source file
     had (refgrid's bookkeeping restores float32 factors). xarray is imported here, when a
     view unpacks: the service and the stores need it for nothing else (it doubles the
     service's memory)."""
     from xarray import Variable, conventions
 
-    attrs = reader_attrs(array.attrs)
-    return conventions.decode_cf_variable(array.name, Variable(array.dims, values, attrs),
+    attrs = reader_attrs(stored)
+    return conventions.decode_cf_variable(name, Variable(dims, values, attrs),
                                           mask_and_scale=True, decode_times=False,
                                           decode_timedelta=False, concat_characters=False)
 

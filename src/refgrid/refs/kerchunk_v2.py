@@ -50,6 +50,7 @@ from refgrid.errors import FormatError, WriteError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import ChunkManifest, ManifestBuilder, flat_index
 from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.model.zarr_json import refuse_segments
 
 BYTES_TO_BYTES = frozenset({"zlib", "gzip", "bz2", "lzma", "zstd", "lz4", "blosc", "shuffle",
                             "fletcher32", "crc32", "crc32c", "adler32", "jenkins_lookup3"})
@@ -281,6 +282,7 @@ def _manifest_from_keys(path: str, refs: Mapping[str, KerchunkValue], chunk_keys
 
 def v2_documents(group: VirtualGroup) -> dict[str, dict[str, object]]:
     """Every node's v2 documents, keyed ``.zgroup``, ``tas/.zarray``, ``tas/.zattrs``..."""
+    refuse_segments(group, "Zarr v2 output (kerchunk, parquet zarr_format=2)")
     out: dict[str, dict[str, object]] = {ZGROUP: {"zarr_format": 2}, ZATTRS: _plain(group.attrs)}
     for path, node in group.walk():
         if isinstance(node, VirtualGroup):

@@ -37,7 +37,7 @@ from refgrid.core.util import import_extra
 from refgrid.errors import WriteError
 from refgrid.model.manifest import ManifestBuilder, chunk_coords
 from refgrid.model.virtual import VirtualArray, VirtualGroup
-from refgrid.model.zarr_json import documents, key_encoding
+from refgrid.model.zarr_json import documents, key_encoding, refuse_segments
 from refgrid.read.cropped import cropped_chunks, padded_arrays, padded_mask, portable_grid
 from refgrid.refs.kerchunk_v2 import require_regular
 
@@ -130,6 +130,7 @@ def write_icechunk(group: VirtualGroup, target: Repository | Session, *,
     new commit, or a writable ``Session``, which is committed) and return the snapshot id.
     ``storage_options`` reach the sources of the padded chunks that are copied."""
     icechunk = import_extra("icechunk", "icechunk", "Icechunk output")
+    refuse_segments(group, "Icechunk output")
     if not rectilinear_supported(icechunk):
         for path, node in group.walk():
             if isinstance(node, VirtualArray):
@@ -166,6 +167,7 @@ def append_icechunk(repository: Repository, tail: VirtualGroup, starts: Mapping[
     holds the new references only, on top of snapshot ``parent`` (the one the append was
     planned on: a branch moved since is an error). Returns the snapshot id."""
     icechunk = import_extra("icechunk", "icechunk", "Icechunk output")
+    refuse_segments(tail, "Icechunk output")
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 

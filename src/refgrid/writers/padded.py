@@ -91,10 +91,10 @@ def rewrite_padded(group: VirtualGroup, sidecar: Path, *,
     references in and then calls :func:`prune_sidecar`."""
     if inline_limit < 0:
         raise WriteError(f"inline_limit must be >= 0, got {inline_limit}")
+    arrays = padded_arrays(group)
     staging = temporary_for(sidecar / STAGING)
     check = SourceCheck(group.sources, storage_options)
     digest = hashlib.sha256()
-    arrays = padded_arrays(group)
     rewritten: dict[str, _Rewritten] = {}
     try:
         for path, node in arrays.items():
