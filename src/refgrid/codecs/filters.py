@@ -174,6 +174,14 @@ def bytes_codec(dtype: np.dtype) -> CodecJSON:
     return {"name": "bytes", "configuration": {"endian": "big" if big else "little"}}
 
 
+def plain_codec(dtype: np.dtype) -> CodecJSON:
+    """The codec of values served uncompressed: little-endian bytes, or vlen text/bytes."""
+    if dtype.kind in "OT":
+        return {"name": "vlen-utf8" if dtype.kind == "T" else "vlen-bytes"}
+    return bytes_codec(dtype.newbyteorder("<") if dtype.itemsize > 1 and dtype.kind != "V"
+                       else dtype)
+
+
 def _struct_byteorder(dtype: np.dtype) -> str:
     assert dtype.fields is not None
     orders = {_leaf_byteorder(f[0]) for f in dtype.fields.values()} - {"|"}

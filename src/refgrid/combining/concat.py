@@ -47,6 +47,7 @@ from refgrid.core.typed import Attributes, Untyped
 from refgrid.errors import CombineError, RefgridError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
 from refgrid.model.manifest import MISSING, ChunkManifest, ManifestBuilder
+from refgrid.model.presented import joined
 from refgrid.model.segments import Encoding
 from refgrid.model.virtual import (
     ReportEntry,
@@ -433,8 +434,6 @@ class Combine:
                  times: Times, attrs: Attributes) -> VirtualArray:
         """``parts`` joined in segments, each read by its own encoding; what else must
         agree is checked as for any variable."""
-        from refgrid.read.segmented import joined
-
         self.check(parts, labels, where, times, segmenting=True)
         fill = _read_fill(parts)
         try:

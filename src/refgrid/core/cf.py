@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import TypeGuard, cast
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from xarray import Variable
 
 TIME_MARK = "since"
 """What makes ``units`` a CF time (xarray's test: ``"since" in units``)."""
@@ -128,3 +131,16 @@ def stored_mask(values: np.ndarray, attrs: Mapping[str, object]) -> np.ndarray:
                 if not (isinstance(m, float) and np.isnan(m)):
                     mask |= values == m
     return mask
+
+
+def mask_and_scale(name: str, dims: tuple[str, ...], attrs: Mapping[str, object],
+                   values: np.ndarray) -> Variable:
+    """``values`` stored under ``attrs`` (their numeric types restored: a float32
+    ``scale_factor`` unpacks to float32), masked and scaled by xarray's own decoder — what
+    xarray reads from the file, bit for bit. xarray is imported here, when first needed: the
+    service and the stores need it for nothing else (it doubles the service's memory)."""
+    from xarray import Variable, conventions
+
+    return conventions.decode_cf_variable(name, Variable(dims, values, attrs),
+                                          mask_and_scale=True, decode_times=False,
+                                          decode_timedelta=False, concat_characters=False)

@@ -145,17 +145,22 @@ loudly, never reading one segment's bytes with another's encoding; refgrid reads
 
 
 def segments_codec(segments: Segments) -> CodecJSON:
-    """The ``refgrid.segments`` codec of an array in ``segments``."""
+    """The ``refgrid.segments`` codec of an array in ``segments``: each distinct way of
+    storing chunks once (``storage``), each segment its first chunk, its storage and the
+    attributes that decode it (``docs/segments.md``)."""
+    storage: list[dict[str, object]] = []
+    runs = []
+    for start, e in zip(segments.starts, segments.encodings, strict=True):
+        kind: dict[str, object] = {"data_type": zarr_data_type(e.dtype),
+                                   "fill_value": zarr_fill_value(e.dtype, e.fill_value),
+                                   "codecs": [dict(c) for c in e.codecs]}
+        if kind not in storage:
+            storage.append(kind)
+        runs.append({"start": start, "storage": storage.index(kind),
+                     "attributes": zarr_attributes(e.attrs, e.dtype)})
     return {"name": SEGMENTS_CODEC, "configuration": {
-        "dimension": segments.dim,
-        "shown": "decoded" if segments.decoded else "stored",
-        "segments": [{
-            "start": start,
-            "data_type": zarr_data_type(e.dtype),
-            "fill_value": zarr_fill_value(e.dtype, e.fill_value),
-            "codecs": [dict(c) for c in e.codecs],
-            "attributes": zarr_attributes(e.attrs, e.dtype),
-        } for start, e in zip(segments.starts, segments.encodings, strict=True)]}}
+        "dimension": segments.dim, "shown": "decoded" if segments.decoded else "stored",
+        "storage": storage, "segments": runs}}
 
 
 def refuse_segments(arrays: VirtualGroup | Mapping[str, VirtualArray], output: str) -> None:
@@ -176,30 +181,37 @@ def refuse_segments(arrays: VirtualGroup | Mapping[str, VirtualArray], output: s
             "uniform copy")
 
 
-def _segments(codec: Mapping[str, object]) -> Segments:
+def parse_segments(codec: Mapping[str, object]) -> Segments:
     """The inverse of :func:`segments_codec` (a configuration that does not fit is a
     ``ValueError``/``KeyError``/``TypeError``: the caller names the document)."""
     from zarr.core.dtype import get_data_type_from_json
 
     config = codec["configuration"]
     if not isinstance(config, Mapping) or config.get("shown") not in ("decoded", "stored") \
-            or not isinstance(config["dimension"], str) or not isinstance(
-            config["segments"], list) or not config["segments"]:
+            or not isinstance(config["dimension"], str) or not all(
+            isinstance(config[k], list) and config[k] for k in ("storage", "segments")):
         raise ValueError(f"{SEGMENTS_CODEC} configuration {config!r:.120} is not one")
-    starts, encodings = [], []
-    for found in config["segments"]:
+    storage = []
+    for kind in config["storage"]:
+        codecs = tuple(kind["codecs"])
+        if not codecs or not all(isinstance(c, Mapping) and isinstance(c.get("name"), str)
+                                 for c in codecs):
+            raise ValueError(f"storage {kind!r:.120} has no codecs")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            zdtype = get_data_type_from_json(found["data_type"], zarr_format=3)
-            codecs = tuple(found["codecs"])
+            zdtype = get_data_type_from_json(kind["data_type"], zarr_format=3)
             dtype = stored_dtype(zdtype.to_native_dtype(), codecs)
-            fill = zdtype.from_json_scalar(found["fill_value"], zarr_format=3)
-        if not isinstance(found["start"], int) or not codecs or not all(
-                isinstance(c, Mapping) and isinstance(c.get("name"), str) for c in codecs):
-            raise ValueError(f"segment {found!r:.120} is not one")
-        starts.append(found["start"])
+            fill = zdtype.from_json_scalar(kind["fill_value"], zarr_format=3)
+        storage.append((dtype, codecs, fill))
+    starts, encodings = [], []
+    for run in config["segments"]:
+        if not isinstance(run["start"], int) or not isinstance(run["storage"], int) or \
+                not 0 <= run["storage"] < len(storage):
+            raise ValueError(f"segment {run!r:.120} is not one")
+        dtype, codecs, fill = storage[run["storage"]]
+        starts.append(run["start"])
         encodings.append(Encoding.of(dtype, codecs, fill,
-                                     model_attributes(found.get("attributes") or {}, dtype)))
+                                     model_attributes(run.get("attributes") or {}, dtype)))
     return Segments(config["dimension"], tuple(starts), tuple(encodings),
                     config["shown"] == "decoded")
 
@@ -374,7 +386,7 @@ def _array(path: str, found: Mapping[str, object], manifest_for: ManifestFor,
             zdtype = get_data_type_from_json(doc["data_type"], zarr_format=3)
             dtype = zdtype.to_native_dtype()
             given_fill = zdtype.from_json_scalar(doc.get("fill_value"), zarr_format=3)
-        segments = _segments(codecs[0]) if codecs and codecs[0].get("name") == \
+        segments = parse_segments(codecs[0]) if codecs and codecs[0].get("name") == \
             SEGMENTS_CODEC else None
         if segments is not None:
             codecs = (bytes_codec(dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype),)

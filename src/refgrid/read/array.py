@@ -17,7 +17,7 @@ import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NoReturn, Protocol, cast
+from typing import NoReturn, cast
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from refgrid.model.virtual import VirtualArray
 from refgrid.model.zarr_json import key_encoding
 from refgrid.read.decode import ChunkDecodeError, chunk_decoder
 from refgrid.read.fetch import FetchError, is_local, read_ranges
+from refgrid.read.segmented import ArrayReader, SegmentedReader
 
 BOX_BYTES = 8 * 2**20
 """Decoded bytes of one box: small enough to stay in cache and for its buffers to be reused."""
@@ -59,20 +60,11 @@ def read(array: VirtualArray, selection: object = ..., *,
     return reader_of(array, path or array.name, storage_options, check).read(selection)
 
 
-class ArrayReader(Protocol):
-    """What reads one array: :class:`Reader`, or for an array stored in segments
-    :class:`~refgrid.read.segmented.SegmentedReader`."""
-
-    def read(self, selection: object = ...) -> np.ndarray: ...
-
-
 def reader_of(array: VirtualArray, name: str, storage_options: StorageOptions | None,
               check: SourceCheck | None) -> ArrayReader:
     """The reader of ``array``: :class:`Reader`, made per segment where it has them."""
     if array.segments is not None:
-        from refgrid.read.segmented import SegmentedReader
-
-        return SegmentedReader(array, name, storage_options, check)
+        return SegmentedReader(array, name, storage_options, check, Reader)
     return Reader(array, name, storage_options, check)
 
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 import numcodecs
 import numpy as np
 
+from refgrid.codecs.filters import plain_codec
 from refgrid.core.dtypes import (
     ATTRIBUTE_TYPES_ATTR,
     DTYPE_ATTR,
@@ -58,7 +59,7 @@ from refgrid.model.zarr_json import (
     node_paths,
 )
 from refgrid.read.array import ArrayReader, read_fill, reader_of
-from refgrid.read.unpacked import packed, plain_codec, unpack_values, unpacked_array
+from refgrid.read.unpacked import packed, unpack_values, unpacked_array
 from refgrid.read.view import Chunk, Parsed, Tree
 from refgrid.read.view_chunks import ViewChunks, view_chunks
 from refgrid.refs.section import ATTRIBUTES_KEY

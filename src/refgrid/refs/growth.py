@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from refgrid.core.dtypes import ENCODING_ATTR
@@ -30,8 +31,16 @@ from refgrid.grid.json_forms import (
 )
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import ChunkManifest
+from refgrid.model.presented import presentation, shown_as
+from refgrid.model.segments import Encoding, Segments
 from refgrid.model.virtual import VirtualArray, VirtualGroup, in_pieces, piece_length
-from refgrid.model.zarr_json import bookkeeping, documents
+from refgrid.model.zarr_json import (
+    SEGMENTS_CODEC,
+    bookkeeping,
+    documents,
+    parse_segments,
+    segments_codec,
+)
 from refgrid.refs.icechunk_state import IcechunkState
 from refgrid.refs.parquet import ZMetadata
 
@@ -59,6 +68,18 @@ def grown(earlier: Earlier, tail: VirtualGroup, last_length: int, arrays: Sequen
     their new length and first piece written (:func:`grown_pieces`), then ``arrays``, the
     others along the concat dimension, whose tail begins where the archive's last file
     (``last_length`` long) does."""
+    grown_grids: dict[str, tuple[Mapping[str, Any], ChunkGridJSON, int]] = {}
+    for path in arrays:
+        array = _array(tail, path)
+        old = earlier.metadata.get(document_key(path))
+        if not isinstance(old, Mapping) or old["shape"][1:] != list(array.shape[1:]):
+            raise NotAppendable(f"the archive's {path!r} is not shaped as the new files'")
+        grown_grids[path] = (old, *(grown_chunk_grid(old["chunk_grid"], old["shape"],
+                                                     last_length, array.grid)
+                                    or _grown_whole(old, last_length, array.grid, path)))
+    segmented = {path: found for path, (old, _, kept) in grown_grids.items()
+                 if (found := _continued(old, _array(tail, path), kept, path)) is not None}
+    tail = tail.with_arrays({path: shown for path, (shown, _) in segmented.items()})
     docs: dict[str, Mapping[str, Any]] = dict(documents(tail))
     placed: dict[str, Placed] = {}
     for path, (length, piece) in pieces.items():
@@ -66,20 +87,47 @@ def grown(earlier: Earlier, tail: VirtualGroup, last_length: int, arrays: Sequen
         key = document_key(path)
         docs[key] = {**docs[key], "shape": [length, *array.shape[1:]]}
         placed[path] = (piece, piece, array.manifest)
-    for path in arrays:
+    for path, (old, grid_doc, kept) in grown_grids.items():
         array = _array(tail, path)
         key = document_key(path)
-        old = earlier.metadata.get(key)
-        if not isinstance(old, Mapping) or old["shape"][1:] != list(array.shape[1:]):
-            raise NotAppendable(f"the archive's {path!r} is not shaped as the new files'")
         grid = array.grid
-        grid_doc, kept = grown_chunk_grid(old["chunk_grid"], old["shape"], last_length,
-                                          grid) or _grown_whole(old, last_length, grid, path)
         docs[key] = {**docs[key], "shape": [int(old["shape"][0]) - last_length + grid.shape[0],
                                             *old["shape"][1:]], "chunk_grid": grid_doc}
+        if path in segmented:
+            docs[key] = {**docs[key], "codecs": [segments_codec(segmented[path][1])]}
         placed[path] = (kept * math.prod(grid.chunk_counts[1:]), kept, array.manifest)
-    _check_same(earlier.metadata, docs, earlier.section.attributes or {}, bookkeeping(tail))
+    _check_same(earlier.metadata, docs, earlier.section.attributes or {}, bookkeeping(tail),
+                {document_key(path) for path in segmented})
     return docs, placed
+
+
+def _continued(old: Mapping[str, Any], tail: VirtualArray, kept: int, path: str
+               ) -> tuple[VirtualArray, Segments] | None:
+    """Where the archive or the tail is in segments (files stored in other ways): the tail
+    shown as the grown archive shows it, and the grown archive's segments — the archive's
+    up to chunk ``kept`` along the concat dimension (its last file's start), then the
+    tail's. None where both are stored one way (the tail's document is the archive's)."""
+    codecs = old.get("codecs")
+    before = parse_segments(codecs[0]) if isinstance(codecs, list) and codecs and \
+        isinstance(codecs[0], Mapping) and codecs[0].get("name") == SEGMENTS_CODEC else None
+    if before is None and tail.segments is None:
+        return None
+    dim = tail.dims[0]
+    own = tail.segments or Segments(dim, (0,), (Encoding.of(
+        tail.dtype, tail.codecs, tail.fill_value, tail.attrs),))
+    if before is None:  # one way until now: as the archive's last file, the tail's first
+        head = [(0, own.encodings[0])] if kept else []
+    else:
+        cut = before.sliced(slice(0, kept)) if kept else None
+        head = [] if cut is None else list(zip(cut.starts, cut.encodings, strict=True))
+    if before is not None and before.dim != dim:
+        raise NotAppendable(f"the archive's {path!r} is in segments along {before.dim!r}")
+    runs = head + [(kept + s, e) for s, e in zip(own.starts, own.encodings, strict=True)]
+    merged = [run for k, run in enumerate(runs) if k == 0 or run[1] != runs[k - 1][1]]
+    encodings = tuple(e for _, e in merged)
+    decoded, dtype, fill, attrs = presentation(tail.name, encodings, tail.dims, tail.attrs)
+    grown = Segments(dim, tuple(s for s, _ in merged), encodings, decoded)
+    return shown_as(tail, replace(own, decoded=decoded), dtype, fill, attrs), grown
 
 
 def grown_documents(docs: Mapping[str, Mapping[str, Any]], placed: Mapping[str, Placed]
@@ -150,14 +198,17 @@ def piece_key(earlier: Earlier, path: str, piece: int) -> str:
 
 
 def _check_same(old: Mapping[str, object], new: Mapping[str, object],
-                old_kept: object, new_kept: object) -> None:
+                old_kept: object, new_kept: object, segmented: set[str]) -> None:
+    """The documents equal but for the grids (and the codecs of arrays in ``segmented``,
+    whose segments :func:`_continued` grew from the archive's)."""
     if list(old) != list(new):
         raise NotAppendable(f"the new files' nodes {sorted(set(new) ^ set(old))} differ from "
                             "the archive's")
     for key, doc in new.items():
         was = old[key]
+        skip = ("codecs",) if key in segmented else ()
         if not isinstance(was, Mapping) or not isinstance(doc, Mapping) or \
-                _without_grid(was) != _without_grid(doc):
+                _without_grid(was, skip) != _without_grid(doc, skip):
             raise NotAppendable(f"{key} of the new files differs from the archive's beyond "
                                 "its extent (attributes, codecs or fill values)")
     if _without_source(json.loads(json.dumps(new_kept))) != _without_source(old_kept):
@@ -177,5 +228,6 @@ def _without_source(kept: object) -> object:
             for name, attrs in kept.items()}
 
 
-def _without_grid(doc: Mapping[str, object]) -> dict[str, object]:
-    return json.loads(json.dumps({k: v for k, v in doc.items() if k not in GRID_KEYS}))
+def _without_grid(doc: Mapping[str, object], skip: tuple[str, ...] = ()) -> dict[str, object]:
+    return json.loads(json.dumps({k: v for k, v in doc.items()
+                                  if k not in GRID_KEYS and k not in skip}))
