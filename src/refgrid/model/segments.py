@@ -16,6 +16,7 @@ presentation an archive gets, is the reader's (:mod:`refgrid.read.segmented`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -55,10 +56,12 @@ class Encoding:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def to_dict(self) -> dict[str, object]:
-        return {"dtype": self.dtype.str if self.dtype.fields is None else self.dtype.descr,
-                "codecs": [dict(c) for c in self.codecs], "fill_value": self.fill_value,
-                "attrs": dict(self.attrs)}
+    @property
+    def storage(self) -> tuple[str, str, str]:
+        """How chunks are stored — type, codecs, fill — as a key (segments stored alike are
+        read together)."""
+        return (self.dtype.str, json.dumps([dict(c) for c in self.codecs], sort_keys=True,
+                                           default=str), repr(self.fill_value))
 
 
 @dataclass(frozen=True, eq=False)
