@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import refgrid
 from helpers import RECTILINEAR, closed
 from refgrid.errors import BatchError, CombineError, WriteError
 from servers import start_refgrid_serve
-from storage import KINDS, archive
+from storage import KINDS, VARIANTS, archive, variant
 
 READ = [k for k in KINDS if k != "chunking"]
 
@@ -146,6 +148,16 @@ def test_stock_readers_of_the_references_fail_loudly(archives, written, kind, tm
         refgrid.write(group, repo)
 
 
+def test_recode_writes_a_uniform_copy_of_netcdf3_among_netcdf4(archives, tmp_path):
+    """Big-endian NETCDF3 chunks re-encoded in the first file's codecs and byte order."""
+    _, files = archives
+    group = refgrid.combine([str(f) for f in files["netcdf3"]], "time", codecs="recode")
+    assert group["tas"].segments is None and group["tas"].dtype == np.dtype("<f4")
+    assert [e.action for e in group.report if e.variable == "tas"] == ["inlined"]
+    _same(xr.open_dataset(refgrid.write(group, tmp_path / "copy.json"), engine="refgrid"),
+          files["netcdf3"], "recoded")
+
+
 def test_strict_and_recode_choices_say_what_differs(archives):
     _, files = archives
     paths = [str(f) for f in files["everything"]]
@@ -184,3 +196,22 @@ def test_an_append_that_changes_how_the_archive_reads_is_a_rebuild(archives, tmp
     _same(xr.open_dataset(out, engine="refgrid"), files["everything"][:4], "kept")
     refgrid.batch(every, out, scheduler="synchronous", progress=False)
     _same(xr.open_dataset(out, engine="refgrid"), files["everything"], "rebuilt")
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(VARIANTS), min_size=2, max_size=4))
+def test_any_mix_of_writers_reads_as_open_mfdataset_through_every_reader(tmp_path, kinds):
+    """Archives drawn file by file from every way of writing them: the engine, the store
+    (regular chunks) and the mapper read each as ``open_mfdataset`` does (the last two
+    unpacking, as a stock reader of a packed archive must: Zarr's JSON attributes lose the
+    float32 type of its factors)."""
+    root = tmp_path / "-".join(kinds) / str(len(list(tmp_path.iterdir())))
+    files = [variant(root / f"tas_{k}.nc", k, kind) for k, kind in enumerate(kinds)]
+    group = refgrid.combine([str(f) for f in files], "time")
+    refs = refgrid.write(group, root / "refs.json")
+    _same(xr.open_dataset(refs, engine="refgrid"), files, f"engine {kinds}")
+    _same(xr.open_dataset(refgrid.open_store(refs, chunks="auto", unpack=True), engine="zarr",
+                          consolidated=True), files, f"store {kinds}")
+    _same(xr.open_dataset(refgrid.get_mapper(refs, unpack=True), engine="zarr",
+                          consolidated=True), files, f"mapper {kinds}")

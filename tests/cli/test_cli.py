@@ -139,3 +139,27 @@ def test_references_from_outside_the_allowed_sources_are_refused(tmp_path):
                                        "--allow-source", str(tmp_path)])
     assert result.exit_code == 1
     assert "outside the allowed sources" in result.output
+
+
+def test_combine_joins_files_stored_otherwise_in_segments_or_refuses_them_strictly(tmp_path):
+    """The default joins January and February (chunked) with a contiguous March as xarray
+    reads them; ``--strict-storage`` refuses them naming the file, ``--recode`` copies,
+    and both at once are a usage error."""
+    import xarray as xr
+
+    files = [str(FIXTURES / "monthly" / "chunk10" / f"tas_20010{m}.nc") for m in (1, 2)] + [
+        str(FIXTURES / "monthly" / "contiguous" / "tas_200103.nc")]
+    out = tmp_path / "tas.json"
+    result = CliRunner().invoke(main, ["combine", *files, "-o", str(out), "--report"])
+    assert result.exit_code == 0, result.output
+    assert "tas: segmented: stored in 2 runs" in result.output
+    expected = closed(xr.open_mfdataset(files, combine="nested", concat_dim="time",
+                                        data_vars="minimal", compat="equals"))
+    xr.testing.assert_identical(closed(xr.open_dataset(out, engine="refgrid")), expected)
+    strict = CliRunner().invoke(main, ["combine", *files, "-o", str(tmp_path / "s.json"),
+                                       "--strict-storage"])
+    assert strict.exit_code != 0 and "tas_200103.nc" in strict.output
+    assert "Traceback" not in strict.output and not (tmp_path / "s.json").exists()
+    both = CliRunner().invoke(main, ["combine", *files, "-o", str(tmp_path / "b.json"),
+                                     "--recode", "--strict-storage"])
+    assert both.exit_code == 2 and "exclude each other" in both.output

@@ -81,6 +81,23 @@ def _resaved(path: Path) -> Path:
     return path
 
 
+VARIANTS = ("netcdf4", "nccopy", "xarray", "netcdf3", "compression", "float64", "packed",
+            "repacked")
+"""How one file of a drawn archive is written (:func:`variant`)."""
+
+
+def variant(path: Path, k: int, kind: str) -> Path:
+    """File ``k`` written as ``kind`` (see :data:`VARIANTS`)."""
+    if kind == "nccopy":
+        return _nccopy(_file(path, k))
+    if kind == "xarray":
+        return _resaved(_file(path, k))
+    if kind in ("packed", "repacked"):
+        return _file(path, k, packing=(0.01, 250.0 + (0.37 * k if kind == "repacked" else 0)))
+    return _file(path, k, fmt="NETCDF3_CLASSIC" if kind == "netcdf3" else "NETCDF4",
+                 zlib=kind == "compression", dtype="f8" if kind == "float64" else "f4")
+
+
 def archive(root: Path, kind: str) -> list[Path]:
     """The files of archive ``kind`` (see :data:`KINDS`), written under ``root/kind``."""
     d = root / kind

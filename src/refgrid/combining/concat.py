@@ -427,8 +427,8 @@ class Combine:
                 p.dtype.kind in "iuf" and p.dtype.fields is None for p in parts):
             return False
         fill = _read_fill(parts)
-        kept = _encoding(first, fill)
-        return any(p.segments is not None or _encoding(p, fill) != kept for p in parts)
+        kept = _encoding(first, first, fill)
+        return any(p.segments is not None or _encoding(p, first, fill) != kept for p in parts)
 
     def segments(self, parts: list[VirtualArray], labels: list[str], where: str,
                  times: Times, attrs: Attributes) -> VirtualArray:
@@ -437,7 +437,7 @@ class Combine:
         self.check(parts, labels, where, times, segmenting=True)
         fill = _read_fill(parts)
         try:
-            array = joined([p if p.manifest.missing.any() else replace(p, fill_value=fill)
+            array = joined([replace(p, fill_value=fill) if _unread_fill(p, parts[0]) else p
                             for p in parts], self.dim, attrs)
         except RefgridError as e:
             raise CombineError(f"{where}: {e}") from e
@@ -467,8 +467,11 @@ class Combine:
                     segmenting and what in SEGMENT_KEYS):
                 continue
             exact = what in EXACT_KEYS
-            odd = [k for k, sig in enumerate(signatures) if not (
-                sig[what] == expected if exact else same_value(sig[what], expected))]
+            if what == "dtype" and self.recode:  # (re-encoded in the first file's order)
+                odd = [k for k, p in enumerate(parts) if p.value_dtype != parts[0].value_dtype]
+            else:
+                odd = [k for k, sig in enumerate(signatures) if not (
+                    sig[what] == expected if exact else same_value(sig[what], expected))]
             ref = 0
             if what == "fill value":
                 odd, ref = _unread_fills(parts, odd)
@@ -516,7 +519,7 @@ class Combine:
             f"codecs {[c['name'] for c in part.codecs]} differ from the first file's "
             f"{[c['name'] for c in first.codecs]}: {len(built.inline)} chunks re-encoded and "
             "inlined (data copied)")))
-        return replace(part, codecs=first.codecs, manifest=built.build())
+        return replace(part, dtype=stored, codecs=first.codecs, manifest=built.build())
 
     def constant(self, parts: list[VirtualArray], labels: list[str], where: str,
                  times: Times) -> VirtualArray:
@@ -690,11 +693,17 @@ def _unread_fills(parts: Sequence[VirtualArray], odd: list[int]) -> tuple[list[i
                                                expected)], holed[0]
 
 
-def _encoding(part: VirtualArray, fill: object) -> Encoding:
+def _encoding(part: VirtualArray, first: VirtualArray, fill: object) -> Encoding:
     """How a file stores a variable, its storage fill ``fill`` where it has no missing chunk
     (a fill nothing reads does not make a segment)."""
     return Encoding.of(part.dtype, part.codecs, part.fill_value if part.manifest.missing.any()
-                       else fill, part.attrs)
+                       or part.dtype != first.dtype else fill, part.attrs)
+
+
+def _unread_fill(part: VirtualArray, first: VirtualArray) -> bool:
+    """Whether ``part``'s storage fill is read nowhere (it has no missing chunk) and may be
+    taken as ``first``'s (of the same type), so that it makes no segment of its own."""
+    return not part.manifest.missing.any() and part.dtype == first.dtype
 
 
 def _read_fill(parts: Sequence[VirtualArray]) -> object:

@@ -118,6 +118,8 @@ def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDo
     names = dimension_names(array)
     try:
         fill = zarr_fill_value(array.dtype, array.fill_value)
+        codecs = [c.copy() for c in array.codecs] if array.segments is None else \
+            [segments_codec(array.segments)]
     except ValueError as e:
         raise ModelError(f"array {array.name!r}: {e}") from e
     doc: ArrayDocument = {
@@ -128,8 +130,7 @@ def array_document(array: VirtualArray, grid_form: GridForm = "auto") -> ArrayDo
         "chunk_grid": emit_chunk_grid(array.grid, grid_form),
         "chunk_key_encoding": key_encoding(array).to_json(),
         "fill_value": fill,
-        "codecs": [c.copy() for c in array.codecs] if array.segments is None else
-        [segments_codec(array.segments)],
+        "codecs": codecs,
         "attributes": zarr_attributes(split_bookkeeping(array.attrs)[0], array.value_dtype),
         "storage_transformers": [],
     }
