@@ -111,6 +111,8 @@ HOSTILE = [
     {"dimension": "time", "shown": "stored", "storage": [{**F4, "data_type": "no-such"}],
      "segments": [{"start": 0, "storage": 0}]},
     {"dimension": "time", "shown": "stored", "storage": [], "segments": []},
+    {"dimension": "time", "shown": "stored", "storage": [F4], "attributes": "units: K",
+     "segments": [{"start": 0, "storage": 0}]},
     "not a mapping",
 ]
 

@@ -91,7 +91,7 @@ def test_segments_read_as_xarray_decodes_each_part_and_concat_joins_them(drawn):
     if segments is not None and segments.decoded:  # and through xarray, a segment at a time
         reader = reader_of(array, "v", None, None)
         assert isinstance(reader, SegmentedReader)
-        reader.plans = dict.fromkeys(range(len(segments)))
+        reader._kinds = np.full(len(segments), -1), []
         np.testing.assert_array_equal(reader.read(), expected)
 
 

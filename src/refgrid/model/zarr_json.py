@@ -36,6 +36,7 @@ from refgrid.core.keys import (
     document_key,
 )
 from refgrid.core.typed import JSON, Attributes
+from refgrid.core.util import same_value
 from refgrid.errors import FormatError, ModelError, RefgridError, WriteError
 from refgrid.grid.json_forms import ChunkGridJSON, emit_chunk_grid, parse_chunk_grid
 from refgrid.grid.rectilinear import GridForm, RectilinearGrid
@@ -147,21 +148,28 @@ loudly, never reading one segment's bytes with another's encoding; refgrid reads
 
 def segments_codec(segments: Segments) -> CodecJSON:
     """The ``refgrid.segments`` codec of an array in ``segments``: each distinct way of
-    storing chunks once (``storage``), each segment its first chunk, its storage and the
-    attributes that decode it (``docs/segments.md``)."""
+    storing chunks once (``storage``), the decoding attributes every segment shares once
+    (``attributes``), each segment its first chunk, its storage and the attributes that
+    are its own (``docs/segments.md``)."""
     storage: list[dict[str, object]] = []
     runs = []
-    for start, e in zip(segments.starts, segments.encodings, strict=True):
+    every = [zarr_attributes(e.attrs, e.dtype) for e in segments.encodings]
+    common = {k: v for k, v in every[0].items() if all(
+        k in attrs and same_value(attrs[k], v) for attrs in every)}
+    for start, e, attrs in zip(segments.starts, segments.encodings, every, strict=True):
         kind: dict[str, object] = {"data_type": zarr_data_type(e.dtype),
                                    "fill_value": zarr_fill_value(e.dtype, e.fill_value),
                                    "codecs": [dict(c) for c in e.codecs]}
         if kind not in storage:
             storage.append(kind)
-        runs.append({"start": start, "storage": storage.index(kind),
-                     "attributes": zarr_attributes(e.attrs, e.dtype)})
+        run: dict[str, object] = {"start": start, "storage": storage.index(kind)}
+        own = {k: v for k, v in attrs.items() if k not in common}
+        if own:
+            run["attributes"] = own
+        runs.append(run)
     return {"name": SEGMENTS_CODEC, "configuration": {
         "dimension": segments.dim, "shown": "decoded" if segments.decoded else "stored",
-        "storage": storage, "segments": runs}}
+        "storage": storage, "attributes": common, "segments": runs}}
 
 
 def refuse_segments(arrays: VirtualGroup | Mapping[str, VirtualArray], output: str) -> None:
@@ -205,14 +213,17 @@ def parse_segments(codec: Mapping[str, object]) -> Segments:
             fill = zdtype.from_json_scalar(kind["fill_value"], zarr_format=3)
         storage.append((dtype, codecs, fill))
     starts, encodings = [], []
+    common = config.get("attributes") or {}
+    if not isinstance(common, Mapping):
+        raise ValueError(f"attributes {common!r:.120} are not a mapping")
     for run in config["segments"]:
         if not isinstance(run["start"], int) or not isinstance(run["storage"], int) or \
                 not 0 <= run["storage"] < len(storage):
             raise ValueError(f"segment {run!r:.120} is not one")
         dtype, codecs, fill = storage[run["storage"]]
         starts.append(run["start"])
-        encodings.append(Encoding.of(dtype, codecs, fill,
-                                     model_attributes(run.get("attributes") or {}, dtype)))
+        encodings.append(Encoding.of(dtype, codecs, fill, model_attributes(
+            {**common, **(run.get("attributes") or {})}, dtype)))
     return Segments(config["dimension"], tuple(starts), tuple(encodings),
                     config["shown"] == "decoded")
 

@@ -52,16 +52,17 @@ class SegmentedReader:
         self.first = bounds[np.asarray(segments.starts)]
         """Each segment's first element along the segmented axis."""
         groups: dict[tuple[str, str, str], Encoding] = {}
-        self.group = np.empty(len(segments), np.intp)
+        known: dict[tuple[int, str, str], int] = {}  # (segments read from one document share
+        self.group = np.empty(len(segments), np.intp)  # their storage's codecs)
         for k, e in enumerate(segments.encodings):
-            key = e.storage
-            if key not in groups:
-                groups[key] = e
-            self.group[k] = list(groups).index(key)
-        self.plans: dict[int, Plan | None] = {}
-        """Each segment's decoding as numpy steps (made when first read)."""
-        self.templates: dict[tuple[object, ...], Plan | None] = {}
-        """The plan of the first segment of each kind (:meth:`plan`)."""
+            quick = (id(e.codecs), e.dtype.str, repr(e.fill_value))
+            if quick not in known:
+                key = e.storage
+                if key not in groups:
+                    groups[key] = e
+                known[quick] = list(groups).index(key)
+            self.group[k] = known[quick]
+        self._kinds: tuple[np.ndarray, list[Columns]] | None = None
         self.readers = [stored(replace(array, dtype=g.dtype, codecs=g.codecs,
                                        fill_value=g.fill_value, segments=None),
                                name, storage_options, check) for g in groups.values()]
@@ -88,52 +89,39 @@ class SegmentedReader:
                 out[_along(axis, where, len(shape))] = raw
                 continue
             mine = segment[where]
-            for key, members in self.by_plan(np.unique(mine).tolist()).items():
-                at = np.flatnonzero(np.isin(mine, members))
-                cut = _along(axis, at, len(shape))
-                put = _along(axis, where[at], len(shape))
-                if key is None:  # decoded by xarray itself, a segment at a time
-                    for k in members:
+            kind, columns = self.kinds()
+            for j in np.unique(kind[mine]).tolist():
+                at = np.flatnonzero(kind[mine] == j)
+                if j < 0:  # decoded by xarray itself, a segment at a time
+                    for k in np.unique(mine[at]).tolist():
                         one = np.flatnonzero(mine == k)
                         out[_along(axis, where[one], len(shape))] = self.decoded(
                             k, raw[_along(axis, one, len(shape))])
                 else:
-                    plans = [self.plans[k] for k in mine[at].tolist()]
-                    out[put] = _applied(cast("list[Plan]", plans), raw[cut], axis)
+                    out[_along(axis, where[at], len(shape))] = columns[j].applied(
+                        mine[at], raw[_along(axis, at, len(shape))], axis)
         return out.reshape([n for n, d in zip(shape, dropped, strict=True) if not d])
 
-    def by_plan(self, members: list[int]) -> dict[tuple[object, ...] | None, list[int]]:
-        """Segments ``members`` by the kind of their plan (:func:`_plan`): those of one
-        kind are decoded together, in one numpy step (None: by xarray, one at a time)."""
-        out: dict[tuple[object, ...] | None, list[int]] = {}
-        for k in members:
-            if k not in self.plans:
-                self.plans[k] = self.plan(self.segments.encodings[k])
-            plan = self.plans[k]
-            out.setdefault(None if plan is None else plan.kind, []).append(k)
-        return out
-
-    def plan(self, encoding: Encoding) -> Plan | None:
-        """A segment's :class:`Plan`: xarray's rules are asked once per kind of segment
-        (:func:`_kind_of`: the attributes' names and types), then each segment's values
-        taken as xarray takes them — 10^4 files that differ in ``add_offset`` ask once."""
-        kind = _kind_of(encoding)
-        if kind is None:
-            return _plan(self.array.name, encoding)
-        if kind not in self.templates:
-            self.templates[kind] = _plan(self.array.name, encoding)
-            return self.templates[kind]
-        template = self.templates[kind]
-        if template is None:
-            return None
-        types = cast("dict[str, str]", encoding.attrs.get(ATTRIBUTE_TYPES_ATTR) or {})
-        scale, offset = (None if v is None else np.dtype(types[name]).type(v)
-                         if name in types else v for name, v in (
-                             ("scale_factor", encoding.attrs.get("scale_factor")),
-                             ("add_offset", encoding.attrs.get("add_offset"))))
-        fill = encoding.attrs.get("_FillValue", encoding.attrs.get("missing_value"))
-        fills = () if fill is None else (template.fills[0].dtype.type(fill),)
-        return template._replace(fills=fills, scale=scale, offset=offset)
+    def kinds(self) -> tuple[np.ndarray, list[Columns]]:
+        """Each segment's kind (-1: decoded by xarray alone) and each kind's
+        :class:`Columns` — xarray's rules asked once per kind (:func:`_kind_of`: the
+        attributes' names and types), each segment's values taken as xarray takes them:
+        10^4 files that differ in ``add_offset`` ask once, and decode in one numpy step."""
+        if self._kinds is None:
+            encodings = self.segments.encodings
+            kind = np.full(len(encodings), -1, np.intp)
+            by_kind: dict[tuple[object, ...], list[int]] = {}
+            for k, e in enumerate(encodings):
+                by_kind.setdefault(_kind_of(e), []).append(k)
+            columns: list[Columns] = []
+            for members in by_kind.values():
+                found = Columns.of(self.array.name, [encodings[k] for k in members],
+                                   np.asarray(members), len(encodings))
+                if found is not None:
+                    kind[found.members] = len(columns)
+                    columns.append(found)
+            self._kinds = kind, columns
+        return self._kinds
 
     def decoded(self, k: int, raw: np.ndarray) -> np.ndarray:
         """Segment ``k``'s stored values decoded by xarray itself."""
@@ -163,29 +151,89 @@ class Plan(NamedTuple):
     scale: object
     offset: object
 
-    @property
-    def kind(self) -> tuple[object, ...]:
-        """What must agree for segments to be decoded together: types, not values."""
-        return (tuple(f.dtype for f in self.fills), self.masked, self.scaled,
-                _type(self.scale), _type(self.offset))
+
+class Columns(NamedTuple):
+    """Segments of one kind: the :class:`Plan` of the first, and each segment's values as
+    columns indexed by segment (where the array has ``count`` of them)."""
+
+    plan: Plan
+    members: np.ndarray
+    fills: np.ndarray | None
+    scales: np.ndarray | None
+    offsets: np.ndarray | None
+
+    @classmethod
+    def of(cls, name: str, encodings: list[Encoding], members: np.ndarray, count: int
+           ) -> Columns | None:
+        """The columns of ``encodings`` (segments ``members``) that xarray's rules of the
+        first decode alike; None where they do not (the others are decoded alone)."""
+        first = encodings[0]
+        plan = _plan(name, first) if _simple(first) else None
+        if plan is None:
+            return None
+        found: dict[str, np.ndarray | None] = {}
+        finite = np.ones(len(encodings), bool)
+        for attr, kept, dtype in (
+                ("fill", plan.fills[0] if plan.fills else None,
+                 plan.fills[0].dtype if plan.fills else None),
+                ("scale_factor", plan.scale, None), ("add_offset", plan.offset, None)):
+            if kept is None:
+                found[attr] = None
+                continue
+            values = [e.attrs.get("_FillValue", e.attrs.get("missing_value")) if
+                      attr == "fill" else e.attrs.get(attr) for e in encodings]
+            finite &= np.array([_finite(v) for v in values])
+            typed = dtype or _typed(kept, plan.scaled or plan.masked or first.dtype)
+            column = np.zeros(count, typed)
+            column[members] = np.array([v if _finite(v) else 0 for v in values], typed)
+            found[attr] = column
+        members = members[finite]
+        if not len(members):
+            return None
+        return cls(plan, members, found["fill"], found["scale_factor"], found["add_offset"])
+
+    def applied(self, segment: np.ndarray, raw: np.ndarray, axis: int) -> np.ndarray:
+        """``raw`` (its positions along ``axis`` of segments ``segment``, all of this
+        kind) masked and scaled as xarray does each segment."""
+        plan = self.plan
+        shape = [1] * raw.ndim
+        shape[axis] = len(segment)
+
+        def at(column: np.ndarray) -> np.ndarray:
+            return column[segment].reshape(shape)
+
+        data = raw
+        if plan.masked is not None:
+            data = np.array(raw, dtype=plan.masked, copy=True)
+            assert self.fills is not None
+            data[data == at(self.fills)] = plan.fill
+        if plan.scaled is not None:
+            data = data.astype(plan.scaled, copy=True)
+            if self.scales is not None:
+                data *= at(self.scales)
+            if self.offsets is not None:
+                data += at(self.offsets)
+        return data
 
 
-def _type(value: object) -> object:
-    return None if value is None else value.dtype if isinstance(value, np.generic) else "weak"
-
-
-def _kind_of(encoding: Encoding) -> tuple[object, ...] | None:
-    """What xarray's rules depend on, of a segment whose values are scalars of recorded
-    types and one finite fill marker at most (None: another segment, planned alone)."""
+def _kind_of(encoding: Encoding) -> tuple[object, ...]:
+    """What xarray's rules depend on: the stored type and the attributes' names and types
+    (recorded, else the Python type of their values)."""
     attrs = encoding.attrs
     types = attrs.get(ATTRIBUTE_TYPES_ATTR) or {}
-    names = sorted(k for k in attrs if k != ATTRIBUTE_TYPES_ATTR)
-    fills = [k for k in names if k in ("_FillValue", "missing_value")]
-    if not isinstance(types, Mapping) or len(fills) > 1 or "_Unsigned" in names or not all(
-            _finite(attrs[k]) for k in names):
-        return None
-    return encoding.dtype.str, tuple((k, types.get(k, type(attrs[k]).__name__))
-                                     for k in names)
+    recorded = types if isinstance(types, Mapping) else {}
+    return encoding.dtype.str, *((k, recorded.get(k) or type(v).__name__)
+                                 for k, v in attrs.items() if k != ATTRIBUTE_TYPES_ATTR)
+
+
+def _simple(encoding: Encoding) -> bool:
+    """Whether a segment's kind takes one plan for all: scalars of recorded types, one fill
+    marker at most, no ``_Unsigned`` (each segment is checked finite when planned)."""
+    attrs = encoding.attrs
+    fills = [k for k in attrs if k in ("_FillValue", "missing_value")]
+    return len(fills) <= 1 and "_Unsigned" not in attrs and isinstance(
+        attrs.get(ATTRIBUTE_TYPES_ATTR) or {}, Mapping) and all(
+        _finite(v) for k, v in attrs.items() if k != ATTRIBUTE_TYPES_ATTR)
 
 
 def _finite(value: object) -> bool:
@@ -223,32 +271,6 @@ def _plan(name: str, encoding: Encoding) -> Plan | None:
                                                                            attrs))
     found = tuple(cast("np.generic", np.asarray(f)[()]) for f in fills)
     return Plan(found, masked, fill, scaled, scale, offset)
-
-
-def _applied(plans: list[Plan], raw: np.ndarray, axis: int) -> np.ndarray:
-    """``raw`` (its positions along ``axis`` each of the segment whose plan ``plans``
-    gives, all of one kind) masked and scaled as xarray does each segment."""
-    first = plans[0]
-    shape = [1] * raw.ndim
-    shape[axis] = len(plans)
-
-    def column(values: list[object], dtype: np.dtype) -> np.ndarray:
-        return np.asarray(values, dtype).reshape(shape)
-
-    data = raw
-    if first.masked is not None:
-        data = np.array(raw, dtype=first.masked, copy=True)
-        condition = np.zeros(data.shape, bool)
-        for j, found in enumerate(first.fills):
-            condition |= data == column([p.fills[j] for p in plans], found.dtype)
-        data[condition] = first.fill
-    if first.scaled is not None:
-        data = data.astype(first.scaled, copy=True)
-        if first.scale is not None:
-            data *= column([p.scale for p in plans], _typed(first.scale, first.scaled))
-        if first.offset is not None:
-            data += column([p.offset for p in plans], _typed(first.offset, first.scaled))
-    return data
 
 
 def _typed(value: object, array: np.dtype) -> np.dtype:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -317,7 +318,14 @@ def _byte_counts(column: Sequence[object], what: str, chunks: ChunkRefs, rows: n
     return np.array([int(v) for v in integers], dtype=np.uint64)
 
 
+TEMPLATE = re.compile(r"\{\{(\w+)\}\}")
+"""A template's place in a URL (``{{u}}``)."""
+
+
 def _render(url: str, templates: Mapping[str, str]) -> str:
-    for name, value in templates.items():
-        url = url.replace("{{" + name + "}}", value)
-    return url
+    """``url`` with each ``{{name}}`` of ``templates`` rendered, in one pass (as fsspec's
+    reference filesystem renders them): one look per URL, not one per template — a
+    reference set of 10^3 files names 10^3 templates."""
+    if "{{" not in url:
+        return url
+    return TEMPLATE.sub(lambda m: templates.get(m.group(1), m.group(0)), url)
