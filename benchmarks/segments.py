@@ -112,7 +112,7 @@ def kerchunk_values(paths: list[Path]) -> np.ndarray | str:
         return ds.sst[:, LAT // 2, LON // 2].values
 
 
-def virtualizarr_outcome(paths: list[Path]) -> str:
+def virtualizarr_outcome(paths: list[Path], expected: np.ndarray) -> str:
     try:
         from obstore.store import LocalStore
         from virtualizarr import open_virtual_mfdataset
@@ -125,12 +125,20 @@ def virtualizarr_outcome(paths: list[Path]) -> str:
         from virtualizarr.registry import ObjectStoreRegistry  # older releases
     registry = ObjectStoreRegistry({"file://": LocalStore()})
     try:
-        open_virtual_mfdataset([f"file://{p}" for p in paths], registry=registry,
-                               parser=HDFParser(), concat_dim="time", combine="nested",
-                               data_vars="minimal", coords="minimal", compat="override")
+        ds = open_virtual_mfdataset([f"file://{p}" for p in paths], registry=registry,
+                                    parser=HDFParser(), concat_dim="time", combine="nested",
+                                    data_vars="minimal", coords="minimal", compat="override")
+        refs = ds.vz.to_kerchunk(format="dict")
     except Exception as e:  # what it says is the outcome
         return f"refused: {type(e).__name__}: {str(e)[:120]}"
-    return "accepted"
+    import fsspec
+
+    with xr.open_dataset(fsspec.get_mapper("reference://", fo=refs), engine="zarr",
+                         consolidated=False, zarr_format=2) as opened:
+        theirs = opened.sst[:, LAT // 2, LON // 2].values
+    wrong = theirs != expected[:len(theirs)]
+    return (f"accepted {len(paths)} files; {int(wrong.sum())} of {wrong.size} values wrong, "
+            f"largest error {np.nanmax(np.abs(theirs - expected[:len(theirs)])):.2f} K")
 
 
 def main() -> None:
@@ -178,7 +186,8 @@ def main() -> None:
             wrong = ~np.isclose(theirs, expected, rtol=0, atol=0, equal_nan=True)
             print(f"kerchunk MultiZarrToZarr: {int(wrong.sum())} of {wrong.size} values wrong, "
                   f"largest error {np.nanmax(np.abs(theirs - expected)):.2f} K")
-        print(f"VirtualiZarr open_virtual_mfdataset: {virtualizarr_outcome(drift[:50])}")
+        print(f"VirtualiZarr open_virtual_mfdataset: "
+              f"{virtualizarr_outcome(drift[:50], expected)}")
 
 
 if __name__ == "__main__":
