@@ -215,3 +215,57 @@ def test_any_mix_of_writers_reads_as_open_mfdataset_through_every_reader(tmp_pat
                           consolidated=True), files, f"store {kinds}")
     _same(xr.open_dataset(refgrid.get_mapper(refs, unpack=True), engine="zarr",
                           consolidated=True), files, f"mapper {kinds}")
+
+
+def test_members_whose_files_each_pack_otherwise_are_refused_by_name(tmp_path):
+    """Segments run along one dimension: members in segments along time are not stacked
+    (their time would be folded into the members), they are refused naming the variable."""
+    files = [variant(tmp_path / member / f"tas_{k}.nc", k, "repacked")
+             for member in ("r1", "r2") for k in (1, 2)]
+    with pytest.raises(CombineError, match=r"tas.*in segments along 'time'.*'member'"):
+        refgrid.combine([str(f) for f in files], "time", stack_dim="member",
+                        stack_by="{member}/*.nc")
+
+
+def test_a_decoded_array_keeps_no_stored_type_for_writers(tmp_path):
+    """Packed int16 beside float32: the decoded values carry no int16 ``dtype`` encoding,
+    which ``to_netcdf`` and ``materialize`` would write them back in."""
+    files = [variant(tmp_path / "tas_0.nc", 0, "packed"),
+             variant(tmp_path / "tas_1.nc", 1, "netcdf4")]
+    refs = refgrid.write(refgrid.combine([str(f) for f in files], "time"),
+                         tmp_path / "refs.json")
+    ours = closed(xr.open_dataset(refs, engine="refgrid"))
+    assert ours.tas.encoding.get("dtype") in (None, np.dtype("float32"))
+    ours.to_netcdf(tmp_path / "again.nc")
+    _same(xr.open_dataset(tmp_path / "again.nc"), files, "written again")
+
+
+def test_a_batch_record_keeps_its_segments(archives):
+    from refgrid.archive.record import dumps, loads
+
+    _, files = archives
+    group = refgrid.combine([str(f) for f in files["everything"]], "time")
+    back, _ = loads(dumps(group, {}), "record")
+    assert back["tas"].segments == group["tas"].segments
+
+
+def test_chunks_a_file_never_wrote_read_as_that_file_s_fill_in_every_view(tmp_path):
+    """A packed file whose later chunks were never written (netCDF's default fill there,
+    unpacked as xarray unpacks it) beside a float one: the regular view serves those chunks
+    decoded by their own segment, as the engine reads them — not the array's fill."""
+    import netCDF4
+
+    first = variant(tmp_path / "tas_0.nc", 0, "packed")
+    with netCDF4.Dataset(first, "a") as ds:  # (a second variable, written in part only)
+        v = ds.createVariable("part", "i2", ("time", "lat", "lon"), chunksizes=(10, 4, 5))
+        v.scale_factor, v.add_offset = np.float32(0.5), np.float32(100)
+        v[:10] = np.ones((10, 4, 5), "i2")
+    second = variant(tmp_path / "tas_1.nc", 1, "float64")
+    with netCDF4.Dataset(second, "a") as ds:
+        ds.createVariable("part", "f8", ("time", "lat", "lon"))[:] = np.zeros((30, 4, 5))
+    files = [first, second]
+    refs = refgrid.write(refgrid.combine([str(f) for f in files], "time"),
+                         tmp_path / "refs.json")
+    _same(xr.open_dataset(refs, engine="refgrid"), files, "engine")
+    _same(xr.open_dataset(refgrid.open_store(refs, chunks="time:10"), engine="zarr",
+                          consolidated=True), files, "regular view")

@@ -154,7 +154,8 @@ def test_compression_level_alone_is_fine():
     codecs = tuple({**c, "configuration": {**c.get("configuration", {}), "level": 9}}
                    if c["name"] == "numcodecs.zlib" else c for c in tas.codecs)
     feb = replace(feb, arrays={**feb.arrays, "tas": replace(tas, codecs=codecs)})
-    assert combine([jan, feb], "time")["tas"].shape == (59, 6, 8)
+    joined = combine([jan, feb], "time")["tas"]
+    assert joined.shape == (59, 6, 8) and joined.segments is None  # (not a segment either)
 
 
 def test_shape_dtype_and_missing_variables_name_every_file():

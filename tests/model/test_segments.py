@@ -4,6 +4,7 @@ written and read back exactly, and a hostile ``refgrid.segments`` codec refused 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from refgrid.errors import FormatError, ModelError
 from refgrid.grid.rectilinear import RectilinearGrid
 from refgrid.model.manifest import ChunkManifest
+from refgrid.model.presented import presentation, shown_as
 from refgrid.model.segments import Encoding, Segments
 from refgrid.model.virtual import VirtualArray, VirtualGroup
 from refgrid.model.zarr_json import SEGMENTS_CODEC, documents, group_from_documents
@@ -33,17 +35,43 @@ def _encodings() -> list[Encoding]:
 
 
 def _array(starts: tuple[int, ...], chunks: int = 6, decoded: bool = True) -> VirtualArray:
+    """An array of ``starts`` segments (``decoded``: shown as its segments give, else as
+    the constructor is told, however they differ)."""
     grid = RectilinearGrid.regular([chunks * 10, 4], [10, 4])
     encodings = tuple(_encodings()[k % 3] for k in range(len(starts)))
-    return VirtualArray("tas", ("time", "lat"), np.dtype("<f4"), grid,
-                        ChunkManifest.empty(grid.chunk_counts), np.nan, LITTLE,
-                        {"units": "K"}, Segments("time", starts, encodings, decoded))
+    plain = VirtualArray("tas", ("time", "lat"), np.dtype("<f4"), grid,
+                         ChunkManifest.empty(grid.chunk_counts), np.nan, LITTLE,
+                         {"units": "K"})
+    if not decoded or not starts:
+        return replace(plain, segments=Segments("time", starts, encodings, decoded))
+    shown, dtype, fill, attrs = presentation("tas", encodings, plain.dims, {
+        "units": "K", **encodings[0].attrs})  # (the first file's, as a combine keeps them)
+    return shown_as(plain, Segments("time", starts, encodings, shown), dtype, fill, attrs)
 
 
 def test_an_encoding_keeps_only_what_decoding_needs():
     packed = _encodings()[2]
     assert set(packed.attrs) == {"_FillValue", "scale_factor", "add_offset",
                                  "_refgrid_attribute_types"}
+    typed = Encoding.of(np.dtype("<f4"), LITTLE, None, {
+        "valid_max": 1.0, "_refgrid_attribute_types": {"valid_max": "<f4"}})
+    assert typed.attrs == {}  # (another attribute's type makes no segment)
+
+
+def test_a_document_that_shows_its_segments_otherwise_is_refused():
+    """Shown as stored over segments packed otherwise, every segment would be read by the
+    top-level packing: the document is refused, not trusted."""
+    doc = documents(VirtualGroup(arrays={"tas": _array((0, 2, 4), decoded=True)}))
+    text = {k[:-len("zarr.json")].rstrip("/"): json.loads(json.dumps(v))
+            for k, v in doc.items()}
+    text["tas"]["codecs"][0]["configuration"]["shown"] = "stored"
+    with pytest.raises(FormatError, match=r"refs\.json.*tas.*shown decoded"):
+        group_from_documents(text, lambda path, grid: ChunkManifest.empty(grid.chunk_counts),
+                             "refs.json")
+    text["tas"]["codecs"] = [*text["tas"]["codecs"], {"name": "bytes"}]
+    with pytest.raises(FormatError, match="the only codec"):
+        group_from_documents(text, lambda path, grid: ChunkManifest.empty(grid.chunk_counts),
+                             "refs.json")
 
 
 @pytest.mark.parametrize("starts", [(), (1, 3), (0, 2, 2), (0, 6)])
@@ -77,10 +105,10 @@ def test_arrays_in_segments_are_joined_by_the_combine_not_concatenated():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 2), min_size=1, max_size=6, unique=True), st.booleans())
-def test_segments_are_written_and_read_back_exactly(cuts, decoded):
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=6, unique=True))
+def test_segments_are_written_and_read_back_exactly(cuts):
     starts = tuple(sorted({0, *cuts}))
-    array = _array(starts, decoded=decoded)
+    array = _array(starts)
     docs = documents(VirtualGroup(arrays={"tas": array}))
     doc = docs["tas/zarr.json"]
     assert [c["name"] for c in doc["codecs"]] == [SEGMENTS_CODEC]

@@ -17,6 +17,7 @@ from refgrid.errors import BatchError, RefgridError
 from refgrid.grid.rectilinear import AxisChunks, RectilinearGrid
 from refgrid.model.manifest import ChunkManifest
 from refgrid.model.virtual import ReportEntry, VirtualArray, VirtualGroup
+from refgrid.model.zarr_json import parse_segments, segments_codec
 
 FORMAT = 1
 SAFE_GLOBALS = frozenset({
@@ -70,7 +71,8 @@ def _array(array: VirtualArray) -> Plain:
             "attrs": dict(array.attrs),
             "axes": [[a.logical, a.encoded, a.empty_chunk] for a in array.grid.axes],
             "paths": list(m.paths), "path_id": m.path_id, "offset": m.offset,
-            "length": m.length, "inline": [[list(k), v] for k, v in m.inline.items()]}
+            "length": m.length, "inline": [[list(k), v] for k, v in m.inline.items()],
+            "segments": None if array.segments is None else segments_codec(array.segments)}
 
 
 def _rebuild_group(plain: Plain) -> VirtualGroup:
@@ -85,5 +87,7 @@ def _rebuild_array(plain: Plain) -> VirtualArray:
                                  for d, (logical, encoded, empty) in enumerate(plain["axes"])))
     manifest = ChunkManifest(plain["paths"], plain["path_id"], plain["offset"],
                              plain["length"], {tuple(k): bytes(v) for k, v in plain["inline"]})
+    segments = plain.get("segments")
     return VirtualArray(plain["name"], plain["dims"], plain["dtype"], grid, manifest,
-                        plain["fill"], plain["codecs"], plain["attrs"])
+                        plain["fill"], plain["codecs"], plain["attrs"],
+                        None if segments is None else parse_segments(segments))

@@ -20,7 +20,8 @@ def inlined(like: VirtualArray, data: np.ndarray, *, pieces: bool) -> VirtualArr
     """``like`` holding ``data`` inline (uncompressed, little-endian): in pieces along its
     first dimension (:func:`~refgrid.model.virtual.in_pieces`), or as one chunk."""
     stored = data.astype(like.dtype.newbyteorder("<")) if data.dtype.itemsize > 1 else data
-    typed = replace(like, dtype=stored.dtype, codecs=(bytes_codec(stored.dtype),))
+    typed = replace(like, dtype=stored.dtype, codecs=(bytes_codec(stored.dtype),),
+                    segments=None)
     return in_pieces(typed, stored.tobytes(), data.shape,
                      piece_length(data.shape[0]) if pieces else max(1, data.shape[0]))
 

@@ -426,19 +426,22 @@ class Combine:
                 t is not None for t in times) or not all(
                 p.dtype.kind in "iuf" and p.dtype.fields is None for p in parts):
             return False
-        fill = _read_fill(parts)
-        kept = _encoding(first, first, fill)
-        return any(p.segments is not None or _encoding(p, first, fill) != kept for p in parts)
+        kept = _encoding(first, first, _read_fill(parts))
+        return any(p.segments is not None or _encoding(p, first, kept.fill_value) != kept
+                   for p in parts)
 
     def segments(self, parts: list[VirtualArray], labels: list[str], where: str,
                  times: Times, attrs: Attributes) -> VirtualArray:
         """``parts`` joined in segments, each read by its own encoding; what else must
         agree is checked as for any variable."""
         self.check(parts, labels, where, times, segmenting=True)
-        fill = _read_fill(parts)
+        first = parts[0]
+        fill, decoding = _read_fill(parts), _decoding(first.codecs)
+        alike = [replace(p, codecs=first.codecs) if p.segments is None and _decoding(
+            p.codecs) == decoding else p for p in parts]  # (a compression level alone)
         try:
-            array = joined([replace(p, fill_value=fill) if _unread_fill(p, parts[0]) else p
-                            for p in parts], self.dim, attrs)
+            array = joined([replace(p, fill_value=fill) if _unread_fill(p, first) else p
+                            for p in alike], self.dim, attrs)
         except RefgridError as e:
             raise CombineError(f"{where}: {e}") from e
         segments = array.segments
@@ -519,7 +522,8 @@ class Combine:
             f"codecs {[c['name'] for c in part.codecs]} differ from the first file's "
             f"{[c['name'] for c in first.codecs]}: {len(built.inline)} chunks re-encoded and "
             "inlined (data copied)")))
-        return replace(part, dtype=stored, codecs=first.codecs, manifest=built.build())
+        return replace(part, dtype=stored, codecs=first.codecs, manifest=built.build(),
+                       segments=None)  # (its values read as shown, now stored one way)
 
     def constant(self, parts: list[VirtualArray], labels: list[str], where: str,
                  times: Times) -> VirtualArray:
@@ -694,10 +698,11 @@ def _unread_fills(parts: Sequence[VirtualArray], odd: list[int]) -> tuple[list[i
 
 
 def _encoding(part: VirtualArray, first: VirtualArray, fill: object) -> Encoding:
-    """How a file stores a variable, its storage fill ``fill`` where it has no missing chunk
-    (a fill nothing reads does not make a segment)."""
-    return Encoding.of(part.dtype, part.codecs, part.fill_value if part.manifest.missing.any()
-                       or part.dtype != first.dtype else fill, part.attrs)
+    """How a file stores a variable as far as decoding goes: its storage fill ``fill``
+    where nothing reads its own (:func:`_unread_fill`), its codecs without compression
+    levels — neither makes a segment."""
+    return Encoding.of(part.dtype, _decoding(part.codecs), fill if _unread_fill(part, first)
+                       else part.fill_value, part.attrs)
 
 
 def _unread_fill(part: VirtualArray, first: VirtualArray) -> bool:

@@ -25,9 +25,10 @@ import numpy as np
 
 from refgrid.codecs.filters import plain_codec
 from refgrid.core.cf import PACKING_ATTRS, mask_and_scale
-from refgrid.core.dtypes import reader_attrs
+from refgrid.core.dtypes import ENCODING_ATTR, reader_attrs
 from refgrid.core.typed import Attributes
 from refgrid.core.util import same_value
+from refgrid.errors import ModelError
 from refgrid.model.segments import Encoding, Segments
 from refgrid.model.virtual import VirtualArray
 
@@ -44,9 +45,16 @@ def presentation(name: str, encodings: Sequence[Encoding], dims: tuple[str, ...]
         return False, dtype, first.fill_value, dict(attrs)
     types = [mask_and_scale(name, dims, reader_attrs(e.attrs), np.zeros(
         (0,) * len(dims), _value_dtype(e.dtype))).dtype for e in encodings]
+    odd = [t for t in types if t.kind not in "iuf"]
+    if odd:
+        raise ModelError(f"array {name!r}: a segment decodes to {odd[0]}, not numbers (its "
+                         "packing attributes are not numbers)")
     dtype = np.result_type(*types)
     fill = np.nan if dtype.kind in "fc" else np.zeros((), dtype)[()]
     shown = {k: v for k, v in attrs.items() if k not in PACKING_ATTRS}
+    encoding = shown.get(ENCODING_ATTR)
+    if isinstance(encoding, Mapping) and "dtype" in encoding:  # (a file's stored type: not
+        shown[ENCODING_ATTR] = {k: v for k, v in encoding.items() if k != "dtype"}  # these)
     return True, dtype, fill, shown
 
 
@@ -57,6 +65,13 @@ def _value_dtype(dtype: np.dtype) -> np.dtype:
 def joined(parts: Sequence[VirtualArray], dim: str, attrs: Attributes) -> VirtualArray:
     """``parts`` (each uniform or itself in segments) joined along ``dim`` in segments,
     shown as :func:`presentation` decides; one encoding throughout is no segment at all."""
+    across = [p.segments.dim for p in parts if p.segments is not None and
+              p.segments.dim != dim]
+    if across:
+        raise ModelError(f"array {parts[0].name!r} is stored in segments along "
+                         f"{across[0]!r}, and cannot be joined in segments along {dim!r} "
+                         "as well (stack members whose files store it alike, or combine "
+                         "each member apart)")
     pieces: list[tuple[VirtualArray, Encoding]] = []
     for part in parts:
         pieces.extend(_pieces(part))

@@ -10,8 +10,9 @@ array — but one Zarr array has one encoding. A segmented array keeps each file
 ``attrs``): what every reader sees, each chunk decoded with its own segment's encoding and
 converted (:mod:`refgrid.read.segmented`). No byte is copied.
 
-The model is the data only; how a segment's values become the presented ones, and which
-presentation an archive gets, is the reader's (:mod:`refgrid.read.segmented`).
+The model is the data only: which presentation an archive gets is decided by
+:mod:`refgrid.model.presented`, and how a segment's values become the presented ones by the
+reader (:mod:`refgrid.read.segmented`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,6 @@ from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR
 from refgrid.core.util import same_value
 from refgrid.errors import ModelError
 
-DECODING_ATTRS = frozenset({*PACKING_ATTRS, ATTRIBUTE_TYPES_ATTR})
-"""The attributes a segment keeps: what decoding its values needs (packing and fill markers,
-with their numeric types); every other attribute is the array's."""
-
 
 @dataclass(frozen=True, eq=False)
 class Encoding:
@@ -41,13 +38,18 @@ class Encoding:
     codecs: tuple[CodecJSON, ...]
     fill_value: object
     attrs: Mapping[str, object]
-    """Only :data:`DECODING_ATTRS` (a plain dict: segments are pickled to workers)."""
+    """Only what decodes the values: packing and fill markers, with their recorded numeric
+    types (a plain dict: segments are pickled to workers)."""
 
     @classmethod
     def of(cls, dtype: np.dtype, codecs: Sequence[CodecJSON], fill_value: object,
            attrs: Mapping[str, object]) -> Encoding:
-        return cls(np.dtype(dtype), tuple(codecs), fill_value,
-                   {k: v for k, v in attrs.items() if k in DECODING_ATTRS})
+        kept = {k: v for k, v in attrs.items() if k in PACKING_ATTRS}
+        types = attrs.get(ATTRIBUTE_TYPES_ATTR)
+        if isinstance(types, Mapping) and (mine := {k: t for k, t in types.items()
+                                                    if k in kept}):
+            kept[ATTRIBUTE_TYPES_ATTR] = mine  # (the types of these only: not every attribute's)
+        return cls(np.dtype(dtype), tuple(codecs), fill_value, kept)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Encoding) and self.dtype == other.dtype and same_value(

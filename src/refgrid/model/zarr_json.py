@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast
 
 from refgrid.codecs.filters import CodecJSON, bytes_codec, stored_dtype
+from refgrid.core.cf import PACKING_ATTRS
 from refgrid.core.dtypes import (
     BOOKKEEPING_PREFIX,
     model_attributes,
@@ -217,7 +218,7 @@ def parse_segments(codec: Mapping[str, object]) -> Segments:
     if not isinstance(common, Mapping):
         raise ValueError(f"attributes {common!r:.120} are not a mapping")
     for run in config["segments"]:
-        if not isinstance(run["start"], int) or not isinstance(run["storage"], int) or \
+        if type(run["start"]) is not int or type(run["storage"]) is not int or \
                 not 0 <= run["storage"] < len(storage):
             raise ValueError(f"segment {run!r:.120} is not one")
         dtype, codecs, fill = storage[run["storage"]]
@@ -226,6 +227,24 @@ def parse_segments(codec: Mapping[str, object]) -> Segments:
             {**common, **(run.get("attributes") or {})}, dtype)))
     return Segments(config["dimension"], tuple(starts), tuple(encodings),
                     config["shown"] == "decoded")
+
+
+def _check_shown(segments: Segments, dtype: np.dtype, dims: tuple[str, ...], name: str,
+                 attrs: Mapping[str, object]) -> None:
+    """A ``ValueError`` unless a document shows its segments as refgrid would: as its
+    segments give (stored or decoded, the type) and, shown as stored, with the packing
+    every segment has — a document that says otherwise would have every segment read by
+    the top-level encoding."""
+    from refgrid.model.presented import presentation
+
+    decoded, shown, _, _ = presentation(name, segments.encodings, dims, attrs)
+    mine, theirs = ({k: a.get(k) for k in PACKING_ATTRS}
+                    for a in (attrs, segments.encodings[0].attrs))
+    if (decoded, shown) != (segments.decoded, dtype.newbyteorder("=")) or (
+            not decoded and not same_value(mine, theirs)):
+        raise ValueError(f"its segments are shown {'decoded' if decoded else 'as stored'} "
+                         f"as {shown}, not as the document says "
+                         f"({'decoded' if segments.decoded else 'as stored'}, {dtype})")
 
 
 def consolidated(root: Mapping[str, object], docs: Mapping[str, Document]
@@ -401,6 +420,8 @@ def _array(path: str, found: Mapping[str, object], manifest_for: ManifestFor,
         segments = parse_segments(codecs[0]) if codecs and codecs[0].get("name") == \
             SEGMENTS_CODEC else None
         if segments is not None:
+            if len(codecs) != 1:
+                raise ValueError(f"{SEGMENTS_CODEC} must be the only codec")
             codecs = (bytes_codec(dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype),)
         elif codecs:
             dtype = stored_dtype(dtype, codecs)
@@ -413,6 +434,8 @@ def _array(path: str, found: Mapping[str, object], manifest_for: ManifestFor,
                               f"{len(shape)} names")
         dims = tuple(n if n is not None else f"dim_{k}" for k, n in enumerate(names))
         attrs = {**model_attributes(doc.get("attributes") or {}, dtype), **records}
+        if segments is not None:
+            _check_shown(segments, dtype, dims, path.rsplit("/", 1)[-1], attrs)
         if given is None or None in names:
             attrs[DIMENSION_NAMES_ATTR] = None if given is None else list(names)
         encoding = KeyEncoding.from_json(doc.get("chunk_key_encoding"))

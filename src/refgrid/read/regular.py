@@ -308,10 +308,11 @@ class RegularView:
 def _held(served: Served) -> np.ndarray | PresentChunks:
     """The view chunks a view holds: those with elements (an array with a dimension of
     length 0 has none), and where a view chunk is a native chunk, only the native chunks
-    written (one never written is the fill value, as in the source)."""
+    written (one never written is the fill value, as in the source) — but for an array in
+    segments, where such a chunk reads as its own segment's fill, decoded."""
     counts = served.grid.chunk_counts
-    if served.native:
-        return served.array.manifest.written()  # (paged: asked chunk by chunk)
+    if served.native and served.array.segments is None:  # (in segments, a chunk never
+        return served.array.manifest.written()  # written reads as its segment's fill)
     if 0 in served.array.shape:
         return np.zeros(counts, bool)
     return np.ones(counts, bool)

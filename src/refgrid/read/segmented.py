@@ -21,6 +21,7 @@ from refgrid.core.cf import mask_and_scale
 from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, reader_attrs
 from refgrid.core.sources import SourceCheck
 from refgrid.core.typed import StorageOptions
+from refgrid.errors import ReadError
 from refgrid.grid.selection import normalize_selection
 from refgrid.model.segments import Encoding
 from refgrid.model.virtual import VirtualArray
@@ -124,9 +125,16 @@ class SegmentedReader:
         return self._kinds
 
     def decoded(self, k: int, raw: np.ndarray) -> np.ndarray:
-        """Segment ``k``'s stored values decoded by xarray itself."""
+        """Segment ``k``'s stored values decoded by xarray itself (what it cannot decode —
+        an integer ``scale_factor`` beside a fill marker — is a :class:`ReadError`)."""
         attrs = reader_attrs(self.segments.encodings[k].attrs)
-        return np.asarray(mask_and_scale(self.array.name, self.array.dims, attrs, raw).values)
+        try:
+            return np.asarray(mask_and_scale(self.array.name, self.array.dims, attrs,
+                                             raw).values)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise ReadError(f"array {self.array.name!r}: segment {k} (from chunk "
+                            f"{self.segments.starts[k]} along {self.segments.dim!r}) does "
+                            f"not decode: {type(e).__name__}: {e}") from e
 
 
 def _along(axis: int, index: np.ndarray, ndim: int) -> tuple[slice | np.ndarray, ...]:
@@ -185,7 +193,10 @@ class Columns(NamedTuple):
             finite &= np.array([_finite(v) for v in values])
             typed = dtype or _typed(kept, plan.scaled or plan.masked or first.dtype)
             column = np.zeros(count, typed)
-            column[members] = np.array([v if _finite(v) else 0 for v in values], typed)
+            try:
+                column[members] = np.array([v if _finite(v) else 0 for v in values], typed)
+            except (OverflowError, ValueError):  # (a value its recorded type cannot hold:
+                return None  # xarray's own decoding says what it makes of it)
             found[attr] = column
         members = members[finite]
         if not len(members):

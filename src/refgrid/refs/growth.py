@@ -23,6 +23,7 @@ from typing import Any
 
 from refgrid.core.dtypes import ENCODING_ATTR
 from refgrid.core.keys import KeyEncoding, chunk_key, document_key
+from refgrid.errors import RefgridError
 from refgrid.grid.json_forms import (
     ChunkGridJSON,
     emit_chunk_grid,
@@ -108,8 +109,13 @@ def _continued(old: Mapping[str, Any], tail: VirtualArray, kept: int, path: str
     up to chunk ``kept`` along the concat dimension (its last file's start), then the
     tail's. None where both are stored one way (the tail's document is the archive's)."""
     codecs = old.get("codecs")
-    before = parse_segments(codecs[0]) if isinstance(codecs, list) and codecs and \
-        isinstance(codecs[0], Mapping) and codecs[0].get("name") == SEGMENTS_CODEC else None
+    try:
+        before = parse_segments(codecs[0]) if isinstance(codecs, list) and codecs and \
+            isinstance(codecs[0], Mapping) and codecs[0].get("name") == SEGMENTS_CODEC \
+            else None
+    except (RefgridError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise NotAppendable(f"the archive's {path!r} has segments that do not read: "
+                            f"{type(e).__name__}: {e}") from e
     if before is None and tail.segments is None:
         return None
     dim = tail.dims[0]
