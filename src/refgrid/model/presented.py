@@ -25,7 +25,7 @@ import numpy as np
 
 from refgrid.codecs.filters import plain_codec
 from refgrid.core.cf import PACKING_ATTRS, mask_and_scale
-from refgrid.core.dtypes import ENCODING_ATTR, reader_attrs
+from refgrid.core.dtypes import ATTRIBUTE_TYPES_ATTR, ENCODING_ATTR, reader_attrs
 from refgrid.core.typed import Attributes
 from refgrid.core.util import same_value
 from refgrid.errors import ModelError
@@ -43,8 +43,9 @@ def presentation(name: str, encodings: Sequence[Encoding], dims: tuple[str, ...]
                                 for e in encodings):
         dtype = values.pop()
         return False, dtype, first.fill_value, dict(attrs)
+    kinds = {_kind(e): e for e in encodings}  # (xarray's rules ask types, not values)
     types = [mask_and_scale(name, dims, reader_attrs(e.attrs), np.zeros(
-        (0,) * len(dims), _value_dtype(e.dtype))).dtype for e in encodings]
+        (0,) * len(dims), _value_dtype(e.dtype))).dtype for e in kinds.values()]
     odd = [t for t in types if t.kind not in "iuf"]
     if odd:
         raise ModelError(f"array {name!r}: a segment decodes to {odd[0]}, not numbers (its "
@@ -56,6 +57,22 @@ def presentation(name: str, encodings: Sequence[Encoding], dims: tuple[str, ...]
     if isinstance(encoding, Mapping) and "dtype" in encoding:  # (a file's stored type: not
         shown[ENCODING_ATTR] = {k: v for k, v in encoding.items() if k != "dtype"}  # these)
     return True, dtype, fill, shown
+
+
+def _kind(encoding: Encoding) -> tuple[object, ...]:
+    """What the type xarray decodes a segment to depends on: its stored type, and its
+    decoding attributes' names, types and whether they are numbers at all (NaN markers
+    aside, which xarray drops — so are they here)."""
+    attrs = encoding.attrs
+    types = attrs.get(ATTRIBUTE_TYPES_ATTR)
+    recorded = types if isinstance(types, Mapping) else {}
+    return encoding.dtype.str, *sorted(
+        (k, str(recorded.get(k) or type(v).__name__), _nan(v))
+        for k, v in attrs.items() if k != ATTRIBUTE_TYPES_ATTR)
+
+
+def _nan(value: object) -> bool:
+    return isinstance(value, float) and value != value
 
 
 def _value_dtype(dtype: np.dtype) -> np.dtype:
