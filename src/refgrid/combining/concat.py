@@ -387,11 +387,11 @@ class Combine:
               times: Times) -> VirtualArray:
         first = parts[0]
         timed = any(t is not None for t in times)
-        segmented = self.segmented(parts, times)
+        alike = self.segmented(parts, times)
         attrs = self.attributes([p.attrs for p in parts], labels, where, skip=(
-            TIME_ATTRS if timed else ()) + (tuple(cf.PACKING_ATTRS) if segmented else ()))
-        if segmented:
-            return self.segments(parts, labels, where, times, attrs)
+            TIME_ATTRS if timed else ()) + (tuple(cf.PACKING_ATTRS) if alike else ()))
+        if alike:
+            return self.segments(parts, alike, labels, where, times, attrs)
         if self.dim not in first.dims:
             kept = self.constant(parts, labels, where, times)
             if DIMENSION_NAMES_ATTR in kept.attrs:  # stacked: a dimension more
@@ -417,31 +417,34 @@ class Combine:
             raise CombineError(f"{where}: {e}") from e
         return replace(joined, attrs=attrs)
 
-    def segmented(self, parts: list[VirtualArray], times: Times) -> bool:
-        """Whether ``parts`` join as segments (:mod:`refgrid.model.segments`): a variable
-        along the dimension (not its coordinate, nor times re-encoded), of numbers, that
-        files store or pack in other ways — as ``codecs="segments"`` (the default) asks."""
+    def segmented(self, parts: list[VirtualArray], times: Times) -> list[VirtualArray] | None:
+        """``parts`` as they join in segments (:mod:`refgrid.model.segments`: a storage
+        fill nothing reads and a compression level alone aligned with the first file's),
+        where they do: a variable along the dimension (not its coordinate, nor times
+        re-encoded), of numbers, that files store or pack in other ways — as
+        ``codecs="segments"`` (the default) asks. None where they do not."""
         first = parts[0]
         if not self.segmenting or self.dim not in first.dims or first.name == self.dim or any(
                 t is not None for t in times) or not all(
                 p.dtype.kind in "iuf" and p.dtype.fields is None for p in parts):
-            return False
-        kept = _encoding(first, first, _read_fill(parts))
-        return any(p.segments is not None or _encoding(p, first, kept.fill_value) != kept
-                   for p in parts)
-
-    def segments(self, parts: list[VirtualArray], labels: list[str], where: str,
-                 times: Times, attrs: Attributes) -> VirtualArray:
-        """``parts`` joined in segments, each read by its own encoding; what else must
-        agree is checked as for any variable."""
-        self.check(parts, labels, where, times, segmenting=True)
-        first = parts[0]
+            return None
         fill, decoding = _read_fill(parts), _decoding(first.codecs)
         alike = [replace(p, codecs=first.codecs) if p.segments is None and _decoding(
-            p.codecs) == decoding else p for p in parts]  # (a compression level alone)
+            p.codecs) == decoding else p for p in parts]
+        alike = [replace(p, fill_value=fill) if _unread_fill(p, first) else p for p in alike]
+        kept = _stored(alike[0])
+        return alike if any(p.segments is not None or _stored(p) != kept
+                            for p in alike) else None
+
+    def segments(self, parts: list[VirtualArray], alike: list[VirtualArray],
+                 labels: list[str], where: str, times: Times, attrs: Attributes
+                 ) -> VirtualArray:
+        """``parts`` joined in segments (as :meth:`segmented` aligned them: ``alike``),
+        each read by its own encoding; what else must agree is checked as for any
+        variable."""
+        self.check(parts, labels, where, times, segmenting=True)
         try:
-            array = joined([replace(p, fill_value=fill) if _unread_fill(p, first) else p
-                            for p in alike], self.dim, attrs)
+            array = joined(alike, self.dim, attrs)
         except RefgridError as e:
             raise CombineError(f"{where}: {e}") from e
         segments = array.segments
@@ -697,12 +700,9 @@ def _unread_fills(parts: Sequence[VirtualArray], odd: list[int]) -> tuple[list[i
                                                expected)], holed[0]
 
 
-def _encoding(part: VirtualArray, first: VirtualArray, fill: object) -> Encoding:
-    """How a file stores a variable as far as decoding goes: its storage fill ``fill``
-    where nothing reads its own (:func:`_unread_fill`), its codecs without compression
-    levels — neither makes a segment."""
-    return Encoding.of(part.dtype, _decoding(part.codecs), fill if _unread_fill(part, first)
-                       else part.fill_value, part.attrs)
+def _stored(part: VirtualArray) -> Encoding:
+    """How a file stores a variable (as :meth:`Combine.segmented` aligned it)."""
+    return Encoding.of(part.dtype, part.codecs, part.fill_value, part.attrs)
 
 
 def _unread_fill(part: VirtualArray, first: VirtualArray) -> bool:

@@ -43,7 +43,7 @@ def presentation(name: str, encodings: Sequence[Encoding], dims: tuple[str, ...]
                                 for e in encodings):
         dtype = values.pop()
         return False, dtype, first.fill_value, dict(attrs)
-    kinds = {_kind(e): e for e in encodings}  # (xarray's rules ask types, not values)
+    kinds = {kind_of(e): e for e in encodings}  # (xarray's rules ask types, not values)
     types = [mask_and_scale(name, dims, reader_attrs(e.attrs), np.zeros(
         (0,) * len(dims), _value_dtype(e.dtype))).dtype for e in kinds.values()]
     odd = [t for t in types if t.kind not in "iuf"]
@@ -59,10 +59,10 @@ def presentation(name: str, encodings: Sequence[Encoding], dims: tuple[str, ...]
     return True, dtype, fill, shown
 
 
-def _kind(encoding: Encoding) -> tuple[object, ...]:
-    """What the type xarray decodes a segment to depends on: its stored type, and its
-    decoding attributes' names, types and whether they are numbers at all (NaN markers
-    aside, which xarray drops — so are they here)."""
+def kind_of(encoding: Encoding) -> tuple[object, ...]:
+    """What xarray's decoding of a segment asks of it, values aside: its stored type, and
+    its decoding attributes' names, types and NaN-ness (xarray drops a NaN marker) — the
+    type it decodes to, and how (:mod:`refgrid.read.segmented`)."""
     attrs = encoding.attrs
     types = attrs.get(ATTRIBUTE_TYPES_ATTR)
     recorded = types if isinstance(types, Mapping) else {}
@@ -93,14 +93,10 @@ def joined(parts: Sequence[VirtualArray], dim: str, attrs: Attributes) -> Virtua
     for part in parts:
         pieces.extend(_pieces(part))
     axis = parts[0].axis(dim)
-    starts: list[int] = []
-    encodings: list[Encoding] = []
-    chunk = 0
-    for piece, encoding in pieces:
-        if not encodings or encoding != encodings[-1]:
-            starts.append(chunk)
-            encodings.append(encoding)
-        chunk += piece.grid.chunk_counts[axis]
+    counts = np.cumsum([0, *(p.grid.chunk_counts[axis] for p, _ in pieces)])
+    runs = Segments.of_runs(dim, [(int(c), e) for c, (_, e) in zip(counts, pieces,
+                                                                 strict=False)])
+    encodings = runs.encodings
     first = pieces[0][0]
     aligned = [replace(p, dtype=first.dtype, codecs=first.codecs, fill_value=first.fill_value,
                        attrs=first.attrs) for p, _ in pieces]
@@ -110,8 +106,7 @@ def joined(parts: Sequence[VirtualArray], dim: str, attrs: Attributes) -> Virtua
         return replace(whole, dtype=only.dtype, codecs=only.codecs,
                        fill_value=only.fill_value, attrs=attrs)
     decoded, dtype, fill, shown = presentation(whole.name, encodings, whole.dims, attrs)
-    return shown_as(whole, Segments(dim, tuple(starts), tuple(encodings), decoded), dtype,
-                    fill, shown)
+    return shown_as(whole, replace(runs, decoded=decoded), dtype, fill, shown)
 
 
 def shown_as(array: VirtualArray, segments: Segments, dtype: np.dtype, fill: object,

@@ -97,6 +97,14 @@ class Segments:
 
     __hash__ = None  # type: ignore[assignment]
 
+    @classmethod
+    def of_runs(cls, dim: str, runs: Sequence[tuple[int, Encoding]], decoded: bool = False
+                ) -> Segments:
+        """The segments of runs of chunks ``(first chunk, encoding)`` in order, adjacent
+        runs of one encoding merged."""
+        kept = [run for k, run in enumerate(runs) if k == 0 or run[1] != runs[k - 1][1]]
+        return cls(dim, tuple(s for s, _ in kept), tuple(e for _, e in kept), decoded)
+
     def chunk_ranges(self, nchunks: int) -> list[tuple[int, int]]:
         """Each segment's chunks ``[first, stop)`` along :attr:`dim`, of ``nchunks``."""
         stops = [*self.starts[1:], nchunks]

@@ -23,6 +23,7 @@ from refgrid.core.sources import SourceCheck
 from refgrid.core.typed import StorageOptions
 from refgrid.errors import ReadError
 from refgrid.grid.selection import normalize_selection
+from refgrid.model.presented import kind_of
 from refgrid.model.segments import Encoding
 from refgrid.model.virtual import VirtualArray
 
@@ -105,15 +106,16 @@ class SegmentedReader:
 
     def kinds(self) -> tuple[np.ndarray, list[Columns]]:
         """Each segment's kind (-1: decoded by xarray alone) and each kind's
-        :class:`Columns` — xarray's rules asked once per kind (:func:`_kind_of`: the
-        attributes' names and types), each segment's values taken as xarray takes them:
+        :class:`Columns` — xarray's rules asked once per kind
+        (:func:`~refgrid.model.presented.kind_of`), each segment's values taken as xarray
+        takes them:
         10^4 files that differ in ``add_offset`` ask once, and decode in one numpy step."""
         if self._kinds is None:
             encodings = self.segments.encodings
             kind = np.full(len(encodings), -1, np.intp)
             by_kind: dict[tuple[object, ...], list[int]] = {}
             for k, e in enumerate(encodings):
-                by_kind.setdefault(_kind_of(e), []).append(k)
+                by_kind.setdefault(kind_of(e), []).append(k)
             columns: list[Columns] = []
             for members in by_kind.values():
                 found = Columns.of(self.array.name, [encodings[k] for k in members],
@@ -225,16 +227,6 @@ class Columns(NamedTuple):
             if self.offsets is not None:
                 data += at(self.offsets)
         return data
-
-
-def _kind_of(encoding: Encoding) -> tuple[object, ...]:
-    """What xarray's rules depend on: the stored type and the attributes' names and types
-    (recorded, else the Python type of their values)."""
-    attrs = encoding.attrs
-    types = attrs.get(ATTRIBUTE_TYPES_ATTR) or {}
-    recorded = types if isinstance(types, Mapping) else {}
-    return encoding.dtype.str, *((k, recorded.get(k) or type(v).__name__)
-                                 for k, v in attrs.items() if k != ATTRIBUTE_TYPES_ATTR)
 
 
 def _simple(encoding: Encoding) -> bool:

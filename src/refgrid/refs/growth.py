@@ -128,12 +128,12 @@ def _continued(old: Mapping[str, Any], tail: VirtualArray, kept: int, path: str
         head = [] if cut is None else list(zip(cut.starts, cut.encodings, strict=True))
     if before is not None and before.dim != dim:
         raise NotAppendable(f"the archive's {path!r} is in segments along {before.dim!r}")
-    runs = head + [(kept + s, e) for s, e in zip(own.starts, own.encodings, strict=True)]
-    merged = [run for k, run in enumerate(runs) if k == 0 or run[1] != runs[k - 1][1]]
-    encodings = tuple(e for _, e in merged)
+    grown = Segments.of_runs(dim, head + [(kept + s, e) for s, e in zip(
+        own.starts, own.encodings, strict=True)])
+    encodings = grown.encodings
     decoded, dtype, fill, attrs = presentation(tail.name, encodings, tail.dims, tail.attrs)
-    grown = Segments(dim, tuple(s for s, _ in merged), encodings, decoded)
-    return shown_as(tail, replace(own, decoded=decoded), dtype, fill, attrs), grown
+    return (shown_as(tail, replace(own, decoded=decoded), dtype, fill, attrs),
+            replace(grown, decoded=decoded))
 
 
 def grown_documents(docs: Mapping[str, Mapping[str, Any]], placed: Mapping[str, Placed]
