@@ -118,21 +118,25 @@ def _mf(files, **options) -> xr.Dataset:
         coords="minimal", compat="override", join="exact", decode_coords="all", **options))
 
 
-def _expected_member(files: list[Path], order=("pr", "tas")) -> xr.Dataset:
+def _expected_member(files: list[Path], order=("pr", "tas"), join="exact") -> xr.Dataset:
     """One member: each file set (in the order refgrid meets them: pr before tas in sorted
     names; the first set's attributes are kept) read by xarray, then merged."""
     sets = [_mf([f for f in files if f.name.startswith(f"{v}_")]) for v in order]
-    return xr.merge(sets, join="exact", compat="no_conflicts", combine_attrs="override")
+    return xr.merge(sets, join=join, compat="no_conflicts", combine_attrs="override")
 
 
 def _expected_cmip(files: list[Path], values, dim: str = "member",
-                   order=("pr", "tas")) -> xr.Dataset:
+                   order=("pr", "tas"), join="exact") -> xr.Dataset:
+    """xarray's reading of the members' files; ``join="outer"``: members that cover other
+    times aligned on all of them (each member's bounds agree where it has them: the first
+    member's, which has them all, are kept)."""
     by_member = {}
     for f in files:
         by_member.setdefault(f.parent.name, []).append(f)
-    members = [_expected_member(by_member[m], order) for m in sorted(by_member)]
-    stacked = xr.concat(members, dim=dim, data_vars="all", coords="minimal", compat="equals",
-                        join="exact", combine_attrs="override")
+    members = [_expected_member(by_member[m], order, join) for m in sorted(by_member)]
+    stacked = xr.concat(members, dim=dim, data_vars="all", coords="minimal",
+                        compat="equals" if join == "exact" else "override",
+                        join=join, combine_attrs="override")
     return stacked.assign_coords({dim: (dim, np.asarray(values))})
 
 
@@ -305,6 +309,73 @@ def test_members_that_differ_along_time_are_refused_naming_them(cmip, tmp_path, 
     assert what in message and "others='stack'" not in message, message
 
 
+def test_a_member_missing_months_is_joined_as_xarray_s_outer_join(cmip, tmp_path):
+    """r2 has no file for March and April: with missing='fill' the other members' files for
+    them stand in with no chunk — r2's tas and pr read as NaN there, as xarray's outer join
+    gives — its grid along time is the others' and the report names the member."""
+    _, files = cmip
+    short = _member(tmp_path, "r2i1p1f1", 2, tas=TAS_FILES[:2], pr=PR_FILES[:1])
+    chosen = [f for f in files if f.parent.name != "r2i1p1f1"] + short
+    with pytest.raises(CombineError, match=r"do not agree along 'time': member=r2i1p1f1 .*"
+                                           r"lacks 61 of the 120 .*2001-03-01 12:00.*"
+                                           r"member=r1i1p1f1.*missing='fill'"):
+        refgrid.combine([str(f) for f in chosen], merge=True, stack_dim="member",
+                        stack_by="{member}/*.nc")
+    g = refgrid.combine([str(f) for f in chosen], merge=True, stack_dim="member",
+                        stack_by="{member}/*.nc", missing="fill")
+    assert g["tas"].grid.lengths(1).tolist() == [31, 28, 31, 30]
+    assert g["pr"].grid.lengths(1).tolist() == [59, 61]
+    assert g["pr"].manifest.missing[:, :, 0, 0].tolist() == [[False, False], [False, True],
+                                                             [False, False]]
+    filled = [e for e in g.report if e.action == "filled"]
+    assert len(filled) == 2 and all("member=r2i1p1f1" in e.reason and "outer join" in
+                                    e.reason for e in filled), filled
+    for name in ("refs.json", "refs.parq"):
+        ours = _ours(refgrid.write(g, tmp_path / name))
+        expected = _expected_cmip(chosen, list(MEMBERS), join="outer")
+        _assert_same(ours, expected)
+        assert np.isnan(ours["tas"].sel(member="r2i1p1f1").values[59:]).all()
+
+
+def test_a_batch_joins_a_member_missing_months_as_combine_does(cmip, tmp_path):
+    """The batch's combine of its records (no source opened) stands the same files in."""
+    _, files = cmip
+    short = _member(tmp_path, "r2i1p1f1", 2, tas=TAS_FILES[:2], pr=PR_FILES[:1])
+    chosen = [f for f in files if f.parent.name != "r2i1p1f1"] + short
+    options = {"merge": True, "stack_dim": "member", "stack_by": "{member}/*.nc"}
+    with pytest.raises(CombineError, match=r"do not agree along 'time'"):
+        refgrid.batch([str(f) for f in chosen], tmp_path / "refused.parq", progress=False,
+                      scheduler="synchronous", **options)
+    result = refgrid.batch([str(f) for f in chosen], tmp_path / "cmip.parq", progress=False,
+                           scheduler="synchronous", missing="fill", **options)
+    assert any("member=r2i1p1f1" in note and "outer join" in note for note in result.notes)
+    _assert_same(_ours(tmp_path / "cmip.parq"),
+                 _expected_cmip(chosen, list(MEMBERS), join="outer"))
+
+
+def test_sets_of_other_periods_merge_as_xarray_s_outer_join(tmp_path):
+    """tas from January to April, pr for January and February: pr reads NaN in March and
+    April (tas's files stand in, its own grid is filled over their length)."""
+    tas = [_write(tmp_path / f"tas_{m}.nc", "tas", *MONTHS[m]) for m in range(4)]
+    pr = [_write(tmp_path / f"pr_{m}.nc", "pr", *MONTHS[m]) for m in (0, 1)]
+    g = refgrid.combine([str(f) for f in [*tas, *pr]], merge=True, missing="fill")
+    expected = xr.merge([_mf(tas), _mf(pr)], join="outer", compat="no_conflicts",
+                        combine_attrs="override")
+    ours = _ours(refgrid.write(g, tmp_path / "refs.json"))
+    _assert_same(ours, expected)
+    assert g["pr"].grid.lengths(0).tolist() == [31, 28, 31, 30]
+
+
+def test_a_part_whose_absent_values_no_whole_file_holds_is_refused(tmp_path):
+    """tas lacks April, which only pr's March-April file holds: no file stands in for just
+    April (a grid cut mid-chunk would need copying), so the join is refused naming it."""
+    tas = [_write(tmp_path / f"tas_{m}.nc", "tas", *MONTHS[m]) for m in range(3)]
+    pr = [_write(tmp_path / "pr_01.nc", "pr", "2001-01-01", 59),
+          _write(tmp_path / "pr_23.nc", "pr", "2001-03-01", 61)]
+    with pytest.raises(CombineError, match=r"lacks time 2001-04-01 12:00.*pr_23\.nc.*one grid"):
+        refgrid.combine([str(f) for f in [*tas, *pr]], merge=True, missing="fill")
+
+
 def test_members_of_the_same_dates_in_other_units_stack(cmip, tmp_path):
     """The same dates written in other units (hours since 2000) are the same times: the
     member stacks, the first member's encoding is kept."""
@@ -370,7 +441,7 @@ def test_merge_of_sets_of_other_periods_is_refused(cmip, tmp_path, periods):
                                            r"tas set and of pr set"):
         refgrid.merge([refgrid.combine([str(f) for f in tas]),
                        refgrid.combine([str(f) for f in pr])], sources=["tas set", "pr set"])
-    with pytest.raises(CombineError, match=r"time(_bnds)?: differs"):
+    with pytest.raises(CombineError, match=r"do not agree along 'time'.*missing='fill'"):
         refgrid.combine([str(f) for f in [*tas, *pr]], merge=True)
 
 

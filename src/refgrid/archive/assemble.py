@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -23,12 +24,14 @@ from refgrid.archive.journal import Journal
 from refgrid.archive.record import loads
 from refgrid.combining import merged_sets, stack
 from refgrid.combining.concat import concatenated
+from refgrid.combining.coverage import Part, outer_join, part_name, stand_in
 from refgrid.combining.spec import CombineSpec
 from refgrid.core.cf import decode_times, is_time_units
 from refgrid.core.names import from_json
 from refgrid.core.typed import JSON, JSONScalar
 from refgrid.errors import BatchError, CombineError
 from refgrid.model.virtual import VirtualArray, VirtualGroup
+from refgrid.read.array import read
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRichComparison
@@ -47,13 +50,17 @@ def combine_records(journal: Journal, urls: Sequence[str], spec: CombineSpec, *,
     def fingerprint(array: VirtualArray) -> str | None:
         return digests.get(_content_key(array))
 
-    def combined(urls: Sequence[str]) -> VirtualGroup:
-        """One part's files combined, a slice of files at a time."""
-        ordered = order(journal, urls)
+    def combined(urls: Sequence[str], standing: Mapping[str, str]) -> VirtualGroup:
+        """One part's files combined, a slice of files at a time, with the files of others
+        that stand in where it lacks values (``standing``: the part's name, by URL)."""
+        ordered = order(journal, [*urls, *standing])
+        like = _load(journal, urls[0], digests)
         slices, labels = [], []
         for first in range(0, len(ordered), SLICE_FILES):
             part = ordered[first:first + SLICE_FILES]
-            groups = [_load(journal, url, digests) for url in part]
+            groups = [_load(journal, url, digests) if url not in standing else stand_in(
+                _load(journal, url, digests), like, spec.concat_dim, standing[url])
+                for url in part]
             slices.append(concatenated(groups, part, spec, storage_options=storage_options,
                                        fingerprint=fingerprint))
             labels.append(part[0])
@@ -67,18 +74,28 @@ def combine_records(journal: Journal, urls: Sequence[str], spec: CombineSpec, *,
         value = json.dumps(header.get("stack")) if spec.stack_dim is not None else ""
         key = json.dumps(header.get("set")) if spec.merge else ""
         parts.setdefault(value, {}).setdefault(key, []).append(url)
-    results, values, names = [], [], []
+    listed = [(value, key, members) for value, sets in parts.items()
+              for key, members in sets.items()]
+    described = [Part(part_name(spec.stack_dim, from_json(json.loads(value)) if value else None,
+                                members), members, key) for value, key, members in listed]
+    stands, joins = outer_join(
+        described, lambda p, k: _load(journal, listed[p][2][k], digests), spec.concat_dim,
+        spec.missing == "fill", lambda a: read(a, storage_options=storage_options))
+    results: list[VirtualGroup] = []
     for value, sets in parts.items():
-        joined = [combined(members) for members in sets.values()]
+        held = [(members, {listed[q][2][k]: part.name for q, k in stand})
+                for (v, _, members), part, stand in zip(listed, described, stands, strict=True)
+                if v == value]
+        joined = [combined(members, standing) for members, standing in held]
         firsts = [members[0] for members in sets.values()]
         results.append(joined[0] if len(joined) == 1 else
                        merged_sets(joined, firsts, storage_options, fingerprint))
-        values.append(value)
-        names.append(f"{sum(len(members) for members in sets.values())} files")
-    if spec.stack_dim is None:
-        return results[0]
-    return stack(results, [from_json(json.loads(v)) for v in values], names, spec,
-                 storage_options=storage_options, fingerprint=fingerprint)
+    names = [f"{sum(len(members) for members in sets.values())} files"
+             for sets in parts.values()]
+    root = results[0] if spec.stack_dim is None else stack(
+        results, [from_json(json.loads(v)) for v in parts], names, spec,
+        storage_options=storage_options, fingerprint=fingerprint)
+    return replace(root, report=(*joins, *root.report))
 
 
 def order(journal: Journal, urls: Sequence[str]) -> list[str]:

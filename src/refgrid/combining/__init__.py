@@ -137,7 +137,7 @@ def combine_with(groups: Sources, spec: CombineSpec, *, sources: Sequence[str] |
     _check_chosen(spec, scanned)
     shaped = [shape.shaped(g, lab, spec.concat_dim, storage_options)
               for g, lab in zip(scanned, labels, strict=True)]
-    parts = partition(shaped, labels, spec)
+    parts, joins = _joined(partition(shaped, labels, spec), spec, storage_options)
     results, values, named_parts = [], [], []
     for value, sets in parts.items():
         combined = [concatenated(members, names, spec, storage_options=storage_options,
@@ -150,7 +150,31 @@ def combine_with(groups: Sources, spec: CombineSpec, *, sources: Sequence[str] |
     root = results[0] if spec.stack_dim is None else stack(  # (stacking: every part valued)
         results, cast("list[Value]", values), named_parts, spec,
         storage_options=storage_options, fingerprint=fingerprint)
-    return replace(root, report=once_per_variable((*report, *root.report)))
+    return replace(root, report=once_per_variable((*report, *joins, *root.report)))
+
+
+def _joined(parts: Parts, spec: CombineSpec, storage_options: dict[str, object] | None
+            ) -> tuple[Parts, list[ReportEntry]]:
+    """``parts`` with the files of others that stand in where a part lacks values along the
+    concat dimension (:mod:`.coverage`), and what the report says of them."""
+    from refgrid.combining.coverage import Part, outer_join, part_name, stand_in
+    from refgrid.read.array import read
+
+    listed = [(value, members, names) for value, sets in parts.items()
+              for members, names in sets]
+    described = [Part(part_name(spec.stack_dim, value, names), names,
+                      data_variables(members[0], spec.concat_dim))
+                 for value, members, names in listed]
+    stands, report = outer_join(
+        described, lambda p, k: listed[p][1][k], spec.concat_dim, spec.missing == "fill",
+        lambda a: read(a, storage_options=storage_options))
+    out: Parts = {}
+    for (value, members, names), part, stand in zip(listed, described, stands, strict=True):
+        out.setdefault(value, []).append((
+            [*members, *(stand_in(listed[q][1][k], members[0], spec.concat_dim, part.name)
+                         for q, k in stand)],
+            [*names, *(listed[q][2][k] for q, k in stand)]))
+    return out, report
 
 
 def merge(groups: Sequence[VirtualGroup], *, sources: Sequence[str] | None = None,

@@ -270,14 +270,7 @@ class Combine:
         it, which must agree)."""
         if self.dim not in template.dims:
             return template
-        fill = reader_attrs(template.attrs).get("_FillValue")
-        if fill is None or not same_value(_comparable(np.asarray(fill).reshape(-1)[0]),
-                                          _comparable(template.fill_value)):
-            raise CombineError(
-                f"{where}: absent from {label}, and without a _FillValue equal to its fill "
-                f"value ({brief(template.fill_value)}) readers would take that value for data "
-                "there: it cannot be filled (choose the files that hold it, or drop it with "
-                "drop_variables=)")
+        fillable(template, f"absent from {label}", where)
         axis = template.axis(self.dim)
         length, step = self.lengths.get(label, (0, 1))
         steps = np.full(length // step, step, dtype=np.int64)
@@ -810,6 +803,19 @@ def _decoding(codecs: Sequence[CodecJSON]) -> list[CodecJSON]:
     return [{"name": c["name"], "configuration": {
         k: v for k, v in c.get("configuration", {}).items() if k not in LEVEL_KEYS}}
         for c in codecs]
+
+
+def fillable(array: VirtualArray, why: str, where: str) -> None:
+    """Refuses to read ``array``'s missing chunks as absent values (``why`` it would) unless
+    its fill value is its ``_FillValue``: any other value readers would take for data."""
+    fill = reader_attrs(array.attrs).get("_FillValue")
+    if fill is None or not same_value(_comparable(np.asarray(fill).reshape(-1)[0]),
+                                      _comparable(array.fill_value)):
+        raise CombineError(
+            f"{where}: {why}, and without a _FillValue equal to its fill value "
+            f"({brief(array.fill_value)}) readers would take that value for data there: it "
+            "cannot be filled (choose the files that hold it, or drop it with "
+            "drop_variables=)")
 
 
 def _comparable(value: object) -> object:
