@@ -197,9 +197,10 @@ def combine_options(others: bool = False) -> Callable[[Callable[..., None]],
                               "read by its own encoding."),
             click.option("--missing", type=click.Choice(["error", "fill"]), default="error",
                          show_default=True,
-                         help="A variable absent from some files: an error, or read as its "
-                              "fill value there (no data copied; the report names the "
-                              "files)."),
+                         help="A variable absent from some files, or a member or file set "
+                              "without files for some times: an error, or read as its fill "
+                              "value there, as xarray's outer join (no data copied; the "
+                              "report names them)."),
             click.option("--merge", is_flag=True,
                          help="Files hold different variables (tas_*.nc, pr_*.nc): combine "
                               "each file set with its own chunks, then merge the sets."),

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Literal, cast
 
+import numpy as np
+
 from refgrid.combining.concat import (
     Combine,
     concatenated,
@@ -75,8 +77,11 @@ def combine(
 
     ``missing="fill"``: a variable (or group) absent from some files reads as its fill value
     there — no bytes are written: its chunks there are missing — and the report names those
-    files; it needs a ``_FillValue`` (else a reader could not tell fill from data). Default
-    ``"error"``: such files are refused, naming them.
+    files; it needs a ``_FillValue`` (else a reader could not tell fill from data). So do
+    stacked members and merged file sets that cover other values along ``concat_dim``:
+    joined as xarray's ``join="outer"`` joins them, the whole files of others standing in
+    with no chunk where a part has none (:mod:`.coverage`). Default ``"error"``: such files
+    and parts are refused, naming them.
 
     ``merge=True``: files are grouped into file sets by the data variables they hold (one
     variable per set, as CMIP archives keep them), each set combined with its own chunk grid,
@@ -137,11 +142,13 @@ def combine_with(groups: Sources, spec: CombineSpec, *, sources: Sequence[str] |
     _check_chosen(spec, scanned)
     shaped = [shape.shaped(g, lab, spec.concat_dim, storage_options)
               for g, lab in zip(scanned, labels, strict=True)]
-    parts, joins = _joined(partition(shaped, labels, spec), spec, storage_options)
+    read: dict[int, np.ndarray] = {}  # (the coordinates a join reads, read once)
+    parts, joins = _joined(partition(shaped, labels, spec), spec, storage_options, read)
     results, values, named_parts = [], [], []
     for value, sets in parts.items():
         combined = [concatenated(members, names, spec, storage_options=storage_options,
-                                 fingerprint=fingerprint) for members, names in sets]
+                                 fingerprint=fingerprint, values=read)
+                    for members, names in sets]
         set_labels = [_files(names) for _, names in sets]
         results.append(combined[0] if len(combined) == 1 else
                        merged_sets(combined, set_labels, storage_options, fingerprint))
@@ -153,12 +160,18 @@ def combine_with(groups: Sources, spec: CombineSpec, *, sources: Sequence[str] |
     return replace(root, report=once_per_variable((*report, *joins, *root.report)))
 
 
-def _joined(parts: Parts, spec: CombineSpec, storage_options: dict[str, object] | None
-            ) -> tuple[Parts, list[ReportEntry]]:
+def _joined(parts: Parts, spec: CombineSpec, storage_options: dict[str, object] | None,
+            values: dict[int, np.ndarray]) -> tuple[Parts, list[ReportEntry]]:
     """``parts`` with the files of others that stand in where a part lacks values along the
-    concat dimension (:mod:`.coverage`), and what the report says of them."""
+    concat dimension (:mod:`.coverage`), and what the report says of them; the coordinates
+    read are kept in ``values`` (by ``id``) for the concat."""
     from refgrid.combining.coverage import Part, outer_join, part_name, stand_in
     from refgrid.read.array import read
+
+    def kept(array: VirtualArray) -> np.ndarray:
+        if id(array) not in values:
+            values[id(array)] = read(array, storage_options=storage_options)
+        return values[id(array)]
 
     listed = [(value, members, names) for value, sets in parts.items()
               for members, names in sets]
@@ -167,7 +180,7 @@ def _joined(parts: Parts, spec: CombineSpec, storage_options: dict[str, object] 
                  for value, members, names in listed]
     stands, report = outer_join(
         described, lambda p, k: listed[p][1][k], spec.concat_dim, spec.missing == "fill",
-        lambda a: read(a, storage_options=storage_options))
+        kept)
     out: Parts = {}
     for (value, members, names), part, stand in zip(listed, described, stands, strict=True):
         out.setdefault(value, []).append((

@@ -68,11 +68,12 @@ LEVEL_KEYS = frozenset({"level", "clevel", "complevel"})
 
 def concatenated(groups: Sequence[VirtualGroup], labels: Sequence[str], spec: CombineSpec, *,
                  storage_options: dict[str, object] | None = None,
-                 fingerprint: Callable[[VirtualArray], str | None] | None = None
-                 ) -> VirtualGroup:
+                 fingerprint: Callable[[VirtualArray], str | None] | None = None,
+                 values: dict[int, np.ndarray] | None = None) -> VirtualGroup:
     """Files (scanned, named by ``labels``) joined along ``spec.concat_dim`` with its
     policies: see the module docstring and :func:`refgrid.combine`, which shapes and
-    partitions files first."""
+    partitions files first. ``values``: arrays already read, by ``id`` (the coordinates
+    an outer join of parts read)."""
     concat_dim = spec.concat_dim
     if not groups:
         raise CombineError("nothing to combine: no groups given")
@@ -92,6 +93,7 @@ def concatenated(groups: Sequence[VirtualGroup], labels: Sequence[str], spec: Co
                            f"{concat_dim!r} to combine along (dimensions: "
                            f"{', '.join(sorted(dims)) or 'none'})")
     job = Combine(spec, storage_options or {}, fingerprint or _unknown)
+    job.values = values if values is not None else job.values
     if spec.missing == "fill":
         job.lengths = {lab: _extent(g, concat_dim) for g, lab in zip(groups, labels,
                                                                      strict=True)}

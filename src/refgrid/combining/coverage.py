@@ -100,19 +100,22 @@ def standing(parts: Sequence[Part], values: Sequence[Sequence[Values | None]], d
 
 def stand_in(source: VirtualGroup, like: VirtualGroup, dim: str, where: str) -> VirtualGroup:
     """``source`` (another part's file) standing in for a part whose files are ``like``:
-    its coordinates kept; the data variables along ``dim`` that ``like`` holds kept with
-    none of their chunks; the others the part holds kept; the rest left out."""
+    its coordinates kept; the data variables along ``dim`` that ``like`` holds as ``like``
+    stores them, on ``source``'s grid with none of its chunks; the rest left out (a data
+    variable without ``dim`` is the part's own, which the concat takes from its files)."""
     coords = coordinate_names(source)
     arrays: dict[str, VirtualArray] = {}
     for name, a in source.arrays.items():
         if name in coords:
             arrays[name] = a
-        elif name in like.arrays:
-            if dim in a.dims:
-                fillable(a, f"{where} lacks values of {dim!r} others hold", name)
-                a = replace(a, manifest=ChunkManifest.empty(a.grid.chunk_counts),
-                            segments=None)
-            arrays[name] = a
+        elif name in like.arrays and dim in a.dims:  # (the part's own encoding, no chunk)
+            own = like.arrays[name]
+            if own.dims != a.dims:
+                raise CombineError(f"{name}: dimensions {own.dims} in {where} but {a.dims} "
+                                   "in the file of another part that would stand in for it")
+            fillable(own, f"{where} lacks values of {dim!r} others hold", name)
+            arrays[name] = replace(own, grid=a.grid, segments=None,
+                                   manifest=ChunkManifest.empty(a.grid.chunk_counts))
     groups = {name: stand_in(g, like.groups[name], dim, where)
               for name, g in source.groups.items() if name in like.groups}
     return replace(source, arrays=arrays, groups=groups, report=())

@@ -77,6 +77,11 @@ class SegmentedReader:
         index = [np.asarray([i]) if d else i for i, d in zip(index, dropped, strict=True)]
         along = np.arange(array.shape[axis])[index[axis]]
         segment = np.searchsorted(self.first, along, side="right") - 1
+        if len(segment) and (segment == segment[0]).all():  # (a chunk's read: one segment)
+            k = int(segment[0])
+            raw = self.readers[self.group[k]].read(tuple(index))
+            return self.one(k, raw).astype(array.value_dtype, copy=False).reshape(
+                [n for n, d in zip(raw.shape, dropped, strict=True) if not d])
         shape = [len(np.arange(n)[i]) for i, n in zip(index, array.shape, strict=True)]
         out = np.empty(shape, array.value_dtype)
         group = self.group[segment]
@@ -125,6 +130,15 @@ class SegmentedReader:
                     columns.append(found)
             self._kinds = kind, columns
         return self._kinds
+
+    def one(self, k: int, raw: np.ndarray) -> np.ndarray:
+        """``raw``, all of segment ``k``, as it is shown."""
+        if not self.segments.decoded:
+            return raw
+        kind, columns = self.kinds()
+        if kind[k] < 0:
+            return self.decoded(k, raw)
+        return columns[kind[k]].applied(np.full(raw.shape[self.axis], k), raw, self.axis)
 
     def decoded(self, k: int, raw: np.ndarray) -> np.ndarray:
         """Segment ``k``'s stored values decoded by xarray itself (what it cannot decode —
