@@ -135,7 +135,7 @@ def _expected_cmip(files: list[Path], values, dim: str = "member",
         by_member.setdefault(f.parent.name, []).append(f)
     members = [_expected_member(by_member[m], order, join) for m in sorted(by_member)]
     stacked = xr.concat(members, dim=dim, data_vars="all", coords="minimal",
-                        compat="equals" if join == "exact" else "override",
+                        compat="equals" if join == "exact" else "no_conflicts",
                         join=join, combine_attrs="override")
     return stacked.assign_coords({dim: (dim, np.asarray(values))})
 
@@ -317,7 +317,7 @@ def test_a_member_missing_months_is_joined_as_xarray_s_outer_join(cmip, tmp_path
     short = _member(tmp_path, "r2i1p1f1", 2, tas=TAS_FILES[:2], pr=PR_FILES[:1])
     chosen = [f for f in files if f.parent.name != "r2i1p1f1"] + short
     with pytest.raises(CombineError, match=r"do not agree along 'time': member=r2i1p1f1 .*"
-                                           r"lacks 61 of the 120 .*2001-03-01 12:00.*"
+                                           r"lacks 61 of the 120 .*2001-03-01T12:00:00.*"
                                            r"member=r1i1p1f1.*missing='fill'"):
         refgrid.combine([str(f) for f in chosen], merge=True, stack_dim="member",
                         stack_by="{member}/*.nc")
@@ -337,6 +337,26 @@ def test_a_member_missing_months_is_joined_as_xarray_s_outer_join(cmip, tmp_path
         assert np.isnan(ours["tas"].sel(member="r2i1p1f1").values[59:]).all()
 
 
+@pytest.mark.parametrize("lacking", ["first", "middle"])
+def test_a_first_member_missing_months_keeps_its_own_attributes_and_units(tmp_path, lacking):
+    """r1's tas lacks January and its pr January and February, its times in other units
+    (or its tas lacks only February, between its own files): files of r2 stand in, but r1
+    keeps its own global attributes and its time encoding — xarray's first member's — and
+    its values read NaN there."""
+    tas = ((1,), (2,), (3,)) if lacking == "first" else ((0,), (2,), (3,))
+    pr = ((2, 3),) if lacking == "first" else None
+    r1 = _member(tmp_path, "r1i1p1f1", 1, tas=tas, pr=pr or ((0, 1), (2, 3)),
+                 units="hours since 2001-03-01" if lacking == "first" else None)
+    r2 = _member(tmp_path, "r2i1p1f1", 2)
+    chosen = [*r1, *r2]
+    g = refgrid.combine([str(f) for f in chosen], stack_dim="member",
+                        stack_by="{member}/*.nc", merge=True, missing="fill")
+    ours = _ours(refgrid.write(g, tmp_path / "refs.json"))
+    expected = _expected_cmip(chosen, ["r1i1p1f1", "r2i1p1f1"], join="outer")
+    _assert_same(ours, expected, encoded=("time",))
+    assert ours.attrs["realization"] == 1
+
+
 def test_a_batch_joins_a_member_missing_months_as_combine_does(cmip, tmp_path):
     """The batch's combine of its records (no source opened) stands the same files in."""
     _, files = cmip
@@ -353,17 +373,66 @@ def test_a_batch_joins_a_member_missing_months_as_combine_does(cmip, tmp_path):
                  _expected_cmip(chosen, list(MEMBERS), join="outer"))
 
 
-def test_sets_of_other_periods_merge_as_xarray_s_outer_join(tmp_path):
-    """tas from January to April, pr for January and February: pr reads NaN in March and
-    April (tas's files stand in, its own grid is filled over their length)."""
+@pytest.mark.parametrize("pr_months", [(0, 1), (2, 3)], ids=["early", "late"])
+def test_sets_of_other_periods_merge_as_xarray_s_outer_join(tmp_path, pr_months):
+    """tas from January to April, pr for two of the months: pr reads NaN in the others
+    (tas's files stand in, pr's grid filled over their length), and each set keeps its
+    own attributes."""
     tas = [_write(tmp_path / f"tas_{m}.nc", "tas", *MONTHS[m]) for m in range(4)]
-    pr = [_write(tmp_path / f"pr_{m}.nc", "pr", *MONTHS[m]) for m in (0, 1)]
-    g = refgrid.combine([str(f) for f in [*tas, *pr]], merge=True, missing="fill")
-    expected = xr.merge([_mf(tas), _mf(pr)], join="outer", compat="no_conflicts",
-                        combine_attrs="override")
-    ours = _ours(refgrid.write(g, tmp_path / "refs.json"))
-    _assert_same(ours, expected)
-    assert g["pr"].grid.lengths(0).tolist() == [31, 28, 31, 30]
+    pr = [_write(tmp_path / f"pr_{m}.nc", "pr", *MONTHS[m]) for m in pr_months]
+    for first, then in ((tas, pr), (pr, tas)):
+        g = refgrid.combine([str(f) for f in [*first, *then]], merge=True, missing="fill")
+        expected = xr.merge([_mf(first), _mf(then)], join="outer", compat="no_conflicts",
+                            combine_attrs="override")
+        ours = _ours(refgrid.write(g, tmp_path / "refs.json"))
+        _assert_same(ours, expected)
+        assert g["pr"].grid.lengths(0).tolist() == [31, 28, 31, 30]
+
+
+@pytest.mark.parametrize("case", ["interleaved", "repeated", "per-file", "descending",
+                                  "calendar"])
+def test_joins_xarray_would_not_make_are_refused_by_name(tmp_path, case):
+    """Members whose times interleave (a file would stand in among a member's own values),
+    repeat, are kept per file (others='stack'), decrease within a file, or cannot be
+    decoded: a CombineError names the part or file, in combine and in batch alike."""
+    def one(member, start, days, **options):
+        return _write(tmp_path / member / f"tas_{start}.nc", "tas", start, days, **options)
+
+    options = {}
+    if case == "interleaved":  # r2 fills mid-January, where r1 has days before and after
+        files = [one("r1", "2001-01-01", 10), one("r1", "2001-01-21", 11),
+                 one("r2", "2001-01-01", 31), one("r2", "2001-01-11", 5)]
+        options["overlap"] = "allow"
+        match = r"r2 .*repeats|stand in.*among its own"
+    elif case == "repeated":
+        files = [one("r1", "2001-01-01", 10), one("r1", "2001-01-05", 10),
+                 one("r2", "2001-01-01", 31)]
+        options["overlap"] = "allow"
+        match = r"member=r1 .*repeats values of 'time'"
+    elif case == "per-file":
+        files = [one("r1", "2001-01-01", 10), one("r1", "2001-01-11", 10),
+                 one("r2", "2001-01-01", 10)]
+        options["others"] = "stack"
+        match = r"others='stack' keeps variables"
+    elif case == "descending":
+        files = [one("r1", "2001-01-01", 10, units="days since 2001-02-01"),
+                 one("r2", "2001-01-11", 10)]
+        for f in files[:1]:
+            with netCDF4.Dataset(f, "a") as nc:
+                nc["time"][:] = nc["time"][::-1]
+        match = r"tas_2001-01-01\.nc: its values of 'time' do not increase"
+    else:
+        files = [one("r1", "2001-01-01", 10), one("r2", "2001-01-11", 10)]
+        with netCDF4.Dataset(files[1], "a") as nc:
+            nc["time"].calendar = "no such calendar"
+        match = r"cannot decode the times of .*tas_2001-01-11\.nc"
+    common = {"stack_dim": "member", "stack_by": "{member}/*.nc", "missing": "fill", **options}
+    with pytest.raises(CombineError, match=match):
+        refgrid.combine([str(f) for f in files], **common)
+    if case != "per-file":  # (a batch has no others='stack')
+        with pytest.raises(CombineError, match=match):
+            refgrid.batch([str(f) for f in files], tmp_path / f"{case}.parq", progress=False,
+                          scheduler="synchronous", **common)
 
 
 def test_a_part_whose_absent_values_no_whole_file_holds_is_refused(tmp_path):
@@ -372,7 +441,7 @@ def test_a_part_whose_absent_values_no_whole_file_holds_is_refused(tmp_path):
     tas = [_write(tmp_path / f"tas_{m}.nc", "tas", *MONTHS[m]) for m in range(3)]
     pr = [_write(tmp_path / "pr_01.nc", "pr", "2001-01-01", 59),
           _write(tmp_path / "pr_23.nc", "pr", "2001-03-01", 61)]
-    with pytest.raises(CombineError, match=r"lacks time 2001-04-01 12:00.*pr_23\.nc.*one grid"):
+    with pytest.raises(CombineError, match=r"lacks time 2001-04-01T12:00:00.*pr_23\.nc.*one grid"):
         refgrid.combine([str(f) for f in [*tas, *pr]], merge=True, missing="fill")
 
 

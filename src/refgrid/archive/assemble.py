@@ -50,17 +50,23 @@ def combine_records(journal: Journal, urls: Sequence[str], spec: CombineSpec, *,
     def fingerprint(array: VirtualArray) -> str | None:
         return digests.get(_content_key(array))
 
-    def combined(urls: Sequence[str], standing: Mapping[str, str]) -> VirtualGroup:
+    def reading(array: VirtualArray) -> np.ndarray:
+        return read(array, storage_options=storage_options)
+
+    def combined(urls: Sequence[str], standing: Mapping[str, str], head: str
+                 ) -> VirtualGroup:
         """One part's files combined, a slice of files at a time, with the files of others
-        that stand in where it lacks values (``standing``: the part's name, by URL)."""
+        that stand in where it lacks values (``standing``: the part's name, by URL; they
+        take the encoding of the part's ``head``, its first file by value)."""
         ordered = order(journal, [*urls, *standing])
-        like = _load(journal, urls[0], digests)
+        like = _load(journal, head, digests) if standing else None
         slices, labels = [], []
         for first in range(0, len(ordered), SLICE_FILES):
             part = ordered[first:first + SLICE_FILES]
-            groups = [_load(journal, url, digests) if url not in standing else stand_in(
-                _load(journal, url, digests), like, spec.concat_dim, standing[url])
-                for url in part]
+            groups = [_load(journal, url, digests) if like is None or url not in standing
+                      else stand_in(_load(journal, url, digests), like, spec.concat_dim,
+                                    standing[url], reading)
+                      for url in part]
             slices.append(concatenated(groups, part, spec, storage_options=storage_options,
                                        fingerprint=fingerprint))
             labels.append(part[0])
@@ -78,15 +84,15 @@ def combine_records(journal: Journal, urls: Sequence[str], spec: CombineSpec, *,
               for key, members in sets.items()]
     described = [Part(part_name(spec.stack_dim, from_json(json.loads(value)) if value else None,
                                 members), members, key) for value, key, members in listed]
-    stands, joins = outer_join(
+    join = outer_join(
         described, lambda p, k: _load(journal, listed[p][2][k], digests), spec.concat_dim,
-        spec.missing == "fill", lambda a: read(a, storage_options=storage_options))
+        spec.missing == "fill", spec.others == "stack", reading)
     results: list[VirtualGroup] = []
     for value, sets in parts.items():
-        held = [(members, {listed[q][2][k]: part.name for q, k in stand})
-                for (v, _, members), part, stand in zip(listed, described, stands, strict=True)
-                if v == value]
-        joined = [combined(members, standing) for members, standing in held]
+        held = [(members, {listed[q][2][k]: part.name for q, k in stand}, members[first])
+                for (v, _, members), part, stand, first in zip(
+                    listed, described, join.standing, join.firsts, strict=True) if v == value]
+        joined = [combined(members, standing, first) for members, standing, first in held]
         firsts = [members[0] for members in sets.values()]
         results.append(joined[0] if len(joined) == 1 else
                        merged_sets(joined, firsts, storage_options, fingerprint))
@@ -95,7 +101,7 @@ def combine_records(journal: Journal, urls: Sequence[str], spec: CombineSpec, *,
     root = results[0] if spec.stack_dim is None else stack(
         results, [from_json(json.loads(v)) for v in parts], names, spec,
         storage_options=storage_options, fingerprint=fingerprint)
-    return replace(root, report=(*joins, *root.report))
+    return replace(root, report=(*join.report, *root.report))
 
 
 def order(journal: Journal, urls: Sequence[str]) -> list[str]:

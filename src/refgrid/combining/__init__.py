@@ -147,7 +147,7 @@ def combine_with(groups: Sources, spec: CombineSpec, *, sources: Sequence[str] |
     results, values, named_parts = [], [], []
     for value, sets in parts.items():
         combined = [concatenated(members, names, spec, storage_options=storage_options,
-                                 fingerprint=fingerprint, values=read)
+                                 fingerprint=fingerprint, values=_theirs(members, read))
                     for members, names in sets]
         set_labels = [_files(names) for _, names in sets]
         results.append(combined[0] if len(combined) == 1 else
@@ -178,16 +178,24 @@ def _joined(parts: Parts, spec: CombineSpec, storage_options: dict[str, object] 
     described = [Part(part_name(spec.stack_dim, value, names), names,
                       data_variables(members[0], spec.concat_dim))
                  for value, members, names in listed]
-    stands, report = outer_join(
-        described, lambda p, k: listed[p][1][k], spec.concat_dim, spec.missing == "fill",
-        kept)
+    join = outer_join(described, lambda p, k: listed[p][1][k], spec.concat_dim,
+                      spec.missing == "fill", spec.others == "stack", kept)
     out: Parts = {}
-    for (value, members, names), part, stand in zip(listed, described, stands, strict=True):
+    for (value, members, names), part, stand, first in zip(
+            listed, described, join.standing, join.firsts, strict=True):
         out.setdefault(value, []).append((
-            [*members, *(stand_in(listed[q][1][k], members[0], spec.concat_dim, part.name)
-                         for q, k in stand)],
+            [*members, *(stand_in(listed[q][1][k], members[first], spec.concat_dim,
+                                  part.name, kept) for q, k in stand)],
             [*names, *(listed[q][2][k] for q, k in stand)]))
-    return out, report
+    return out, join.report
+
+
+def _theirs(members: Sequence[VirtualGroup], values: dict[int, np.ndarray]
+            ) -> dict[int, np.ndarray]:
+    """The values read of ``members``' own arrays (a part's concat keeps what it reads by
+    ``id``: only arrays alive throughout are handed over, never another part's)."""
+    return {id(a): values[id(a)] for g in members for a in g.arrays.values()
+            if id(a) in values}
 
 
 def merge(groups: Sequence[VirtualGroup], *, sources: Sequence[str] | None = None,

@@ -355,11 +355,11 @@ class Combine:
             moved.append(labels[members[0]])
             joined = np.concatenate([values[k].reshape(-1) for k in members])
             try:
-                encoded = _retimed(joined, encoding, target, first)
+                encoded = retimed(joined, encoding, target, first)
             except ValueError:  # name the very file whose times do not fit
                 for k in members:
                     try:
-                        _retimed(values[k].reshape(-1), encoding, target, first)
+                        retimed(values[k].reshape(-1), encoding, target, first)
                     except ValueError as e:
                         raise CombineError(f"{where}: the times of {labels[k]} "
                                            f"({encoding[0]!r}) {e}") from e
@@ -712,7 +712,7 @@ def _read_fill(parts: Sequence[VirtualArray]) -> object:
     return next((p.fill_value for p in parts if p.manifest.missing.any()), parts[0].fill_value)
 
 
-def _retimed(values: np.ndarray, encoding: cf.TimeEncoding, target: cf.TimeEncoding,
+def retimed(values: np.ndarray, encoding: cf.TimeEncoding, target: cf.TimeEncoding,
              first: VirtualArray) -> np.ndarray:
     """``values`` (times in ``encoding``) in ``target``'s units as ``first``'s type; the
     fill value and NaN stay as they are (``first``'s fill attributes hold for every file)."""
