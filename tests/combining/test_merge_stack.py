@@ -335,6 +335,12 @@ def test_a_member_missing_months_is_joined_as_xarray_s_outer_join(cmip, tmp_path
         expected = _expected_cmip(chosen, list(MEMBERS), join="outer")
         _assert_same(ours, expected)
         assert np.isnan(ours["tas"].sel(member="r2i1p1f1").values[59:]).all()
+    if RECTILINEAR:  # zarr itself, through refgrid's store
+        store = refgrid.open_store(tmp_path / "refs.parq")
+        with zarr.config.set({"array.rectilinear_chunks": True}):
+            through = closed(xr.open_zarr(store, consolidated=False, decode_coords="all"))
+        store.close()
+        xr.testing.assert_identical(through, expected)
 
 
 @pytest.mark.parametrize("lacking", ["first", "middle"])
