@@ -283,3 +283,37 @@ def test_fill_values_that_differ_decode_per_file():
 
     np.testing.assert_array_equal(read(joined), np.concatenate([_decoded(a["tas"]),
                                                                 _decoded(marked)]))
+
+
+def _levels(path, levels, values=None):
+    """A file of ``t`` along a ``lev`` coordinate of ``levels`` (as given: falling or not)."""
+    lev = np.asarray(levels, dtype="f8")
+    data = np.asarray(values if values is not None else lev * 10.0, dtype="f4")
+    xr.Dataset({"t": (("lev",), data)}, coords={"lev": ("lev", lev, {"units": "hPa"})}
+               ).to_netcdf(path, encoding={"t": {"_FillValue": None}, "lev": {"_FillValue": None}})
+    return str(path)
+
+
+@pytest.mark.parametrize("given", [(0, 1), (1, 0)])
+def test_files_along_a_falling_coordinate_combine_highest_first_as_xarray(tmp_path, given):
+    """Pressure levels written from the surface up: each file's values fall, so the files
+    are ordered highest first — as xarray orders them — whatever order they are given in."""
+    files = [_levels(tmp_path / "low.nc", [1000, 925, 850]),
+             _levels(tmp_path / "high.nc", [700, 500, 300])]
+    chosen = [files[k] for k in given]
+    out = refgrid.write(combine(chosen, "lev"), tmp_path / "refs.json")
+    ours = closed(xr.open_dataset(out, engine="refgrid"))
+    expected = closed(xr.open_mfdataset(chosen, combine="by_coords"))
+    xr.testing.assert_identical(ours, expected)
+    assert ours["lev"].values.tolist() == [1000, 925, 850, 700, 500, 300]
+
+
+def test_files_along_a_coordinate_that_rises_in_one_and_falls_in_another_are_refused(tmp_path):
+    files = [_levels(tmp_path / "low.nc", [1000, 925, 850]),
+             _levels(tmp_path / "high.nc", [300, 500, 700])]
+    with pytest.raises(CombineError, match=r"lev: its values increase in .*high\.nc but "
+                                           r"decrease in .*low\.nc"):
+        combine(files, "lev")
+    overlapping = [files[0], _levels(tmp_path / "mid.nc", [900, 800])]
+    with pytest.raises(CombineError, match=r"ends at 850.* starts at 900.*overlap"):
+        combine(overlapping, "lev")

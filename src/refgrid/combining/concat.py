@@ -1,7 +1,8 @@
 """Many files → one virtual dataset, concatenated along a dimension of irregular length.
 
 Files are ordered by the first value of their concat coordinate (decoded, so files with
-different time units order correctly), checked for overlaps, and joined variable by variable:
+different time units order correctly; highest first where every file's values fall, as
+xarray orders them), checked for overlaps, and joined variable by variable:
 the result's grid along the concat dimension is every file's logical chunk lengths in turn
 (rectilinear), with the encoded lengths kept where a file's last chunk is stored padded.
 
@@ -301,9 +302,19 @@ class Combine:
         empty = [k for k, b in enumerate(bounds) if b is None]
         filled = sorted((k for k, b in enumerate(bounds) if b is not None),
                         key=lambda k: bounds[k][0])
+        falling = [k for k in filled if bounds[k][0] > bounds[k][1]]
+        if falling:  # files whose values decrease: the highest first, as xarray orders them
+            rising = [k for k in filled if bounds[k][0] < bounds[k][1]]
+            if rising:
+                raise CombineError(
+                    f"{_where(path, self.dim)}: its values increase in {labels[rising[0]]} "
+                    f"but decrease in {labels[falling[0]]}: one coordinate cannot run both "
+                    "ways")
+            filled.reverse()
         if self.overlap == "error":
             for a, b in itertools.pairwise(filled):
-                if bounds[a][1] >= bounds[b][0]:
+                if bounds[a][1] >= bounds[b][0] if not falling else \
+                        bounds[a][1] <= bounds[b][0]:
                     raise CombineError(
                         f"{_where(path, self.dim)}: {labels[a]} ends at {bounds[a][1]} "
                         f"but {labels[b]} starts at {bounds[b][0]}: the files overlap or "
